@@ -1,0 +1,15 @@
+"""Entry point for the NeMo Gym resources server (subcommands; see `--help`)."""
+
+from __future__ import annotations
+
+import sys
+
+from prime_rl.cli._common import load_impl
+
+
+def main(argv: list[str] | None = None) -> None:
+    load_impl("prime_rl.envs.nemo_gym.cli", "main", "the NeMo Gym resources server")(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()

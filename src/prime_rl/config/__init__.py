@@ -1,0 +1,1 @@
+"""Pydantic configuration of every prime-rl command; no heavy imports here."""

@@ -1,0 +1,67 @@
+"""Shared building blocks of every command's configuration (pydantic v2, extra keys forbidden)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_config import BaseConfig
+
+__all__ = [
+    "BaseConfig",
+    "ModelConfig",
+    "LoRAConfig",
+    "CheckpointConfig",
+    "WandbConfig",
+    "LogConfig",
+]
+
+
+class LoRAConfig(BaseConfig):
+    """LoRA adapters (peft). Only adapter weights train; see Hu et al. 2021, arXiv:2106.09685."""
+
+    rank: int = Field(16, gt=0, description="LoRA rank r.")
+    alpha: float = Field(32.0, gt=0, description="LoRA alpha; the update is scaled by alpha / rank.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="Module names (peft `target_modules`) that get adapters.",
+    )
+
+
+class ModelConfig(BaseConfig):
+    """The policy model: a local Hugging Face directory (config.json, safetensors, tokenizer)."""
+
+    name: str = Field("outputs/tiny-model", description="Local path (or hub id where a hub is reachable) of the model.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Compute dtype; auto = float32 on CPU, bfloat16 on GPU."
+    )
+    trust_remote_code: bool = False
+
+
+class CheckpointConfig(BaseConfig):
+    """Checkpointing of trainer and orchestrator state for bit-exact resume."""
+
+    interval: int | None = Field(None, gt=0, description="Save every N steps; None disables checkpoints.")
+    keep_last: int | None = Field(2, gt=0, description="Keep this many newest checkpoints; None keeps all.")
+    resume_step: int | None = Field(
+        None, description="Resume from this step's checkpoint; -1 = newest complete one; None = start fresh."
+    )
+
+
+class WandbConfig(BaseConfig):
+    """Optional Weights & Biases logging (metrics.jsonl is always written)."""
+
+    project: str = "prime-rl"
+    name: str | None = None
+    offline: bool = False
+
+
+class LogConfig(BaseConfig):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+def resolve_path(p: str | Path) -> Path:
+    """Expand `~` and make a path absolute (relative to the current directory)."""
+    return Path(p).expanduser().resolve()

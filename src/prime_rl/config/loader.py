@@ -1,0 +1,125 @@
+"""Parsing a command's config: `@ a.toml @ b.toml` (deep-merged left to right), then `--dotted.flags`.
+
+Built on `prime-pydantic-config` (the syntax prime-rl uses). Precedence: defaults < files < CLI. Errors name
+the full dotted path of the bad key, with a "did you mean" hint for unknown keys and the expected type for
+wrong values.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config could not be parsed; the message is meant for the user."""
+
+
+def parse_config(cls: type[T], args: list[str] | None = None, prog: str | None = None) -> T:
+    """Parse `args` (default: sys.argv[1:]) into `cls`.
+
+    Raises:
+        ConfigError: unknown key, wrong type, missing file... when `args` is given. When parsing sys.argv the
+            message is printed to stderr and the process exits with status 2.
+    """
+    from pydantic_config import ConfigFileError, cli
+
+    from_argv = args is None
+    argv = sys.argv[1:] if from_argv else list(args)
+    try:
+        return cli(cls, args=argv, prog=prog)
+    except ConfigFileError as e:
+        cause = e.__cause__
+        msg = format_validation_error(cls, cause) if isinstance(cause, ValidationError) else str(e)
+        if from_argv:
+            print(f"{prog or 'prime-rl'}: config error\n{msg}", file=sys.stderr)
+            raise SystemExit(2) from None
+        raise ConfigError(msg) from e
+
+
+def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
+    """One line per problem: `dotted.path: what is wrong (got value) [did you mean ...]`."""
+    lines = []
+    for e in err.errors():
+        loc = tuple(e.get("loc", ()))
+        path = _dotted(loc)
+        value = e.get("input")
+        got = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
+        if e.get("type") == "extra_forbidden":
+            hint = ""
+            siblings = _field_names_at(cls, loc[:-1])
+            close = difflib.get_close_matches(str(loc[-1]), siblings, n=1, cutoff=0.5)
+            if close:
+                hint = f"; did you mean `{_dotted(loc[:-1] + (close[0],))}`?"
+            lines.append(f"  {path}: unknown key{got}{hint}")
+        else:
+            lines.append(f"  {path}: {e.get('msg')}{got}")
+    return "\n".join(lines)
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for seg in loc:
+        if isinstance(seg, int):
+            out += f"[{seg}]"
+        else:
+            out += ("." if out else "") + str(seg)
+    return out or "<root>"
+
+
+def _field_names_at(cls: Any, loc: tuple) -> list[str]:
+    """Field names of the model reached by walking `loc` from `cls` (through lists, optionals, unions)."""
+    current = cls
+    for seg in loc:
+        models = _models_in(current)
+        if isinstance(seg, int):
+            current = models[0] if models else None
+            continue
+        nxt = None
+        for m in models:
+            if seg in m.model_fields:
+                nxt = m.model_fields[seg].annotation
+                break
+        current = nxt
+        if current is None:
+            return []
+    models = _models_in(current)
+    return sorted({name for m in models for name in m.model_fields})
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list, typing.Annotated) or origin is not None:
+        out = []
+        for a in typing.get_args(annotation):
+            out.extend(_models_in(a))
+        return out
+    return []
+
+
+def config_to_toml(cfg: BaseModel) -> str:
+    """Serialise a config to TOML (None values are omitted, as TOML has no null)."""
+    import tomli_w
+
+    data = cfg.model_dump(mode="json", exclude_none=True)
+    return tomli_w.dumps(data)
+
+
+def write_config(cfg: BaseModel, path: Path) -> Path:
+    """Write `cfg` as TOML to `path` atomically (temporary name, fsync, rename)."""
+    from prime_rl.transport.atomic import atomic_write_text
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, config_to_toml(cfg))
+    return path

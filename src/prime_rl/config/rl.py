@@ -1,0 +1,115 @@
+"""Configuration of the `rl` launcher: trainer, orchestrator and inference sections plus shared fields.
+
+Shared top-level fields (`model`, `max_steps`, `seq_len`, `output_dir`, `ckpt`, `wandb`) are copied into every
+section that has them. Setting a shared field both at the top and in a section with different values is an error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
+from prime_rl.config.inference import InferenceConfig
+from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.config.trainer import TrainerConfig
+
+SHARED_FIELDS = ("model", "max_steps", "seq_len", "output_dir", "ckpt", "wandb")
+SECTIONS = ("trainer", "orchestrator", "inference")
+
+
+class DeploymentConfig(BaseConfig):
+    """Device split. On GPU: trainer on the first `num_train_gpus`, inference on the next `num_infer_gpus`.
+    On CPU both share the cores and these only scale data-parallel degrees down to 1."""
+
+    num_train_gpus: int = Field(1, gt=0)
+    num_infer_gpus: int = Field(1, gt=0)
+
+
+class EnvServerLaunchConfig(BaseConfig):
+    """The NeMo Gym resources server `rl` starts when a source's `resources_url` is not answering."""
+
+    auto_start: bool = True
+    env: str = Field("gridsim", description="Built-in environment to serve.")
+    data_dir: Path | None = Field(None, description="ERCOT NP4-180-ER files; None = synthetic days.")
+    masked_as_error: bool = True
+    idle_timeout_s: float | None = Field(120.0, gt=0)
+    max_concurrent: int = Field(96, gt=0)
+
+
+class RLConfig(BaseConfig):
+    """`rl @ config`: one run directory, one inference server, one orchestrator, one trainer (torchrun)."""
+
+    trainer: TrainerConfig = TrainerConfig()
+    orchestrator: OrchestratorConfig = OrchestratorConfig()
+    inference: InferenceConfig = InferenceConfig()
+    deployment: DeploymentConfig = DeploymentConfig()
+    env_server: EnvServerLaunchConfig = EnvServerLaunchConfig()
+    log: LogConfig = LogConfig()
+
+    model: ModelConfig | None = None
+    max_steps: int | None = Field(None, gt=0)
+    seq_len: int | None = Field(None, gt=0)
+    output_dir: Path | None = None
+    ckpt: CheckpointConfig | None = None
+    wandb: WandbConfig | None = None
+
+    resume: bool = Field(False, description="Continue the run from its newest complete checkpoint.")
+    startup_timeout_s: float = Field(600.0, gt=0, description="Per-process health wait.")
+    dry_run: bool = Field(False, description="Write the resolved configs to output_dir/configs/ and exit.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _propagate_shared(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in SHARED_FIELDS:
+            if key not in data or data[key] is None:
+                continue
+            value = data[key]
+            if hasattr(value, "model_dump"):
+                value = value.model_dump()
+            for section in SECTIONS:
+                target_cls = cls.model_fields[section].annotation
+                if key not in target_cls.model_fields:
+                    continue
+                sec = data.get(section)
+                if hasattr(sec, "model_dump"):
+                    sec = sec.model_dump(exclude_unset=True)
+                sec = dict(sec or {})
+                sec[key] = merge_shared(value, sec.get(key), f"{key}", f"{section}.{key}")
+                data[section] = sec
+        return data
+
+
+def merge_shared(top: Any, section: Any, top_path: str, section_path: str) -> Any:
+    """Deep-merge a shared top-level value into a section's value.
+
+    Raises:
+        ValueError: a leaf is set at both levels with different values (names both dotted paths).
+    """
+    if section is None:
+        return top
+    if isinstance(top, dict) and isinstance(section, dict):
+        out = dict(section)
+        for k, v in top.items():
+            out[k] = merge_shared(v, section.get(k), f"{top_path}.{k}", f"{section_path}.{k}")
+        return out
+    if _norm(top) != _norm(section):
+        raise ValueError(
+            f"shared field set twice with different values: `{top_path} = {top!r}` and "
+            f"`{section_path} = {section!r}`; set it once (at the top level to apply to all sections)"
+        )
+    return top
+
+
+def _norm(v: Any) -> Any:
+    """Compare scalars by text: CLI values arrive as strings, TOML values typed (`40` vs `'40'`)."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int | float | str | Path):
+        return str(v)
+    return v

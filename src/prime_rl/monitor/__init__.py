@@ -1,0 +1,1 @@
+"""Console step lines, per-process logs, metrics.jsonl and plots."""

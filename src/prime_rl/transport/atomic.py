@@ -1,0 +1,75 @@
+"""Atomic publishing of files and directories (DESIGN invariant 4): temporary name, fsync, rename."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+STABLE = "STABLE"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that a reader sees either nothing or the whole file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_dir(path: Path, fill: Callable[[Path], None], marker: str | None = STABLE) -> Path:
+    """Create directory `path` atomically: `fill(tmpdir)` writes into a temporary sibling, which is renamed.
+
+    When `marker` is given, an empty file of that name is written last (after the rename) so that readers that
+    wait for the marker never see a partial directory. An existing `path` is replaced.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        for p in tmp.rglob("*"):
+            if p.is_file():
+                with open(p, "rb") as f:
+                    os.fsync(f.fileno())
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(path.parent)
+    if marker:
+        atomic_write_bytes(path / marker, b"")
+    return path
+
+
+def is_stable(path: Path, marker: str = STABLE) -> bool:
+    """True when directory `path` carries its completion marker."""
+    return (Path(path) / marker).is_file()
