@@ -1,0 +1,175 @@
+"""The trainer's input: packed micro-batches for step N, one file per data-parallel rank.
+
+File `rollouts/step_N/rank_R.bin` is msgpack (never pickle) of::
+
+    {"format": "prime-rl/batch", "version": 1, "step": N, "rank": R, "world_size": W,
+     "total_loss_tokens": int,               # loss tokens of the whole step, all ranks (loss normaliser)
+     "micro_batches": [{field: {"dtype": str, "shape": [T], "data": bytes}, ...}, ...],
+     "metrics": {...}}                       # orchestrator-side numbers, for logging only
+
+Every rank's file of one step holds the same number of micro-batches (the orchestrator pads with micro-batches
+whose `loss_mask` is all zero), so FSDP collectives line up. Per micro-batch, all fields are 1-D of length T
+(T <= seq_len): the samples packed back to back, `position_ids` restarting at 0 for each sample.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from prime_rl.transport.atomic import atomic_write_bytes
+
+FORMAT = "prime-rl/batch"
+VERSION = 1
+
+# field name -> numpy dtype on disk
+FIELDS: dict[str, str] = {
+    "input_ids": "int32",
+    "position_ids": "int32",
+    "loss_mask": "bool",
+    "advantages": "float32",
+    "inference_logprobs": "float32",
+    "temperature": "float32",
+}
+
+
+class BatchFormatError(ValueError):
+    """A batch file is not in the expected format (names the file and the field)."""
+
+
+@dataclass
+class MicroBatch:
+    """One packed sequence of T tokens; every array has shape [T].
+
+    `inference_logprobs[t]` is the inference engine's logprob (at `temperature[t]`) of token `input_ids[t]`
+    given the tokens before it; it is only meaningful where `loss_mask[t]` is true.
+    """
+
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    loss_mask: np.ndarray
+    advantages: np.ndarray
+    inference_logprobs: np.ndarray
+    temperature: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = None
+        for name, dtype in FIELDS.items():
+            arr = np.ascontiguousarray(np.asarray(getattr(self, name)).astype(dtype, copy=False))
+            if arr.ndim != 1:
+                raise BatchFormatError(f"micro-batch field {name!r} must be 1-D, got shape {arr.shape}")
+            if n is None:
+                n = arr.shape[0]
+            elif arr.shape[0] != n:
+                raise BatchFormatError(f"micro-batch field {name!r} has length {arr.shape[0]}, expected {n}")
+            setattr(self, name, arr)
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+    @classmethod
+    def empty_like(cls, length: int = 1, pad_id: int = 0) -> MicroBatch:
+        """A padding micro-batch with no loss tokens."""
+        z = np.zeros(length, dtype=np.float32)
+        return cls(np.full(length, pad_id), np.arange(length), np.zeros(length, bool), z, z, np.ones(length))
+
+
+@dataclass
+class StepBatch:
+    step: int
+    rank: int
+    world_size: int
+    total_loss_tokens: int
+    micro_batches: list[MicroBatch]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def encode_batch(batch: StepBatch) -> bytes:
+    mbs = [
+        {name: {"dtype": FIELDS[name], "shape": [len(mb)], "data": getattr(mb, name).tobytes()} for name in FIELDS}
+        for mb in batch.micro_batches
+    ]
+    return msgpack.packb(
+        {
+            "format": FORMAT,
+            "version": VERSION,
+            "step": batch.step,
+            "rank": batch.rank,
+            "world_size": batch.world_size,
+            "total_loss_tokens": int(batch.total_loss_tokens),
+            "micro_batches": mbs,
+            "metrics": batch.metrics,
+        },
+        use_bin_type=True,
+    )
+
+
+def decode_batch(data: bytes, source: str = "<bytes>") -> StepBatch:
+    """Parse a batch file's bytes.
+
+    Raises:
+        BatchFormatError: wrong format/version, missing field, or bad dtype/shape (names `source` and the field).
+    """
+    try:
+        obj = msgpack.unpackb(data, raw=False)
+    except Exception as e:  # msgpack raises several types
+        raise BatchFormatError(f"{source}: not a msgpack batch file ({e})") from e
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise BatchFormatError(f"{source}: not a prime-rl batch file (format={obj.get('format') if isinstance(obj, dict) else None!r})")
+    if obj.get("version") != VERSION:
+        raise BatchFormatError(f"{source}: batch format version {obj.get('version')} unsupported (expected {VERSION})")
+    mbs = []
+    for i, raw in enumerate(obj["micro_batches"]):
+        arrays = {}
+        for name, dtype in FIELDS.items():
+            if name not in raw:
+                raise BatchFormatError(f"{source}: micro_batches[{i}] lacks field {name!r}")
+            ent = raw[name]
+            if ent["dtype"] != dtype:
+                raise BatchFormatError(f"{source}: micro_batches[{i}].{name} has dtype {ent['dtype']}, expected {dtype}")
+            arrays[name] = np.frombuffer(ent["data"], dtype=dtype).reshape(ent["shape"]).copy()
+        mbs.append(MicroBatch(**arrays))
+    return StepBatch(
+        step=int(obj["step"]),
+        rank=int(obj["rank"]),
+        world_size=int(obj["world_size"]),
+        total_loss_tokens=int(obj["total_loss_tokens"]),
+        micro_batches=mbs,
+        metrics=dict(obj.get("metrics") or {}),
+    )
+
+
+def write_batch(path: Path, batch: StepBatch) -> None:
+    """Write a batch file atomically (DESIGN invariant 4)."""
+    atomic_write_bytes(Path(path), encode_batch(batch))
+
+
+def read_batch(path: Path) -> StepBatch:
+    path = Path(path)
+    return decode_batch(path.read_bytes(), source=str(path))
+
+
+def wait_for_batch(path: Path, timeout_s: float, poll_s: float = 0.05) -> StepBatch:
+    """Block until `path` exists, then read it.
+
+    Raises:
+        TimeoutError: after `timeout_s` seconds, naming the file waited for.
+    """
+    path = Path(path)
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"no batch at {path} after {timeout_s:.0f} s: is the orchestrator running? see logs/orchestrator.log"
+            )
+        time.sleep(poll_s)
+    return read_batch(path)
