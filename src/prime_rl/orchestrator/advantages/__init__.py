@@ -1,0 +1,53 @@
+"""Group-relative advantage algorithms, one module each, looked up by name (`[orchestrator.advantage] type`).
+
+An algorithm is a function `(rewards, mask, cfg) -> advantages`: `rewards` and `mask` have shape [G] (one per
+rollout of a group; `mask[i]` true = rollout i is trainable, false = masked by its environment), the result has
+shape [G] and is 0.0 at masked positions. Masked rollouts never enter the baseline (DESIGN invariant 3).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+
+from prime_rl.config.orchestrator import AdvantageConfig
+
+AdvantageFn = Callable[[Sequence[float], Sequence[bool], AdvantageConfig], list[float]]
+
+_REGISTRY: dict[str, str | AdvantageFn] = {
+    "grpo": "prime_rl.orchestrator.advantages.grpo:grpo_advantages",
+    "rloo": "prime_rl.orchestrator.advantages.rloo:rloo_advantages",
+}
+
+
+def register_advantage(name: str, fn: str | AdvantageFn) -> None:
+    """Register an algorithm under `name` (a callable or an import path `module:function`)."""
+    _REGISTRY[name] = fn
+
+
+def get_advantage_fn(name: str) -> AdvantageFn:
+    """The algorithm registered as `name`, or `module:function`.
+
+    Raises:
+        KeyError: unknown name (lists the registered ones).
+    """
+    fn = _REGISTRY.get(name, name if ":" in name else None)
+    if fn is None:
+        raise KeyError(
+            f"unknown advantage type {name!r} (orchestrator.advantage.type); registered: {', '.join(sorted(_REGISTRY))}"
+            " or give module:function"
+        )
+    if isinstance(fn, str):
+        mod, attr = fn.split(":")
+        fn = getattr(importlib.import_module(mod), attr)
+    return fn
+
+
+def compute_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: AdvantageConfig) -> list[float]:
+    """Advantages of one group with the configured algorithm; checks shapes and zeroes masked members."""
+    if len(rewards) != len(mask):
+        raise ValueError(f"rewards ({len(rewards)}) and mask ({len(mask)}) differ in length")
+    adv = get_advantage_fn(cfg.type)(rewards, mask, cfg)
+    if len(adv) != len(rewards):
+        raise ValueError(f"advantage fn {cfg.type!r} returned {len(adv)} values for a group of {len(rewards)}")
+    return [float(a) if m else 0.0 for a, m in zip(adv, mask, strict=True)]

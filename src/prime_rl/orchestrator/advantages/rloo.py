@@ -1,0 +1,22 @@
+"""RLOO advantages (Ahmadian et al. 2024, arXiv:2402.14740): each member's baseline is the mean of the others.
+
+    A_i = r_i - (1 / (k - 1)) * sum_{j != i, j trainable} r_j   over the k trainable members (k >= 2)
+
+equivalently k / (k - 1) * (r_i - mean). Fewer than two trainable members: all zeros. `std_normalize` is ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prime_rl.config.orchestrator import AdvantageConfig
+
+
+def rloo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: AdvantageConfig) -> list[float]:
+    """Shape [G] -> [G]; 0.0 for masked members."""
+    vals = [float(r) for r, m in zip(rewards, mask, strict=True) if m]
+    k = len(vals)
+    if k < 2:
+        return [0.0] * len(rewards)
+    total = sum(vals)
+    return [float(r) - (total - float(r)) / (k - 1) if m else 0.0 for r, m in zip(rewards, mask, strict=True)]

@@ -1,0 +1,187 @@
+"""The agent loop of the `null` harness: a plain chat loop with native (hermes) tool calls, token in / token out.
+
+Per turn: the prompt ids go to the inference engine, the sampled completion ids and their logprobs are appended
+to the current sample with loss mask 1, the completion is parsed for `<tool_call>` blocks, every call runs in the
+environment, and the tool results are appended by the renderer's `bridge_to_next_turn` (which extends the tokens
+actually sampled, never re-tokenizes them; DESIGN invariant 1) with loss mask 0. Where the next prompt does not
+extend the previous prompt + completion, the rollout continues in a new sample (`prefix_breaks` counts it).
+
+The loop ends when a reply calls no tool, at `max_turns` (its tool calls still run), when a turn hits its token
+budget (`truncated`), or when the sample would exceed `seq_len` (`truncated`). Then the episode is verified.
+Environment or inference failures mask the rollout (reason in `error`); the episode is always closed, also on
+cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from prime_rl.config.orchestrator import SamplingConfig
+from prime_rl.envs.base import Task
+from prime_rl.monitor.logger import get_logger
+from prime_rl.orchestrator.sources import AsyncEpisode, EnvError, TaskSource
+from prime_rl.orchestrator.types import Rollout, Sample
+
+log = get_logger("orchestrator.agent")
+
+TOOL_FORMAT_HINT = '<tool_call>\n{"name": "<function-name>", "arguments": {<args-json-object>}}\n</tool_call>'
+
+
+class GenerateClient(Protocol):
+    """The part of `prime_rl.inference.client.InferenceClient` the agent loop uses."""
+
+    async def generate(self, prompt_ids, sampling, *, rollout_id=None, stop_token_ids=None, max_tokens=None): ...
+
+
+@dataclass
+class AgentLimits:
+    """Per-rollout budgets: `max_turns` model turns, `seq_len` tokens per sample, `max_completion_tokens` per turn."""
+
+    max_turns: int
+    seq_len: int
+    max_completion_tokens: int
+
+
+def malformed_call_message(status: str, raw: str) -> str:
+    """Text returned to the model for a tool call it wrote badly (never a crash)."""
+    snippet = raw if len(raw) <= 300 else raw[:300] + "..."
+    return f"Error: could not parse your tool call ({status}): {snippet!r}. Write each call as {TOOL_FORMAT_HINT}"
+
+
+def _assistant_message(parsed: Any) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content or ""}
+    if parsed.reasoning_content:
+        msg["reasoning_content"] = parsed.reasoning_content
+    calls = [
+        {"type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+        for tc in parsed.tool_calls
+        if str(tc.status) == "ok"
+    ]
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+async def run_rollout(
+    task: Task,
+    source: TaskSource,
+    client: GenerateClient,
+    renderer: Any,
+    sampling: SamplingConfig,
+    limits: AgentLimits,
+    *,
+    rollout_id: str | None = None,
+    group_id: int = 0,
+) -> Rollout:
+    """Play one episode of `task` (see the module docstring). Never raises for environment, model or inference
+    failures (those mask the rollout); re-raises cancellation after closing the episode."""
+    t0 = time.monotonic()
+    r = Rollout(task=task, source=source.name, group_id=group_id, temperature=sampling.temperature)
+    r.messages = [dict(m) for m in task.messages]
+    tools = task.tools or None
+    episode: AsyncEpisode | None = None
+    try:
+        episode = await source.open(task)
+        await _loop(r, episode, client, renderer, sampling, limits, tools, rollout_id)
+    except EnvError as e:
+        r.masked, r.error = True, f"env/{e}"
+    except asyncio.CancelledError:
+        r.masked, r.error = True, "cancelled"
+        raise
+    except Exception as e:  # inference client gave up, or a bug: mask, keep the run going
+        r.masked, r.error = True, f"{type(e).__name__}: {e}"
+        log.warning("rollout of %s masked: %s", task.task_id, r.error)
+    finally:
+        if episode is not None:
+            try:
+                await asyncio.shield(episode.close())
+            except Exception as e:  # closing is best effort; the server reaps idle sessions too
+                log.warning("closing the episode of %s failed: %s", task.task_id, e)
+        r.duration_s = time.monotonic() - t0
+    return r
+
+
+async def _loop(
+    r: Rollout,
+    episode: AsyncEpisode,
+    client: GenerateClient,
+    renderer: Any,
+    sampling: SamplingConfig,
+    limits: AgentLimits,
+    tools: list[dict] | None,
+    rollout_id: str | None,
+) -> None:
+    stop_ids = list(renderer.get_stop_token_ids())
+    prompt_ids = list(renderer.render_ids(r.messages, tools=tools, add_generation_prompt=True))
+    sample = Sample()
+    sample.extend(prompt_ids, sampled=False)
+    final_text: str | None = None
+    for turn in range(limits.max_turns):
+        budget = min(limits.max_completion_tokens, limits.seq_len - len(sample))
+        if budget <= 0:
+            r.truncated = True
+            break
+        res = await client.generate(
+            prompt_ids, sampling, rollout_id=rollout_id, stop_token_ids=stop_ids, max_tokens=budget
+        )
+        if list(res.prompt_ids) and list(res.prompt_ids) != prompt_ids:
+            raise RuntimeError("inference echoed different prompt ids than were sent (token-in/token-out broken)")
+        if res.finish_reason == "abort":
+            raise RuntimeError("inference aborted the request (finish_reason=abort)")
+        completion = list(res.completion_ids)
+        if len(res.logprobs) != len(completion):
+            raise RuntimeError(f"inference returned {len(res.logprobs)} logprobs for {len(completion)} tokens")
+        sample.extend(completion, sampled=True, logprobs=[float(x) for x in res.logprobs])
+        r.policy_versions.append(int(res.policy_version))
+        r.num_turns = turn + 1
+        parsed = renderer.parse_response(completion, prompt_ids=prompt_ids)
+        r.messages.append(_assistant_message(parsed))
+        final_text = parsed.content
+        if res.finish_reason == "length":
+            r.truncated = True
+        if not parsed.tool_calls or r.truncated:
+            break
+        tool_msgs = []
+        for tc in parsed.tool_calls:
+            if str(tc.status) == "ok":
+                text = await episode.call_tool(tc.name, tc.arguments if tc.arguments is not None else {})
+            else:
+                r.malformed_tool_calls += 1
+                text = malformed_call_message(str(tc.status), tc.raw)
+            tool_msgs.append({"role": "tool", "name": tc.name or "", "content": text})
+        r.messages.extend(tool_msgs)
+        if turn + 1 >= limits.max_turns:
+            r.turn_capped = True
+            break
+        bridged = renderer.bridge_to_next_turn(prompt_ids, completion, tool_msgs, tools=tools)
+        if bridged is not None:
+            next_prompt = list(bridged.token_ids)
+        else:
+            next_prompt = list(renderer.render_ids(r.messages, tools=tools, add_generation_prompt=True))
+        prev = prompt_ids + completion
+        if next_prompt[: len(prev)] == prev:
+            ext = next_prompt[len(prev) :]
+            if len(sample) + len(ext) >= limits.seq_len:
+                r.truncated = True
+                break
+            sample.extend(ext, sampled=False)
+        else:
+            r.prefix_breaks += 1
+            if len(next_prompt) >= limits.seq_len:
+                r.truncated = True
+                break
+            r.samples.append(sample)
+            sample = Sample()
+            sample.extend(next_prompt, sampled=False)
+        prompt_ids = next_prompt
+    if sample.num_loss_tokens:
+        r.samples.append(sample)
+    result = await episode.verify(final_text)
+    r.reward = float(result.reward)
+    r.env_metrics = dict(result.metrics or {})
+    if result.masked:
+        r.masked, r.error = True, f"env/masked: {result.reason}"
+

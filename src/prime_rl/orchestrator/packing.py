@@ -1,0 +1,111 @@
+"""Packing a step's samples into micro-batches for the trainer's data-parallel ranks.
+
+1. First-fit decreasing (Johnson 1973): samples sorted by length, longest first, each into the first bin of
+   capacity `seq_len` with room, else a new bin. Every sample lands in exactly one bin, whole.
+2. Bins are dealt to ranks longest first, each to the rank with the fewest tokens so far (LPT; Graham 1969),
+   ties to the rank with fewer bins; then every rank is padded with loss-free micro-batches to the same count,
+   so the trainer's collectives line up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from prime_rl.transport.batch import MicroBatch, StepBatch, write_batch
+
+
+@dataclass
+class PackItem:
+    """One sample to pack: token ids, loss mask, inference logprobs, advantage and temperature (all per token, [T])."""
+
+    input_ids: list[int]
+    loss_mask: list[bool]
+    logprobs: list[float]
+    advantage: float
+    temperature: float
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Indices of `lengths` grouped into bins whose sums are <= `capacity` (FFD).
+
+    Raises:
+        ValueError: an item is longer than `capacity` (names it; the agent loop should have truncated it).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        n = lengths[i]
+        if n > capacity:
+            raise ValueError(f"sample {i} has {n} tokens, more than seq_len={capacity}; raise seq_len or cut the rollout")
+        for b, r in enumerate(room):
+            if n <= r:
+                bins[b].append(i)
+                room[b] -= n
+                break
+        else:
+            bins.append([i])
+            room.append(capacity - n)
+    return bins
+
+
+def balance_bins(bin_sizes: list[int], num_ranks: int) -> list[list[int]]:
+    """Bin indices per rank: largest bin first to the rank with the fewest tokens (then fewest bins)."""
+    ranks: list[list[int]] = [[] for _ in range(num_ranks)]
+    load = [0] * num_ranks
+    for b in sorted(range(len(bin_sizes)), key=lambda i: (-bin_sizes[i], i)):
+        r = min(range(num_ranks), key=lambda k: (load[k], len(ranks[k]), k))
+        ranks[r].append(b)
+        load[r] += bin_sizes[b]
+    return ranks
+
+
+def build_micro_batch(items: list[PackItem]) -> MicroBatch:
+    """Concatenate samples back to back; `position_ids` restart at 0 per sample."""
+    ids = np.concatenate([np.asarray(it.input_ids, np.int32) for it in items])
+    pos = np.concatenate([np.arange(len(it), dtype=np.int32) for it in items])
+    mask = np.concatenate([np.asarray(it.loss_mask, bool) for it in items])
+    lp = np.concatenate([np.asarray(it.logprobs, np.float32) for it in items])
+    adv = np.concatenate([np.full(len(it), it.advantage, np.float32) for it in items])
+    temp = np.concatenate([np.full(len(it), it.temperature, np.float32) for it in items])
+    return MicroBatch(input_ids=ids, position_ids=pos, loss_mask=mask, advantages=adv, inference_logprobs=lp, temperature=temp)
+
+
+def pack_step(
+    items: list[PackItem], *, step: int, seq_len: int, num_ranks: int, pad_id: int = 0, metrics: dict | None = None
+) -> list[StepBatch]:
+    """Pack `items` into one `StepBatch` per rank (same number of micro-batches each, at least one).
+
+    `total_loss_tokens` of every rank's batch is the loss-token count of the whole step (the loss normaliser).
+    """
+    if num_ranks < 1:
+        raise ValueError(f"num_train_ranks must be >= 1, got {num_ranks}")
+    bins = first_fit_decreasing([len(it) for it in items], seq_len)
+    per_rank = balance_bins([sum(len(items[i]) for i in b) for b in bins], num_ranks)
+    n_mb = max(1, max(len(r) for r in per_rank))
+    total_loss = int(sum(sum(it.loss_mask) for it in items))
+    out = []
+    for rank, bin_ids in enumerate(per_rank):
+        mbs = [build_micro_batch([items[i] for i in bins[b]]) for b in bin_ids]
+        mbs += [MicroBatch.empty_like(1, pad_id) for _ in range(n_mb - len(mbs))]
+        out.append(
+            StepBatch(step=step, rank=rank, world_size=num_ranks, total_loss_tokens=total_loss, micro_batches=mbs,
+                      metrics=dict(metrics or {}))
+        )
+    return out
+
+
+def write_step(batches: list[StepBatch], step_dir: Path) -> list[Path]:
+    """Write `rank_R.bin` for each batch atomically (DESIGN invariant 4); returns the paths."""
+    paths = []
+    for b in batches:
+        p = Path(step_dir) / f"rank_{b.rank}.bin"
+        write_batch(p, b)
+        paths.append(p)
+    return paths

@@ -1,0 +1,82 @@
+"""Rollouts and the token samples they train on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prime_rl.envs.base import Task
+
+
+@dataclass
+class Sample:
+    """One token sequence to train on: prompt, sampled completions and interleaved tool/template tokens.
+
+    All lists have the same length T. `loss_mask[t]` is true exactly for tokens the inference engine sampled;
+    `logprobs[t]` is the engine's logprob of `token_ids[t]` there (0.0 elsewhere).
+    """
+
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def extend(self, ids: list[int], *, sampled: bool, logprobs: list[float] | None = None) -> None:
+        """Append `ids`; sampled tokens need one logprob each."""
+        if sampled and (logprobs is None or len(logprobs) != len(ids)):
+            raise ValueError(f"{len(ids)} sampled tokens need as many logprobs (got {None if logprobs is None else len(logprobs)})")
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([sampled] * len(ids))
+        self.logprobs.extend(logprobs if sampled else [0.0] * len(ids))
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+@dataclass
+class Rollout:
+    """One episode of one task: its samples, the environment's verdict and bookkeeping.
+
+    `masked` rollouts (environment or transport failure, DESIGN invariant 3) carry no loss and are excluded from
+    their group's baseline. `policy_versions` holds the policy version of every model turn, in order.
+    """
+
+    task: Task
+    source: str
+    group_id: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    reward: float = 0.0
+    env_metrics: dict[str, float] = field(default_factory=dict)
+    masked: bool = False
+    error: str | None = None
+    num_turns: int = 0
+    truncated: bool = False
+    turn_capped: bool = False
+    prefix_breaks: int = 0
+    malformed_tool_calls: int = 0
+    policy_versions: list[int] = field(default_factory=list)
+    advantage: float = 0.0
+    temperature: float = 1.0
+    duration_s: float = 0.0
+
+    @property
+    def min_version(self) -> int:
+        """Oldest policy version that sampled any token of this rollout (0 when none did)."""
+        return min(self.policy_versions) if self.policy_versions else 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s) for s in self.samples)
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return sum(s.num_loss_tokens for s in self.samples)
+
+    @property
+    def trainable(self) -> bool:
+        """Contributes to the loss: not masked, has sampled tokens and a nonzero advantage."""
+        return not self.masked and self.num_loss_tokens > 0 and self.advantage != 0.0

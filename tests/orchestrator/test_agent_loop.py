@@ -1,0 +1,130 @@
+"""The multi-turn token path: the trained tokens are exactly the tokens sampled, prompts extend them, tools run."""
+
+from __future__ import annotations
+
+import pytest
+
+from prime_rl.config.orchestrator import RendererConfig, SamplingConfig
+from prime_rl.orchestrator.agent import AgentLimits, run_rollout
+from prime_rl.orchestrator.render import make_renderer
+from prime_rl.orchestrator.sources import InProcessSource
+from tests.orchestrator.fakes import CounterEnv, ScriptedClient, tiny_tokenizer, tool_call_text
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture(scope="module")
+def renderer(tok):
+    return make_renderer(tok, RendererConfig(name="qwen3", enable_thinking=False))
+
+
+def _three_turn_script(prompt: str, k: int) -> str:
+    return [tool_call_text("add", {"x": 2}), "ok " + tool_call_text("add", {"x": 3}), "The total is 5."][k]
+
+
+def _check_token_path(sample, calls):
+    """Every call's prompt + completion is a prefix of the sample; loss tokens = concatenated completions."""
+    ids = sample.token_ids
+    for c in calls:
+        full = c["prompt_ids"] + c["completion_ids"]
+        assert ids[: len(full)] == full
+        start = len(c["prompt_ids"])
+        assert all(sample.loss_mask[start : start + len(c["completion_ids"])])
+        assert sample.logprobs[start : start + len(c["completion_ids"])] == c["logprobs"]
+    sampled = [t for t, m in zip(ids, sample.loss_mask, strict=True) if m]
+    assert sampled == [t for c in calls for t in c["completion_ids"]]
+    assert [lp for lp, m in zip(sample.logprobs, sample.loss_mask, strict=True) if m] == [lp for c in calls for lp in c["logprobs"]]
+    assert all(lp == 0.0 for lp, m in zip(sample.logprobs, sample.loss_mask, strict=True) if not m)
+
+
+async def test_multi_turn_reproduces_sampled_tokens(tok, renderer):
+    env = CounterEnv(4)
+    src = InProcessSource("counter", env)
+    client = ScriptedClient(tok, _three_turn_script, version=3)
+    task = src.tasks("train")[2]
+    r = await run_rollout(task, src, client, renderer, SamplingConfig(temperature=0.7), AgentLimits(8, 4096, 256))
+    assert not r.masked, r.error
+    assert r.num_turns == 3 and len(client.calls) == 3
+    assert r.reward == 1.0  # "5" = 2 + 3 reached through two real tool calls
+    assert r.policy_versions == [3, 3, 3]
+    assert r.prefix_breaks == 0 and len(r.samples) == 1
+    assert r.temperature == 0.7
+    _check_token_path(r.samples[0], client.calls)
+    # The tool results sit in the prompt tokens (loss mask 0), rendered as tool responses.
+    text = tok.decode(r.samples[0].token_ids)
+    assert "<tool_response>\ntotal=2\n</tool_response>" in text and "total=5" in text
+    # A fresh re-render would differ ("ok " + call re-renders as "ok\n" + call): the bridge kept what was sampled.
+    full = renderer.render_ids(r.messages, tools=task.tools)
+    assert full[: len(r.samples[0].token_ids)] != r.samples[0].token_ids
+    assert env.log == [("close", task.task_id)]
+
+
+async def test_malformed_call_answered_with_error(tok, renderer):
+    script = lambda p, k: ["<tool_call>\n{not json}\n</tool_call>", tool_call_text("add", {"x": 1}), "1"][k]  # noqa: E731
+    env = CounterEnv(4)
+    src = InProcessSource("counter", env)
+    client = ScriptedClient(tok, script)
+    r = await run_rollout(src.tasks("train")[1], src, client, renderer, SamplingConfig(), AgentLimits(8, 4096, 256))
+    assert not r.masked and r.malformed_tool_calls == 1 and r.num_turns == 3 and r.reward == 1.0
+    assert "could not parse your tool call" in tok.decode(client.calls[1]["prompt_ids"])
+    _check_token_path(r.samples[0], client.calls)
+
+
+async def test_turn_cap_and_truncation(tok, renderer):
+    loop = lambda p, k: tool_call_text("add", {"x": 1})  # noqa: E731 - never stops calling tools
+    env = CounterEnv(4)
+    src = InProcessSource("counter", env)
+    client = ScriptedClient(tok, loop)
+    r = await run_rollout(src.tasks("train")[0], src, client, renderer, SamplingConfig(), AgentLimits(3, 4096, 256))
+    assert r.num_turns == 3 and r.turn_capped and env.episodes[0].total == 3  # last turn's call still ran
+    # A per-turn budget of 5 tokens cuts the first reply: truncated, no more turns.
+    client2 = ScriptedClient(tok, loop)
+    r2 = await run_rollout(src.tasks("train")[0], src, client2, renderer, SamplingConfig(), AgentLimits(3, 4096, 5))
+    assert r2.truncated and r2.num_turns == 1 and r2.num_loss_tokens == 5
+    # seq_len: the sample never exceeds it.
+    client3 = ScriptedClient(tok, loop)
+    prompt_len = len(renderer.render_ids(src.tasks("train")[0].messages, tools=[src.tasks("train")[0].tools[0]], add_generation_prompt=True))
+    r3 = await run_rollout(src.tasks("train")[0], src, client3, renderer, SamplingConfig(), AgentLimits(8, prompt_len + 100, 256))
+    assert r3.truncated and all(len(s) <= prompt_len + 100 for s in r3.samples)
+
+
+async def test_prefix_break_splits_samples(tok, renderer):
+    class NoBridge:
+        """The qwen3 renderer without its bridge: next prompts come from a full re-render."""
+
+        def __getattr__(self, name):
+            return getattr(renderer, name)
+
+        def bridge_to_next_turn(self, *a, **k):
+            return None
+
+    # Trailing spaces before the call are dropped by parsing, so the re-render does not extend the sampled tokens.
+    script = lambda p, k: ["thinking   \n\n" + tool_call_text("add", {"x": 4}), "4"][k]  # noqa: E731
+    env = CounterEnv(8)
+    src = InProcessSource("counter", env)
+    client = ScriptedClient(tok, script)
+    r = await run_rollout(src.tasks("train")[4], src, client, NoBridge(), SamplingConfig(), AgentLimits(8, 4096, 256))
+    assert not r.masked and r.reward == 1.0
+    assert r.prefix_breaks == 1 and len(r.samples) == 2
+    _check_token_path(r.samples[0], client.calls[:1])
+    _check_token_path(r.samples[1], client.calls[1:])
+
+
+async def test_env_failure_masks_and_closes(tok, renderer):
+    env = CounterEnv(4, crash_on_verify=True)
+    src = InProcessSource("counter", env)
+    client = ScriptedClient(tok, lambda p, k: "0")
+    r = await run_rollout(src.tasks("train")[0], src, client, renderer, SamplingConfig(), AgentLimits(8, 4096, 256))
+    assert r.masked and "verify_crash" in r.error and env.log == [("close", "counter-train-0")]
+
+    class Boom(ScriptedClient):
+        async def generate(self, *a, **k):
+            raise ConnectionError("inference down")
+
+    env2 = CounterEnv(4)
+    src2 = InProcessSource("counter", env2)
+    r2 = await run_rollout(src2.tasks("train")[0], src2, Boom(tok, None), renderer, SamplingConfig(), AgentLimits(8, 4096, 256))
+    assert r2.masked and "inference down" in r2.error and env2.log == [("close", "counter-train-0")]
