@@ -1,0 +1,144 @@
+"""Trainer checkpoints: `checkpoints/step_N/trainer/` (torch.distributed.checkpoint), complete once `STABLE` exists.
+
+Contents: `dcp/` — model and optimizer state, sharded (torch.distributed.checkpoint, any world size can load);
+`rank_R.json` — scheduler state, progress and Python/NumPy RNG states of rank R; `rank_R.safetensors` — torch
+RNG states of rank R. Everything is written into `step_N/.trainer.tmp/`, renamed to `trainer/` by rank 0, then
+`STABLE` is written: a checkpoint without `STABLE` is incomplete and ignored on resume. No pickle is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from prime_rl.monitor.logger import get_logger
+from prime_rl.monitor.rundir import step_dirs
+from prime_rl.trainer.dist import DistInfo, barrier
+from prime_rl.trainer.weights import prune_step_dirs
+from prime_rl.transport.atomic import STABLE, atomic_write_bytes
+
+SUBDIR = "trainer"
+log = get_logger("trainer.ckpt")
+
+
+def _rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    py = random.getstate()
+    npst = np.random.get_state()
+    meta = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [npst[0], npst[1].tolist(), int(npst[2]), int(npst[3]), float(npst[4])],
+    }
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        tensors["cuda"] = torch.cuda.get_rng_state()
+    return meta, tensors
+
+
+def _set_rng_state(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+    p = meta["python"]
+    random.setstate((p[0], tuple(p[1]), p[2]))
+    n = meta["numpy"]
+    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+    torch.set_rng_state(tensors["torch"])
+    if "cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["cuda"])
+
+
+def save_checkpoint(
+    ckpt_root: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    progress: dict[str, Any],
+    dist_info: DistInfo,
+    keep_last: int | None = None,
+) -> Path:
+    """Save everything needed to continue after optimizer step `step` (collective: call on all ranks).
+
+    `progress` is JSON-able (e.g. {"step": N, "total_tokens": ...}). Returns `ckpt_root/step_N/trainer`.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    step_dir = Path(ckpt_root) / f"step_{step}"
+    tmp, final = step_dir / f".{SUBDIR}.tmp", step_dir / SUBDIR
+    if dist_info.is_main:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    barrier()
+    msd, osd = get_state_dict(model, optimizer)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"))
+    meta, tensors = _rng_state()
+    meta.update({"scheduler": scheduler.state_dict(), "progress": progress, "world_size": dist_info.world_size})
+    atomic_write_bytes(tmp / f"rank_{dist_info.rank}.json", json.dumps(meta).encode())
+    save_file(tensors, str(tmp / f"rank_{dist_info.rank}.safetensors"))
+    barrier()
+    if dist_info.is_main:
+        for p in tmp.rglob("*"):
+            if p.is_file():
+                with open(p, "rb") as f:
+                    os.fsync(f.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        atomic_write_bytes(final / STABLE, b"")
+        prune_step_dirs(Path(ckpt_root), keep_last, subdir=SUBDIR)
+    barrier()
+    return final
+
+
+def find_checkpoint(ckpt_root: Path, step: int) -> Path:
+    """`ckpt_root/step_N/trainer` for `step` >= 0, or the newest complete one for `step == -1`.
+
+    Raises:
+        FileNotFoundError: no complete checkpoint (names the folder searched and the step asked for).
+    """
+    complete = [(n, p / SUBDIR) for n, p in step_dirs(Path(ckpt_root)) if (p / SUBDIR / STABLE).is_file()]
+    if step == -1:
+        if not complete:
+            raise FileNotFoundError(f"ckpt.resume_step = -1 but no complete trainer checkpoint under {ckpt_root}")
+        return complete[-1][1]
+    for n, p in complete:
+        if n == step:
+            return p
+    raise FileNotFoundError(
+        f"ckpt.resume_step = {step}: no complete checkpoint {Path(ckpt_root) / f'step_{step}' / SUBDIR} "
+        f"(complete ones: {[n for n, _ in complete]})"
+    )
+
+
+def load_checkpoint(
+    path: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    dist_info: DistInfo,
+) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler and RNG from `path` (from `find_checkpoint`); returns `progress`."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    path = Path(path)
+    msd, osd = get_state_dict(model, optimizer)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=str(path / "dcp"))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    meta_path = path / f"rank_{dist_info.rank}.json"
+    if not meta_path.is_file():
+        log.warning(f"{meta_path} missing (checkpoint from another world size): using rank 0's scheduler and RNG")
+        meta_path = path / "rank_0.json"
+    meta = json.loads(meta_path.read_text())
+    scheduler.load_state_dict(meta["scheduler"])
+    _set_rng_state(meta, load_file(str(meta_path.with_suffix(".safetensors"))))
+    return meta["progress"]

@@ -1,0 +1,85 @@
+"""Per-token logprobs of a packed micro-batch at the sampling temperature.
+
+Alignment (the same as `MicroBatch.inference_logprobs`): `logprobs[t] = log p(input_ids[t] | input_ids[<t] of
+the same packed sample)`, computed as `log_softmax(logits[t-1] / temperature[t])[input_ids[t]]` — the logits at
+position t-1 predict token t, divided by the temperature token t was sampled at. This equals vLLM's
+`--logprobs-mode processed_logprobs` without top-k/top-p. Positions that start a packed sample
+(`position_ids[t] == 0`, and t == 0) have no prediction: their logprob and entropy are 0, and they must not be
+loss tokens.
+
+Packed samples never attend to each other: with `sdpa`/`eager` attention the model gets an explicit block-diagonal
+causal 4-D mask built from `position_ids`; with flash-attention it gets `position_ids` only (transformers then
+uses variable-length kernels).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def sample_ids(position_ids: Tensor) -> Tensor:
+    """[T] int -> [T] int: index of the packed sample each token belongs to (a new sample starts where
+    `position_ids` is 0)."""
+    starts = position_ids == 0
+    starts[0] = True
+    return torch.cumsum(starts.long(), 0) - 1
+
+
+def packed_causal_mask(position_ids: Tensor) -> Tensor:
+    """[T] -> [1, 1, T, T] bool, True = may attend: causal and within the same packed sample."""
+    seg = sample_ids(position_ids)
+    t = seg.shape[0]
+    causal = torch.ones(t, t, dtype=torch.bool, device=seg.device).tril()
+    same = seg[:, None] == seg[None, :]
+    return (causal & same)[None, None]
+
+
+def uses_flash_attention(model: nn.Module) -> bool:
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
+    return "flash" in impl
+
+
+def forward_logits(model: nn.Module, input_ids: Tensor, position_ids: Tensor) -> Tensor:
+    """Run the causal LM on one packed sequence. input_ids, position_ids: [T] -> logits [T, V] (fp32)."""
+    kwargs = {"input_ids": input_ids[None], "position_ids": position_ids[None], "use_cache": False}
+    if not uses_flash_attention(model):
+        kwargs["attention_mask"] = packed_causal_mask(position_ids)
+    out = model(**kwargs)
+    return out.logits[0].float()
+
+
+def token_logprobs(logits: Tensor, input_ids: Tensor, position_ids: Tensor, temperature: Tensor) -> tuple[Tensor, Tensor]:
+    """Logprob and entropy of each token at its sampling temperature.
+
+    Args:
+        logits: [T, V] model outputs (logits[t] predicts token t+1).
+        input_ids, position_ids: [T] int.
+        temperature: [T] float > 0, the temperature token t was sampled at.
+
+    Returns:
+        (logprobs [T], entropy [T]): logprobs[t] = log_softmax(logits[t-1] / temperature[t])[input_ids[t]];
+        entropy[t] (no grad) of that same tempered distribution, in nats. Both 0 where a sample starts.
+    """
+    t = input_ids.shape[0]
+    scaled = logits[:-1] / temperature[1:, None].to(logits.dtype)
+    logp_all = torch.log_softmax(scaled, dim=-1)
+    lp = logp_all.gather(-1, input_ids[1:, None].long())[:, 0]
+    with torch.no_grad():
+        ent = -(logp_all.exp() * logp_all).sum(-1)
+    starts = position_ids[1:] == 0
+    zero = torch.zeros((), dtype=lp.dtype, device=lp.device)
+    lp = torch.where(starts, zero, lp)
+    ent = torch.where(starts, zero, ent)
+    pad = torch.zeros(1, dtype=lp.dtype, device=lp.device)
+    if t == 0:
+        return lp, ent
+    return torch.cat([pad, lp]), torch.cat([pad, ent])
+
+
+def compute_logprobs(
+    model: nn.Module, input_ids: Tensor, position_ids: Tensor, temperature: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Forward + `token_logprobs`: [T] inputs -> (logprobs [T] with grad, entropy [T])."""
+    logits = forward_logits(model, input_ids, position_ids)
+    return token_logprobs(logits, input_ids, position_ids, temperature)

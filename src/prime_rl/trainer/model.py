@@ -1,0 +1,104 @@
+"""Loading the trained model: transformers causal LM from a local path, optional LoRA (peft), FSDP2.
+
+Parameters are kept in fp32 (the optimizer's master copy). On GPU with `dtype = bfloat16` (or `auto`) FSDP2's
+`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` computes in bf16 and reduces gradients in fp32; on CPU
+everything is fp32 (`auto`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from prime_rl.config.trainer import TrainerModelConfig
+from prime_rl.trainer.dist import DistInfo
+
+
+class ModelLoadError(ValueError):
+    """The model path or its settings are unusable (names `model.name` / the field)."""
+
+
+def compute_dtype(cfg: TrainerModelConfig, device: torch.device) -> torch.dtype:
+    """`auto` -> bf16 on CUDA, fp32 on CPU; otherwise the named dtype."""
+    if cfg.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks (first ModuleList whose items are `*DecoderLayer`/`*Block`), for per-layer FSDP."""
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList) and len(m) and type(m[0]).__name__.endswith(("DecoderLayer", "Block", "Layer")):
+            return list(m)
+    raise ModelLoadError(f"cannot find the decoder layers of {type(model).__name__} for FSDP sharding")
+
+
+def load_model(cfg: TrainerModelConfig, dist_info: DistInfo) -> nn.Module:
+    """Load `cfg.name` (fp32 params), add LoRA adapters if `cfg.lora`, apply activation checkpointing and FSDP2.
+
+    Returns the module to train (a peft `PeftModel` when LoRA is on). Only adapter weights require grad with LoRA.
+
+    Raises:
+        ModelLoadError: the path does not hold a transformers causal LM, or FSDP is off with world size > 1.
+    """
+    from transformers import AutoModelForCausalLM
+
+    path = Path(cfg.name).expanduser()
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(
+            f"model.name = {cfg.name!r}: no config.json there; point it at a local Hugging Face model directory "
+            "(e.g. one built by `prime_rl.models.tiny.build_tiny_model`)"
+        )
+    device = dist_info.device
+    attn = "sdpa"
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=torch.float32, attn_implementation=attn, trust_remote_code=cfg.trust_remote_code
+    )
+    model.config.use_cache = False
+    if cfg.lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        lcfg = LoraConfig(
+            r=cfg.lora.rank,
+            lora_alpha=cfg.lora.alpha,
+            lora_dropout=cfg.lora.dropout,
+            target_modules=list(cfg.lora.target_modules),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lcfg)
+    if cfg.activation_checkpointing:
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.to(device)
+    if dist_info.world_size > 1 and not cfg.fsdp:
+        raise ModelLoadError("model.fsdp = false needs a single process; set model.fsdp = true under torchrun")
+    if cfg.fsdp:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        dtype = compute_dtype(cfg, device)
+        mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else None
+        kw = {"mp_policy": mp} if mp is not None else {}
+        for layer in decoder_layers(model):
+            fully_shard(layer, reshard_after_forward=cfg.reshard_after_forward, **kw)
+        fully_shard(model, reshard_after_forward=cfg.reshard_after_forward, **kw)
+    elif compute_dtype(cfg, device) != torch.float32:
+        model.to(compute_dtype(cfg, device))
+    model.train()
+    return model
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def is_lora(model: nn.Module) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def hf_config(model: nn.Module):
+    """The transformers config of the (possibly peft-wrapped) model."""
+    base = model.get_base_model() if is_lora(model) else model
+    return base.config

@@ -1,0 +1,61 @@
+"""The RL trainer loop (`trainer @ config`, usually under torchrun).
+
+Step N (N >= 1): wait for `rollouts/step_N/rank_R.bin` (at most `data_timeout_s`), take one optimizer step on its
+micro-batches with the configured loss, publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every
+`ckpt.interval` steps, log. Stops after `max_steps`. With `ckpt.resume_step` set, continues at the step after the
+checkpoint's.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prime_rl.config.trainer import TrainerConfig
+from prime_rl.monitor.logger import setup_logging
+from prime_rl.trainer.engine import Engine, EngineConfig
+from prime_rl.trainer.loss import get_loss_fn
+from prime_rl.transport.batch import BatchFormatError, wait_for_batch
+
+
+def run(cfg: TrainerConfig) -> dict[str, float] | None:
+    """Train until `max_steps` (or until no batch arrives within `data_timeout_s`: TimeoutError).
+
+    Returns the last step's metrics (all ranks).
+
+    Raises:
+        TimeoutError: the next step's batch file did not appear in time (names the file).
+        BatchFormatError: a batch file's step, rank or world size does not match this process.
+    """
+    setup_logging("trainer", cfg.output_dir, cfg.log.level)
+    loss_fn = get_loss_fn(cfg.loss.type)
+    engine = Engine(EngineConfig.from_config(cfg), process="trainer")
+    last: dict[str, float] | None = None
+    try:
+        engine.maybe_resume()
+        rank, world = engine.dist.rank, engine.dist.world_size
+        engine.log.info(
+            f"trainer rank {rank}/{world} on {engine.dist.device}, starting at step {engine.step + 1}"
+            f" (max_steps={cfg.max_steps})"
+        )
+        step = engine.step + 1
+        while cfg.max_steps is None or step <= cfg.max_steps:
+            path = engine.run_dir.rollout_file(step, rank)
+            t_wait = time.perf_counter()
+            batch = wait_for_batch(path, cfg.data_timeout_s)
+            wait_s = time.perf_counter() - t_wait
+            if batch.step != step or batch.rank != rank or batch.world_size != world:
+                raise BatchFormatError(
+                    f"{path}: holds step {batch.step} rank {batch.rank} of world {batch.world_size}, expected step "
+                    f"{step} rank {rank} of world {world} (orchestrator.num_train_ranks must equal the trainer's "
+                    "process count)"
+                )
+            m = engine.train_step(batch.micro_batches, batch.total_loss_tokens, loss_fn, cfg.loss)
+            engine.publish(step)
+            engine.maybe_checkpoint(step)
+            m["data_wait_s"] = wait_s
+            engine.log_step(step, m)
+            last = m
+            step += 1
+    finally:
+        engine.close()
+    return last

@@ -1,0 +1,138 @@
+"""Publishing policy versions: `weights/step_N/` (HF safetensors + config.json, or a PEFT adapter), then `STABLE`.
+
+Layout of a full version: `model.safetensors` (HF key names, LoRA merged in), `config.json`, and the base model's
+tokenizer/generation files, so the folder loads on its own with `AutoModelForCausalLM.from_pretrained` or vLLM.
+An adapter version: `adapter_model.safetensors` + `adapter_config.json` (peft's layout). The directory is filled
+under a temporary name and renamed, then `STABLE` is written (DESIGN invariant 4). Only the newest
+`weights.keep_last` versions are kept.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from prime_rl.config.trainer import WeightsConfig
+from prime_rl.monitor.rundir import step_dirs
+from prime_rl.trainer.dist import DistInfo, barrier
+from prime_rl.trainer.model import hf_config, is_lora
+from prime_rl.transport.atomic import STABLE, atomic_write_dir
+
+# files copied from the base model folder so a published version is a complete model folder
+AUX_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+)
+PEFT_PREFIX = "base_model.model."
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Gather the unsharded state dict on rank 0 (CPU tensors; other ranks get {}). Collective: call on all ranks."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def merge_lora_state_dict(sd: dict[str, torch.Tensor], scaling: float, adapter: str = "default") -> dict[str, torch.Tensor]:
+    """Fold LoRA adapters into their base weights and return HF key names.
+
+    For each adapted linear `M`: `M.weight = M.base_layer.weight + scaling * lora_B @ lora_A` (Hu et al. 2021,
+    eq. 3; scaling = alpha / r), `M.base_layer.bias -> M.bias`; the `base_model.model.` prefix is removed.
+    """
+    out: dict[str, torch.Tensor] = {}
+    a_suffix, b_suffix = f".lora_A.{adapter}.weight", f".lora_B.{adapter}.weight"
+    for key, val in sd.items():
+        k = key[len(PEFT_PREFIX) :] if key.startswith(PEFT_PREFIX) else key
+        if ".lora_" in k:
+            continue
+        if ".base_layer." in k:
+            mod, _, leaf = k.rpartition(".base_layer.")
+            if leaf == "weight":
+                a = sd[PEFT_PREFIX + mod + a_suffix] if PEFT_PREFIX + mod + a_suffix in sd else sd[mod + a_suffix]
+                b = sd[PEFT_PREFIX + mod + b_suffix] if PEFT_PREFIX + mod + b_suffix in sd else sd[mod + b_suffix]
+                val = (val.float() + scaling * (b.float() @ a.float())).to(val.dtype)
+            k = f"{mod}.{leaf}"
+        out[k] = val
+    return out
+
+
+def lora_scaling(model: nn.Module) -> float:
+    pc = model.peft_config["default"]
+    return pc.lora_alpha / (pc.r**0.5 if getattr(pc, "use_rslora", False) else pc.r)
+
+
+def publish_weights(
+    model: nn.Module,
+    weights_dir: Path,
+    step: int,
+    cfg: WeightsConfig,
+    base_model_path: Path,
+    dist_info: DistInfo,
+    dtype: torch.dtype = torch.float32,
+) -> Path | None:
+    """Write policy version `step` to `weights_dir/step_<step>/` (rank 0), then `STABLE`; prune old versions.
+
+    Collective (all ranks gather the state dict). Returns the folder on rank 0, None elsewhere.
+    `dtype`: dtype of the floating-point tensors written (fp32 on CPU, the compute dtype on GPU).
+    """
+    sd = full_state_dict(model)
+    out = None
+    if dist_info.is_main:
+        fmt = cfg.format
+        if fmt == "auto":
+            fmt = "full"
+        if fmt == "adapter" and not is_lora(model):
+            raise ValueError("weights.format = 'adapter' needs model.lora; use 'full' or 'auto'")
+        target = Path(weights_dir) / f"step_{step}"
+
+        def fill(tmp: Path) -> None:
+            if fmt == "adapter":
+                from peft import get_peft_model_state_dict
+
+                asd = get_peft_model_state_dict(model, state_dict=sd)
+                save_file(_prep(asd, dtype), str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
+                model.peft_config["default"].save_pretrained(str(tmp))
+            else:
+                msd = merge_lora_state_dict(sd, lora_scaling(model)) if is_lora(model) else dict(sd)
+                config = hf_config(model)
+                if getattr(config, "tie_word_embeddings", False):
+                    msd.pop("lm_head.weight", None)
+                save_file(_prep(msd, dtype), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+                config.save_pretrained(str(tmp))
+                for name in AUX_FILES:
+                    src = Path(base_model_path) / name
+                    if src.is_file() and not (tmp / name).exists():
+                        shutil.copy2(src, tmp / name)
+
+        out = atomic_write_dir(target, fill, marker=STABLE)
+        prune_step_dirs(Path(weights_dir), cfg.keep_last)
+    barrier()
+    return out
+
+
+def _prep(sd: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    return {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in sd.items()}
+
+
+def prune_step_dirs(parent: Path, keep_last: int | None, subdir: str | None = None) -> None:
+    """Delete all but the newest `keep_last` complete `step_N` folders of `parent` (complete = STABLE inside,
+    or inside `subdir` when given, in which case only that subdir is removed and its parent if left empty)."""
+    if keep_last is None:
+        return
+    found = [(n, p) for n, p in step_dirs(parent) if ((p / subdir) if subdir else p).joinpath(STABLE).is_file()]
+    for _, p in found[:-keep_last]:
+        victim = p / subdir if subdir else p
+        shutil.rmtree(victim, ignore_errors=True)
+        if subdir and p.is_dir() and not any(p.iterdir()):
+            p.rmdir()
