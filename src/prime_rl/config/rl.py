@@ -26,6 +26,7 @@ class DeploymentConfig(BaseConfig):
 
     num_train_gpus: int = Field(1, gt=0)
     num_infer_gpus: int = Field(1, gt=0)
+    cpu_train_procs: int = Field(1, gt=0, description="CPU only: trainer ranks (torchrun processes, gloo).")
 
 
 class EnvServerLaunchConfig(BaseConfig):
@@ -58,6 +59,11 @@ class RLConfig(BaseConfig):
 
     resume: bool = Field(False, description="Continue the run from its newest complete checkpoint.")
     startup_timeout_s: float = Field(600.0, gt=0, description="Per-process health wait.")
+    clean: bool = Field(False, description="Delete a previous run's rollouts, weights, checkpoints, eval and logs first.")
+    stop_grace_s: float = Field(10.0, gt=0, description="SIGTERM-to-SIGKILL grace per process group at stop.")
+    finish_timeout_s: float = Field(
+        1800.0, gt=0, description="Once trainer or orchestrator finished, how long the other may take to exit."
+    )
     dry_run: bool = Field(False, description="Write the resolved configs to output_dir/configs/ and exit.")
 
     @model_validator(mode="before")

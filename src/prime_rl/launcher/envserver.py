@@ -1,0 +1,141 @@
+"""The NeMo Gym resources servers a run needs: which `resources_url`s are not answering, and starting ours there.
+
+A nemo-gym source's rows live at `ROOT/resources_servers/<name>/data/train.jsonl` (the layout `env-server write`
+produces). When nothing answers at its (local) `resources_url` and `[env_server] auto_start` is on, the launcher
+writes the rows if they are missing (`env-server write <env> ROOT [--data-dir D]`) and starts
+`env-server serve ROOT/resources_servers/<name> --port P --host H [--masked-as-error] [--idle-timeout S]
+--max-concurrent N`, as the reference system ran its GridSim server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prime_rl.config.orchestrator import SourceConfig
+from prime_rl.config.rl import RLConfig
+from prime_rl.launcher.errors import PreflightError
+from prime_rl.launcher.health import http_ok
+from prime_rl.launcher.ports import is_local, url_host_port
+from prime_rl.launcher.process import ChildSpec
+
+
+@dataclass
+class EnvServerPlan:
+    """One resources server to start: where it listens and what it serves."""
+
+    url: str
+    host: str
+    port: int
+    serve_dir: Path  # ROOT/resources_servers/<name>
+    write_root: Path | None  # ROOT, when rows must be written first
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def health_url(self) -> str:
+        return self.url.rstrip("/") + "/health"
+
+
+def nemo_sources(cfg: RLConfig) -> list[tuple[str, SourceConfig]]:
+    """`(dotted path, source)` of every train and eval source that plays rows against a resources server."""
+    out = []
+    for i, s in enumerate(cfg.orchestrator.train.source):
+        if s.env.taskset is not None:
+            out.append((f"orchestrator.train.source[{i}]", s))
+    for i, s in enumerate(cfg.orchestrator.eval.source or []):
+        if s.env.taskset is not None:
+            out.append((f"orchestrator.eval.source[{i}]", s))
+    return out
+
+
+def rows_root(dataset: Path) -> Path | None:
+    """ROOT for `ROOT/resources_servers/<name>/data/<file>.jsonl`, else None."""
+    p = Path(dataset)
+    if len(p.parts) >= 4 and p.parent.name == "data" and p.parents[2].name == "resources_servers":
+        return p.parents[3]
+    return None
+
+
+def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
+    """The servers the launcher must start (one per distinct URL that does not answer `GET /health`).
+
+    Raises:
+        PreflightError: a URL does not answer and is not local, or auto-start is off, or the rows are
+            missing and cannot be written (their path is not `ROOT/resources_servers/<name>/data/*.jsonl`).
+    """
+    plans: dict[str, EnvServerPlan] = {}
+    for path, src in nemo_sources(cfg):
+        ts = src.env.taskset
+        url = ts.task.resources_url.rstrip("/")
+        if url in plans:
+            plans[url].sources.append(path)
+            continue
+        if probe(url + "/health"):
+            continue
+        host, port = url_host_port(url)
+        if not is_local(host):
+            raise PreflightError(
+                f"{path}.env.taskset.task.resources_url = {url!r} does not answer GET /health and is not on this "
+                f"machine, so rl cannot start it; start that server or point the URL at a local port"
+            )
+        if not cfg.env_server.auto_start:
+            raise PreflightError(
+                f"nothing answers at {path}.env.taskset.task.resources_url = {url!r}; start `env-server serve` "
+                f"there or set `env_server.auto_start = true`"
+            )
+        dataset = Path(ts.dataset)
+        root = rows_root(dataset)
+        if root is None:
+            raise PreflightError(
+                f"{path}.env.taskset.dataset = {str(dataset)!r}: rl starts its resources server from rows laid out "
+                f"as ROOT/resources_servers/<name>/data/train.jsonl (what `env-server write` produces); "
+                f"use that layout or start the server yourself"
+            )
+        plans[url] = EnvServerPlan(
+            url=url,
+            host="127.0.0.1" if host in ("localhost", "") else host,
+            port=port,
+            serve_dir=dataset.parents[1],
+            write_root=None if dataset.is_file() else root,
+            sources=[path],
+        )
+    return list(plans.values())
+
+
+def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) -> None:
+    """Run `env-server write <env> ROOT [--data-dir D]` (output to `log`), bounded by `timeout_s`.
+
+    Raises:
+        PreflightError: it failed or timed out (names the log).
+    """
+    assert plan.write_root is not None
+    argv = [sys.executable, "-m", "prime_rl.cli.env_server", "write", cfg.env_server.env, str(plan.write_root)]
+    if cfg.env_server.data_dir is not None:
+        argv += ["--data-dir", str(cfg.env_server.data_dir)]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        f.write(f"\n===== prime-rl launcher: {' '.join(argv)}\n".encode())
+        f.flush()
+        try:
+            proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise PreflightError(f"`env-server write` did not finish within {timeout_s:.0f} s; see {log}") from None
+    if proc.returncode != 0:
+        from prime_rl.launcher.process import tail_file
+
+        raise PreflightError(f"`env-server write` failed (exit code {proc.returncode}); last lines of {log}:\n"
+                             + tail_file(log, 15))
+
+
+def serve_spec(cfg: RLConfig, plan: EnvServerPlan, log: Path, name: str = "env-server") -> ChildSpec:
+    """The `env-server serve` child for `plan`, with the `[env_server]` settings."""
+    es = cfg.env_server
+    argv = [sys.executable, "-m", "prime_rl.cli.env_server", "serve", str(plan.serve_dir),
+            "--host", plan.host, "--port", str(plan.port), "--max-concurrent", str(es.max_concurrent)]
+    if es.masked_as_error:
+        argv.append("--masked-as-error")
+    if es.idle_timeout_s is not None:
+        argv += ["--idle-timeout", f"{es.idle_timeout_s:g}"]
+    return ChildSpec(name=name, argv=argv, log=log)

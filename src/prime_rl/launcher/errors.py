@@ -1,0 +1,37 @@
+"""Launcher errors; each carries the message for the user and the exit status `rl` ends with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prime_rl.launcher.process import describe_exit
+
+
+class LaunchError(RuntimeError):
+    """The run cannot start or continue; the message says why and what to do. Exit status 1."""
+
+    exit_code = 1
+
+
+class PreflightError(LaunchError):
+    """A check before starting anything failed (port taken, model or data missing, bad sizes). Exit status 2."""
+
+    exit_code = 2
+
+
+class ChildFailed(LaunchError):
+    """A child process exited when it should not have."""
+
+    def __init__(self, name: str, code: int | None, log: Path, tail: str, when: str = ""):
+        self.name, self.code, self.log, self.tail = name, code, log, tail
+        when = f" {when}" if when else ""
+        indented = "\n".join("    " + line for line in tail.splitlines()) or "    (log is empty)"
+        super().__init__(f"{name} died ({describe_exit(code)}){when}. Last lines of {log}:\n{indented}")
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; the launcher stops everything and exits 128 + signal number."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signum)

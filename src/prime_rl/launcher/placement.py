@@ -1,0 +1,105 @@
+"""Device placement from `[deployment]`: which GPUs each child sees, how many trainer ranks, how many threads.
+
+GPU: the trainer gets the first `num_train_gpus` visible devices (one torchrun rank each), inference the next
+`num_infer_gpus` (vLLM data parallel over them unless tensor/data parallel sizes are set to cover them).
+CPU: both share the cores. The trainer runs `cpu_train_procs` ranks (default 1) with `trainer.threads` torch
+threads each (default: half the cores, split over the ranks, at least 1); orchestrator and env server get one
+thread each; inference keeps vLLM's own CPU settings (the inference part chooses them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from prime_rl.config.rl import RLConfig
+from prime_rl.launcher.errors import PreflightError
+
+
+@dataclass
+class Placement:
+    device: str  # "cpu" or "cuda"
+    trainer_procs: int
+    env: dict[str, dict[str, str]] = field(default_factory=dict)  # child name -> extra environment
+
+    def env_for(self, name: str) -> dict[str, str]:
+        return dict(self.env.get(name, {}))
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use: `CUDA_VISIBLE_DEVICES` when set, else `nvidia-smi -L` (no torch import)."""
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        return [d.strip() for d in cvd.split(",") if d.strip() and d.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def place(cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = None) -> Placement:
+    """Decide the placement and apply what it implies to `cfg` in place (`orchestrator.num_train_ranks`,
+    `trainer.threads` on CPU, vLLM data parallel size on GPU).
+
+    Raises:
+        PreflightError: fewer GPUs than `num_train_gpus + num_infer_gpus`, or vLLM parallel sizes that do not
+            multiply to `num_infer_gpus`.
+    """
+    gpus = visible_gpus() if gpus is None else gpus
+    dep = cfg.deployment
+    if not gpus:
+        ncores = ncores or cpu_count()
+        procs = dep.cpu_train_procs
+        threads = cfg.trainer.threads or max(1, ncores // 2 // procs)
+        cfg.trainer.threads = threads
+        cfg.orchestrator.num_train_ranks = procs
+        one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        return Placement(
+            device="cpu",
+            trainer_procs=procs,
+            env={
+                "trainer": {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "CUDA_VISIBLE_DEVICES": ""},
+                "orchestrator": {**one, "CUDA_VISIBLE_DEVICES": ""},
+                "env-server": {**one, "CUDA_VISIBLE_DEVICES": ""},
+                "inference": {"CUDA_VISIBLE_DEVICES": ""},
+            },
+        )
+    nt, ni = dep.num_train_gpus, dep.num_infer_gpus
+    if nt + ni > len(gpus):
+        raise PreflightError(
+            f"deployment.num_train_gpus ({nt}) + deployment.num_infer_gpus ({ni}) = {nt + ni} GPUs, but only "
+            f"{len(gpus)} are visible ({','.join(gpus)}); lower them or expose more GPUs (CUDA_VISIBLE_DEVICES)"
+        )
+    vllm = cfg.inference.vllm
+    if vllm.tensor_parallel_size * vllm.data_parallel_size != ni:
+        if vllm.tensor_parallel_size == 1 and vllm.data_parallel_size == 1:
+            vllm.data_parallel_size = ni
+        else:
+            raise PreflightError(
+                f"inference.vllm.tensor_parallel_size ({vllm.tensor_parallel_size}) x data_parallel_size "
+                f"({vllm.data_parallel_size}) must equal deployment.num_infer_gpus ({ni})"
+            )
+    cfg.orchestrator.num_train_ranks = nt
+    return Placement(
+        device="cuda",
+        trainer_procs=nt,
+        env={
+            "trainer": {"CUDA_VISIBLE_DEVICES": ",".join(gpus[:nt])},
+            "inference": {"CUDA_VISIBLE_DEVICES": ",".join(gpus[nt : nt + ni])},
+            "orchestrator": {"CUDA_VISIBLE_DEVICES": ""},
+            "env-server": {"CUDA_VISIBLE_DEVICES": ""},
+        },
+    )

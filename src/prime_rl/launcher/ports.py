@@ -1,0 +1,60 @@
+"""Port checks: is a TCP port free to bind, who holds it, and a free port for torchrun's rendezvous."""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlparse
+
+import psutil
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1", ""}
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a listening TCP socket can be bound to `(host, port)` right now (SO_REUSEADDR, as servers do)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def port_holder(port: int) -> str:
+    """`pid 123 (python -m vllm...)` for the process listening on `port`, or a hint when it cannot be seen."""
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.AccessDenied, PermissionError):
+        conns = []
+    for c in conns:
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN:
+            if c.pid is None:
+                return "a process of another user (run `ss -ltnp` as root to see it)"
+            try:
+                p = psutil.Process(c.pid)
+                cmd = " ".join(p.cmdline())[:160] or p.name()
+            except psutil.Error:
+                cmd = "?"
+            return f"pid {c.pid} ({cmd})"
+    return "an unknown process (see `ss -ltnp`)"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the OS reports free now (bind to port 0). Racy by nature; used for torchrun's master port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def url_host_port(url: str) -> tuple[str, int]:
+    """`http://127.0.0.1:9100/x` -> ("127.0.0.1", 9100); default ports 80/443 by scheme."""
+    u = urlparse(url)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    return (u.hostname or "", port)
+
+
+def is_local(host: str) -> bool:
+    """Whether `host` names this machine's loopback (a server the launcher may start itself)."""
+    return host in LOCAL_HOSTS

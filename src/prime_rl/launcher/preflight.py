@@ -1,0 +1,132 @@
+"""Checks before `rl` starts anything. Each failure raises `PreflightError` naming the field and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prime_rl.config.rl import RLConfig
+from prime_rl.launcher.envserver import EnvServerPlan, nemo_sources
+from prime_rl.launcher.errors import PreflightError
+from prime_rl.launcher.health import http_json
+from prime_rl.launcher.ports import port_free, port_holder, url_host_port
+
+
+def check_run_dirs(cfg: RLConfig) -> Path:
+    """All sections must share one run directory; returns it (absolute)."""
+    dirs = {name: Path(getattr(cfg, name).output_dir).resolve() for name in ("trainer", "orchestrator", "inference")}
+    if len(set(dirs.values())) != 1:
+        listing = ", ".join(f"{k}.output_dir = {v}" for k, v in dirs.items())
+        raise PreflightError(f"the sections must share one run directory, got {listing}; set `output_dir` once at the top")
+    return dirs["orchestrator"]
+
+
+def check_sizes(cfg: RLConfig) -> None:
+    o = cfg.orchestrator
+    if o.batch_size % o.train.group_size:
+        raise PreflightError(
+            f"orchestrator.batch_size ({o.batch_size}) must be a multiple of orchestrator.train.group_size "
+            f"({o.train.group_size}); e.g. --orchestrator.batch-size {o.train.group_size * max(1, o.batch_size // o.train.group_size)}"
+        )
+
+
+def check_model(cfg: RLConfig) -> None:
+    """Every section's `model.name` must be a local model directory (no hub is reachable)."""
+    seen = set()
+    for section in ("trainer", "orchestrator", "inference"):
+        name = getattr(cfg, section).model.name
+        if name in seen:
+            continue
+        seen.add(name)
+        p = Path(name).expanduser()
+        if not (p / "config.json").is_file():
+            what = "no such directory" if not p.exists() else "no config.json in it"
+            raise PreflightError(
+                f"{section}.model.name = {name!r}: {what}. Point `model.name` at a local Hugging Face model "
+                f"directory, or build a tiny one with `prime-rl tiny-model {name}`"
+            )
+
+
+def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
+    """Rows of every nemo-gym source exist (or will be written by the launcher); data directories exist."""
+    will_write = {p.url for p in plans if p.write_root is not None}
+    for path, src in nemo_sources(cfg):
+        ts = src.env.taskset
+        if ts.task.resources_url.rstrip("/") in will_write:
+            continue
+        if not Path(ts.dataset).is_file():
+            raise PreflightError(
+                f"{path}.env.taskset.dataset = {str(ts.dataset)!r}: no such file; write the rows with "
+                f"`env-server write <env> ROOT` (or let rl write them: leave the server down and keep "
+                f"`env_server.auto_start = true`)"
+            )
+        if cfg.orchestrator.eval.interval is not None:
+            ev = Path(ts.eval_dataset) if ts.eval_dataset is not None else Path(ts.dataset).parent / "eval.jsonl"
+            if not ev.is_file():
+                raise PreflightError(
+                    f"{path}.env.taskset.eval_dataset: eval rows {str(ev)!r} not found (orchestrator.eval.interval "
+                    f"is set); write them with `env-server write`, set `eval_dataset`, or unset the eval interval"
+                )
+    srcs = list(cfg.orchestrator.train.source) + list(cfg.orchestrator.eval.source or [])
+    for src in srcs:
+        d = src.env.args.get("data_dir") if src.env.args else None
+        if d is not None and not Path(d).is_dir():
+            raise PreflightError(f"source {src.name!r}: env.args.data_dir = {d!r} is not a directory")
+    if plans and cfg.env_server.data_dir is not None and not Path(cfg.env_server.data_dir).is_dir():
+        raise PreflightError(
+            f"env_server.data_dir = {str(cfg.env_server.data_dir)!r} is not a directory (ERCOT NP4-180-ER files); "
+            f"unset it for synthetic days"
+        )
+
+
+def check_capacity(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
+    """`orchestrator.concurrency.max_inflight` must not exceed what the resources server admits: our own
+    server's `env_server.max_concurrent`, or the capacity a running server reports in `/health`."""
+    mi = cfg.orchestrator.concurrency.max_inflight
+    started = {p.url for p in plans}
+    for path, src in nemo_sources(cfg):
+        url = src.env.taskset.task.resources_url.rstrip("/")
+        if url in started:
+            cap, where = cfg.env_server.max_concurrent, "env_server.max_concurrent (the server rl starts)"
+        else:
+            info = http_json(url + "/health") or {}
+            cap = next((info[k] for k in ("max_concurrent", "capacity", "max_sessions") if isinstance(info.get(k), int)), None)
+            where = f"the capacity {url}/health reports"
+            if cap is None:
+                continue
+        if mi > cap:
+            raise PreflightError(
+                f"orchestrator.concurrency.max_inflight ({mi}) is above {where} ({cap}) for {path}: the server "
+                f"would answer 503 to the extra sessions; lower max_inflight or raise the server's capacity"
+            )
+
+
+def check_ports(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
+    """Every port rl will bind must be free now; fail naming the port, its config field and its holder."""
+    wanted = [(cfg.inference.server.host, cfg.inference.server.port, "inference.server.port")]
+    wanted += [(p.host, p.port, f"the env server for {p.url} ({', '.join(p.sources)})") for p in plans]
+    seen = set()
+    for host, port, what in wanted:
+        if port in seen:
+            raise PreflightError(f"port {port} is wanted twice ({what}); give each server its own port")
+        seen.add(port)
+        if not port_free(host, port):
+            raise PreflightError(f"port {port} ({what}) is already in use by {port_holder(port)}; stop it or pick another port")
+
+
+def check_client(cfg: RLConfig) -> None:
+    """Point the orchestrator at the inference server rl starts (when its base_url was left at the default),
+    or check that an explicit base_url matches it."""
+    s = cfg.inference.server
+    host = "127.0.0.1" if s.host in ("0.0.0.0", "", "localhost") else s.host
+    url = f"http://{host}:{s.port}"
+    client = cfg.orchestrator.client
+    if "base_url" not in client.model_fields_set:
+        client.base_url = [url]
+        return
+    for u in client.base_url:
+        h, p = url_host_port(u)
+        if p != s.port:
+            raise PreflightError(
+                f"orchestrator.client.base_url has {u!r} but rl serves inference at {url} "
+                f"(inference.server.port = {s.port}); make them agree or leave base_url unset"
+            )

@@ -1,0 +1,207 @@
+"""One supervised child process: its own session (process group), its own log file, and a group-wide stop.
+
+Every child is started with `start_new_session=True`, so its pid is also its process-group id and everything it
+forks (torchrun ranks, vLLM engine cores, uvicorn workers) stays in that group unless it calls setsid itself. A
+stop signals the whole group (`os.killpg`), waits a grace period, then SIGKILLs the group and every descendant
+psutil saw, so no orphan survives. On Linux the child also gets `PR_SET_PDEATHSIG = SIGTERM`: if the launcher is
+killed outright, the kernel tells the direct children to stop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass
+class ChildSpec:
+    """What to start: a name (`inference`, `trainer`, ...), the argv, extra environment and the log path."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+
+
+def _libc():
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc Linux
+        return None
+
+
+def become_subreaper() -> bool:
+    """Make this process the subreaper of its descendants (Linux): an orphaned grandchild (say a vLLM engine core
+    whose parent died) is re-parented to us instead of init, so `psutil.Process().children(recursive=True)` still
+    finds it at shutdown. Returns whether it worked."""
+    libc = _libc()
+    if libc is None:
+        return False
+    return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def _child_preexec() -> None:  # runs in the child between fork and exec
+    libc = _libc()
+    if libc is not None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class Child:
+    """A started child process. `poll()` returns its exit code or None; `stop()` ends its whole process group."""
+
+    def __init__(self, spec: ChildSpec):
+        self.spec = spec
+        self.name = spec.name
+        spec.log.parent.mkdir(parents=True, exist_ok=True)
+        self._logf = open(spec.log, "ab", buffering=0)
+        header = f"\n===== prime-rl launcher: starting {spec.name}: {' '.join(spec.argv)}\n"
+        self._logf.write(header.encode())
+        env = dict(os.environ)
+        env.update(spec.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.popen = subprocess.Popen(
+            spec.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=spec.cwd,
+            start_new_session=True,
+            preexec_fn=_child_preexec,
+        )
+        self.pid = self.popen.pid
+        self.started_at = time.monotonic()
+        self._known: dict[int, psutil.Process] = {}
+        self.refresh_descendants()
+
+    @property
+    def log(self) -> Path:
+        return self.spec.log
+
+    def poll(self) -> int | None:
+        """Exit code of the child itself (negative: killed by that signal), or None while it runs."""
+        return self.popen.poll()
+
+    def refresh_descendants(self) -> None:
+        """Remember every process currently below the child (so one whose parent dies can still be found)."""
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        for p in procs:
+            try:
+                key = (p.pid, p.create_time())
+            except psutil.Error:
+                continue
+            self._known.setdefault(key[0], p)
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def alive_processes(self) -> list[psutil.Process]:
+        """Processes of this child still running: the known descendants plus the process group's members."""
+        self.refresh_descendants()
+        out = {}
+        for pid, p in list(self._known.items()):
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    out[pid] = p
+            except psutil.Error:
+                pass
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if os.getpgid(p.pid) == self.pid and p.status() != psutil.STATUS_ZOMBIE:
+                    out[p.pid] = p
+            except (ProcessLookupError, psutil.Error, OSError):
+                pass
+        return list(out.values())
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """SIGTERM the process group, wait up to `grace_s` seconds, then SIGKILL the group and any descendant
+        still running. Returns the child's exit code. Never raises for processes already gone."""
+        self.refresh_descendants()
+        if self.poll() is None or self._group_alive():
+            self._signal_group(signal.SIGTERM)
+            for p in list(self._known.values()):
+                try:
+                    p.terminate()
+                except psutil.Error:
+                    pass
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:
+                if self.poll() is not None and not self.alive_processes():
+                    break
+                time.sleep(0.1)
+        survivors = self.alive_processes()
+        if survivors or self._group_alive():
+            self._signal_group(signal.SIGKILL)
+            for p in survivors:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            # never psutil-wait our own child: that reaps it and Popen would report exit code 0
+            psutil.wait_procs([p for p in survivors if p.pid != self.pid], timeout=5.0)
+        try:
+            self.popen.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            pass
+        try:
+            self._logf.close()
+        except OSError:
+            pass
+        return self.popen.returncode
+
+    def tail(self, n: int = 20) -> str:
+        """The last `n` lines of the child's log (what it printed to stdout and stderr)."""
+        return tail_file(self.spec.log, n)
+
+
+def tail_file(path: Path, n: int = 20) -> str:
+    """Last `n` lines of a text file ('' when it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(deque(data.splitlines(), maxlen=n))
+
+
+def describe_exit(code: int | None) -> str:
+    """`exit code 3`, `killed by SIGKILL`, or `still running`."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,156 @@
+"""Supervising a set of children: start, watch, and stop them all in a fixed order, whatever happens.
+
+The supervision rule of `rl`: the run is done when every *finisher* (trainer and orchestrator) has exited 0. Any
+other exit (a finisher with a non-zero code, or a server exiting at all) is a failure naming the child and the
+tail of its log. SIGINT/SIGTERM stop everything. In every case all children are stopped, orchestrator first,
+env-server last, each whole process group SIGTERMed then SIGKILLed after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterator
+
+import psutil
+
+from prime_rl.launcher.errors import ChildFailed, Interrupted, LaunchError
+from prime_rl.launcher.process import Child, ChildSpec, become_subreaper
+
+STOP_ORDER = ("orchestrator", "trainer", "inference", "env-server")
+
+log = logging.getLogger("prime_rl.rl")
+
+
+class Supervisor:
+    """Owns the children of one run. Use as a context manager: leaving it (normally or by any exception,
+    including `Interrupted`) stops every child and checks with psutil that none of their processes survives."""
+
+    def __init__(self, grace_s: float = 10.0, stop_order: tuple[str, ...] = STOP_ORDER):
+        self.grace_s = grace_s
+        self.stop_order = stop_order
+        self.children: dict[str, Child] = {}
+        self.finished: set[str] = set()
+        become_subreaper()
+
+    def start(self, spec: ChildSpec) -> Child:
+        if spec.name in self.children:
+            raise ValueError(f"child {spec.name!r} already started")
+        child = Child(spec)
+        self.children[spec.name] = child
+        log.info(f"started {spec.name} (pid {child.pid}), log: {spec.log}")
+        return child
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_all()
+
+    def check(self, finishers: set[str]) -> None:
+        """Raise `ChildFailed` for the first child that exited when it should not have; record finishers done."""
+        for name, child in self.children.items():
+            if name in self.finished:
+                continue
+            code = child.poll()
+            if code is None:
+                continue
+            if code == 0 and name in finishers:
+                self.finished.add(name)
+                log.info(f"{name} finished (exit code 0)")
+                continue
+            when = "unexpectedly" if code == 0 else ""
+            raise ChildFailed(name, code, child.log, child.tail(), when)
+
+    def refresh(self) -> None:
+        for child in self.children.values():
+            if child.poll() is None:
+                child.refresh_descendants()
+
+    def stop_all(self) -> list[psutil.Process]:
+        """Stop every child in `stop_order` (then any others, newest first). Returns the processes that survived
+        even SIGKILL (normally none; they are logged as errors)."""
+        names = [n for n in self.stop_order if n in self.children]
+        names += [n for n in reversed(list(self.children)) if n not in names]
+        with deferred_signals():
+            for name in names:
+                child = self.children[name]
+                running = child.poll() is None
+                code = child.stop(self.grace_s)
+                if running:
+                    log.info(f"stopped {name} ({'exit code ' + str(code) if code is not None else 'gone'})")
+            survivors = [p for c in self.children.values() for p in c.alive_processes()]
+        for p in survivors:
+            log.error(f"process {p.pid} survived the stop of the run")
+        return survivors
+
+    def wait_done(
+        self,
+        finishers: set[str],
+        on_tick: Callable[[], None] | None = None,
+        finish_timeout_s: float = 1800.0,
+        interval_s: float = 0.2,
+    ) -> None:
+        """Block until every finisher exited 0; call `on_tick` about every `interval_s` seconds.
+
+        Raises:
+            ChildFailed: a child exited when it should not have.
+            LaunchError: one finisher exited 0 but another did not follow within `finish_timeout_s` seconds.
+            Interrupted: SIGINT/SIGTERM (with `handle_signals`).
+        """
+        first_done: float | None = None
+        last_refresh = 0.0
+        while True:
+            self.check(finishers)
+            if on_tick is not None:
+                on_tick()
+            if finishers <= self.finished:
+                return
+            now = time.monotonic()
+            if self.finished & finishers and first_done is None:
+                first_done = now
+            if first_done is not None and now - first_done > finish_timeout_s:
+                waiting = sorted(finishers - self.finished)
+                logs = ", ".join(str(self.children[n].log) for n in waiting if n in self.children)
+                raise LaunchError(
+                    f"{', '.join(sorted(self.finished))} finished but {', '.join(waiting)} did not exit within "
+                    f"{finish_timeout_s:.0f} s; see {logs}"
+                )
+            if now - last_refresh > 5.0:
+                self.refresh()
+                last_refresh = now
+            time.sleep(interval_s)
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def handle_signals() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise `Interrupted` (restored after). Main thread only."""
+    old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[list[int]]:
+    """Within the block, SIGINT/SIGTERM are recorded instead of interrupting (so a second Ctrl-C cannot cut a
+    shutdown short and leave processes behind). Outside the main thread this does nothing."""
+    got: list[int] = []
+    try:
+        old = {s: signal.signal(s, lambda n, f: got.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield got
+        return
+    try:
+        yield got
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
