@@ -140,3 +140,47 @@ def stable_reward(key: str) -> float:
     for ch in key:
         h = (h * 131 + ord(ch)) % 1_000_003
     return (math.sin(h) + 1) / 2 * 0.999
+
+
+class EchoEpisode(Episode):
+    """No tools; reward = the digit at the end of the final answer / 3 (answers look like `r2`)."""
+
+    def __init__(self, task: Task, log: list):
+        self.task, self.log = task, log
+
+    def call_tool(self, name, arguments):
+        return "no tools here"
+
+    def verify(self, final_response=None):
+        d = (final_response or "r0")[-1]
+        return VerifyResult(reward=int(d) / 3 if d.isdigit() else 0.0)
+
+    def close(self):
+        self.log.append(("close", self.task.task_id))
+
+
+class EchoEnv(Environment):
+    name = "echo"
+
+    def __init__(self, n: int = 32):
+        self.n = n
+        self.log: list = []
+
+    def tasks(self, split):
+        return [Task(f"echo-{split}-{i}", split, i, [{"role": "user", "content": f"Say r and a digit ({i})."}]) for i in range(self.n)]
+
+    def episode(self, task):
+        self.log.append(("open", task.task_id))
+        return EchoEpisode(task, self.log)
+
+
+class DelayClient(ScriptedClient):
+    """ScriptedClient whose per-request delay is `delay_fn(rollout_id)` seconds."""
+
+    def __init__(self, tokenizer, script, delay_fn, **kw):
+        super().__init__(tokenizer, script, **kw)
+        self.delay_fn = delay_fn
+
+    async def generate(self, prompt_ids, sampling, *, rollout_id=None, stop_token_ids=None, max_tokens=None):
+        await asyncio.sleep(self.delay_fn(rollout_id))
+        return await super().generate(prompt_ids, sampling, rollout_id=rollout_id, stop_token_ids=stop_token_ids, max_tokens=max_tokens)

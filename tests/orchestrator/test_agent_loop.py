@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from tests.orchestrator.fakes import CounterEnv, ScriptedClient, tiny_tokenizer, tool_call_text
 
 from prime_rl.config.orchestrator import RendererConfig, SamplingConfig
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.render import make_renderer
 from prime_rl.orchestrator.sources import InProcessSource
-from tests.orchestrator.fakes import CounterEnv, ScriptedClient, tiny_tokenizer, tool_call_text
 
 
 @pytest.fixture(scope="module")

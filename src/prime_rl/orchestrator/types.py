@@ -60,6 +60,7 @@ class Rollout:
     malformed_tool_calls: int = 0
     policy_versions: list[int] = field(default_factory=list)
     advantage: float = 0.0
+    filtered: bool = False  # zero-advantage group filtered out of the batch (advantage.filter_zero)
     temperature: float = 1.0
     duration_s: float = 0.0
 
@@ -79,4 +80,4 @@ class Rollout:
     @property
     def trainable(self) -> bool:
         """Contributes to the loss: not masked, has sampled tokens and a nonzero advantage."""
-        return not self.masked and self.num_loss_tokens > 0 and self.advantage != 0.0
+        return not self.masked and not self.filtered and self.num_loss_tokens > 0 and self.advantage != 0.0

@@ -1,0 +1,249 @@
+"""Continuous rollout scheduling with bounded staleness.
+
+- Up to `max_inflight` rollouts run at once (a semaphore shared with eval); groups of `group_size` rollouts of
+  one task are launched as a unit.
+- Asynchrony: step N's batch may only use policy versions >= N - 1 - max_async_level (DESIGN, Policy versions).
+  With the latest loaded version v, steps up to S = v + 1 + max_async_level may be produced, so at most
+  (S - N + 1) * batch_size / group_size groups are outstanding (running or finished but not yet cut) while
+  step N is being filled. `max_async_level = 0` is the synchronous baseline: one step's groups, all sampled
+  with version N - 1.
+- Staleness: when step N's batch is cut, a group whose oldest token came from a version older than
+  N - 1 - max_off_policy_steps is dropped whole and replaced.
+- Finished groups get advantages (masked members excluded from the baseline) and are cut in completion order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from prime_rl.config.orchestrator import AdvantageConfig, SamplingConfig
+from prime_rl.monitor.logger import get_logger
+from prime_rl.orchestrator.advantages import compute_advantages
+from prime_rl.orchestrator.agent import AgentLimits, run_rollout
+from prime_rl.orchestrator.sources import CapacityGate, TaskSource
+from prime_rl.orchestrator.stream import TaskStream
+from prime_rl.orchestrator.types import Rollout
+
+log = get_logger("orchestrator.scheduler")
+
+
+class PolicyVersion:
+    """The policy version the inference server serves now, with a wake-up for waiters."""
+
+    def __init__(self, version: int = 0):
+        self.version = version
+        self.listeners: list[asyncio.Event] = []
+
+    def set(self, version: int) -> None:
+        self.version = version
+        for ev in self.listeners:
+            ev.set()
+
+    async def wait_for(self, version: int, timeout_s: float, where: str = "weights/") -> None:
+        """Block until `self.version >= version`. Raises TimeoutError naming the version and where it comes from."""
+        ev = asyncio.Event()
+        self.listeners.append(ev)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while self.version < version:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"policy version {version} not loaded after {timeout_s:.0f} s (have {self.version}); is the "
+                        f"trainer running and publishing {where}step_{version}/STABLE? see logs/trainer.log"
+                    )
+                ev.clear()
+                try:
+                    await asyncio.wait_for(ev.wait(), left)
+                except TimeoutError:
+                    pass
+        finally:
+            self.listeners.remove(ev)
+
+
+def off_policy(group: list[Rollout], step: int) -> int:
+    """Versions between the policy the trainer applies at `step` (N - 1) and the group's oldest token's policy."""
+    versions = [v for r in group for v in r.policy_versions]
+    return (step - 1) - min(versions) if versions else 0
+
+
+@dataclass
+class Group:
+    gid: int
+    source_idx: int
+    task_pos: int
+    rollouts: list[Rollout] = field(default_factory=list)
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+
+@dataclass
+class CutBatch:
+    """One step's rollouts plus scheduling counters."""
+
+    step: int
+    rollouts: list[Rollout]
+    dropped_stale_groups: int
+    filtered_groups: int
+    max_off_policy: int
+    wait_s: float
+
+
+class Scheduler:
+    """Keeps rollouts in flight and cuts step batches (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        sources: list[TaskSource],
+        stream: TaskStream,
+        client: Any,
+        renderer: Any,
+        sampling: SamplingConfig,
+        limits: AgentLimits,
+        advantage: AdvantageConfig,
+        policy: PolicyVersion,
+        group_size: int,
+        batch_size: int,
+        max_inflight: int,
+        max_async_level: int,
+        max_off_policy_steps: int,
+        weights_timeout_s: float,
+        inflight_sem: asyncio.Semaphore | None = None,
+        gate: CapacityGate | None = None,
+    ):
+        if batch_size % group_size:
+            raise ValueError(f"batch_size ({batch_size}) must be a multiple of group_size ({group_size})")
+        self.sources, self.stream, self.client, self.renderer = sources, stream, client, renderer
+        self.sampling, self.limits, self.advantage, self.policy = sampling, limits, advantage, policy
+        self.group_size, self.batch_size = group_size, batch_size
+        self.groups_per_step = batch_size // group_size
+        self.max_inflight, self.max_async_level = max_inflight, max_async_level
+        self.max_off_policy_steps, self.weights_timeout_s = max_off_policy_steps, weights_timeout_s
+        self.sem = inflight_sem or asyncio.Semaphore(max_inflight)
+        self.gate = gate or CapacityGate()
+        self.running: dict[int, Group] = {}
+        self.ready: deque[Group] = deque()
+        self._gid = itertools.count()
+        self._wake = asyncio.Event()
+        policy.listeners.append(self._wake)
+        self.total_dropped = 0
+
+    # ---- launching ----
+    def _allowed_groups(self, step: int) -> int:
+        s_max = self.policy.version + 1 + self.max_async_level
+        return max(0, s_max - step + 1) * self.groups_per_step
+
+    def _running_rollouts(self) -> int:
+        return sum(1 for g in self.running.values() for t in g.tasks if not t.done())
+
+    def _launch(self, step: int) -> None:
+        while len(self.running) + len(self.ready) < self._allowed_groups(step):
+            if self.running and self._running_rollouts() + self.group_size > self.max_inflight:
+                return
+            i, j, task = self.stream.next()
+            g = Group(next(self._gid), i, j)
+            src = self.sources[i]
+            for k in range(self.group_size):
+                rid = f"{task.task_id}/g{g.gid}/r{k}"
+                g.tasks.append(asyncio.create_task(self._one(src, task, g.gid, rid), name=rid))
+            self.running[g.gid] = g
+            asyncio.create_task(self._collect(g))
+
+    async def _one(self, src: TaskSource, task, gid: int, rid: str) -> Rollout:
+        async with self.sem, self.gate(src):
+            return await run_rollout(
+                task, src, self.client, self.renderer, self.sampling, self.limits, rollout_id=rid, group_id=gid
+            )
+
+    async def _collect(self, g: Group) -> None:
+        try:
+            g.rollouts = list(await asyncio.gather(*g.tasks))
+        except asyncio.CancelledError:
+            return
+        adv = compute_advantages([r.reward for r in g.rollouts], [not r.masked for r in g.rollouts], self.advantage)
+        for r, a in zip(g.rollouts, adv, strict=True):
+            r.advantage = a
+        self.running.pop(g.gid, None)
+        self.ready.append(g)
+        self._wake.set()
+
+    # ---- cutting ----
+    def _drop_stale(self, step: int) -> int:
+        keep, dropped = deque(), 0
+        for g in self.ready:
+            if off_policy(g.rollouts, step) > self.max_off_policy_steps:
+                dropped += 1
+            else:
+                keep.append(g)
+        self.ready = keep
+        return dropped
+
+    async def next_batch(self, step: int) -> CutBatch:
+        """Wait until `batch_size` rollouts for `step` are ready and take them.
+
+        Raises:
+            TimeoutError: no group finished and no policy version arrived for `weights_timeout_s` seconds.
+        """
+        t0 = time.monotonic()
+        dropped = 0
+        last_progress = time.monotonic()
+        while True:
+            n = self._drop_stale(step)
+            if n:
+                log.info("step %d: dropped %d group(s) older than max_off_policy_steps=%d", step, n, self.max_off_policy_steps)
+                dropped += n
+                self.total_dropped += n
+            if len(self.ready) >= self.groups_per_step:
+                break
+            self._launch(step)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), 1.0)
+                last_progress = time.monotonic()
+            except TimeoutError:
+                if time.monotonic() - last_progress > self.weights_timeout_s:
+                    need = step - 1 - self.max_async_level
+                    raise TimeoutError(
+                        f"step {step}: no rollout group finished and no new policy version for "
+                        f"{self.weights_timeout_s:.0f} s (policy version {self.policy.version}, need >= {need}, "
+                        f"{self._running_rollouts()} rollouts running); see logs/trainer.log and logs/inference.log"
+                    ) from None
+        await self.policy.wait_for(step - 1 - self.max_async_level, self.weights_timeout_s)
+        groups = [self.ready.popleft() for _ in range(self.groups_per_step)]
+        filtered = 0
+        if self.advantage.filter_zero:
+            for g in groups:
+                if all(r.advantage == 0.0 for r in g.rollouts):
+                    filtered += 1
+                    for r in g.rollouts:
+                        r.filtered = True
+        self._launch(step + 1)
+        return CutBatch(
+            step=step,
+            rollouts=[r for g in groups for r in g.rollouts],
+            dropped_stale_groups=dropped,
+            filtered_groups=filtered,
+            max_off_policy=max(off_policy(g.rollouts, step) for g in groups),
+            wait_s=time.monotonic() - t0,
+        )
+
+    # ---- checkpoint / shutdown ----
+    def outstanding(self) -> list[tuple[int, int]]:
+        """(source idx, task position) of every group drawn but not cut yet, in draw order."""
+        groups = sorted(list(self.running.values()) + list(self.ready), key=lambda g: g.gid)
+        return [(g.source_idx, g.task_pos) for g in groups]
+
+    async def aclose(self) -> None:
+        """Cancel running rollouts (each closes its episode) and wait for them."""
+        tasks = [t for g in self.running.values() for t in g.tasks]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.running.clear()
+        if self._wake in self.policy.listeners:
+            self.policy.listeners.remove(self._wake)

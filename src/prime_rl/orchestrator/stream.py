@@ -1,0 +1,81 @@
+"""The training task stream: which task each new group plays, deterministic and checkpointable.
+
+Each source's train split is walked in a seeded random order, reshuffled every epoch; the source of each group is
+drawn with probability proportional to its `ratio`. `state_dict()` captures everything (positions, epochs, the
+picker's RNG, tasks put back for replay), so a resumed run draws the same tasks in the same order.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any
+
+from prime_rl.envs.base import Task
+from prime_rl.orchestrator.sources import TaskSource
+
+
+class TaskStream:
+    """Endless deterministic stream of `(source index, task)` for training groups."""
+
+    def __init__(self, sources: list[TaskSource], seed: int, split: str = "train"):
+        if not sources:
+            raise ValueError("orchestrator.train.source is empty: name at least one environment")
+        self.sources = sources
+        self.seed = seed
+        self.split = split
+        self._tasks = [s.tasks(split) for s in sources]
+        for s, t in zip(sources, self._tasks, strict=True):
+            if not t:
+                raise ValueError(f"source {s.name!r} has no {split!r} tasks")
+        self._pick = random.Random(seed)
+        self._epoch = [0] * len(sources)
+        self._pos = [0] * len(sources)
+        self._order = [self._shuffled(i) for i in range(len(sources))]
+        self._replay: deque[tuple[int, int]] = deque()  # (source idx, task position in the split) drawn before
+
+    def _shuffled(self, i: int) -> list[int]:
+        order = list(range(len(self._tasks[i])))
+        random.Random(self.seed * 1_000_003 + i * 7919 + self._epoch[i]).shuffle(order)
+        return order
+
+    def next(self) -> tuple[int, int, Task]:
+        """The next `(source index, task position, task)`."""
+        if self._replay:
+            i, j = self._replay.popleft()
+            return i, j, self._tasks[i][j]
+        if len(self.sources) == 1:
+            i = 0
+        else:
+            i = self._pick.choices(range(len(self.sources)), weights=[s.ratio for s in self.sources])[0]
+        if self._pos[i] >= len(self._order[i]):
+            self._epoch[i] += 1
+            self._pos[i] = 0
+            self._order[i] = self._shuffled(i)
+        j = self._order[i][self._pos[i]]
+        self._pos[i] += 1
+        return i, j, self._tasks[i][j]
+
+    def state_dict(self, outstanding: list[tuple[int, int]] = ()) -> dict[str, Any]:
+        """JSON-able state; `outstanding` = tasks drawn but not yet trained on (replayed first after a resume)."""
+        st = self._pick.getstate()
+        return {
+            "seed": self.seed,
+            "sources": [s.name for s in self.sources],
+            "epoch": list(self._epoch),
+            "pos": list(self._pos),
+            "pick_rng": [st[0], list(st[1]), st[2]],
+            "replay": [list(x) for x in list(outstanding) + list(self._replay)],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a `state_dict()`. Raises ValueError when the sources differ from the checkpoint's."""
+        names = [s.name for s in self.sources]
+        if state["sources"] != names:
+            raise ValueError(f"checkpoint has sources {state['sources']}, config has {names}: resume with the same sources")
+        self._epoch = list(state["epoch"])
+        self._pos = list(state["pos"])
+        self._order = [self._shuffled(i) for i in range(len(self.sources))]
+        v, internal, g = state["pick_rng"]
+        self._pick.setstate((v, tuple(internal), g))
+        self._replay = deque((int(i), int(j)) for i, j in state["replay"])

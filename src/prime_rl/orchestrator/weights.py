@@ -1,0 +1,61 @@
+"""The weight watcher: follows `weights/step_N/STABLE` and has the inference server load each new policy version."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from prime_rl.monitor.logger import get_logger
+from prime_rl.monitor.rundir import step_dirs
+from prime_rl.orchestrator.scheduler import PolicyVersion
+from prime_rl.transport.atomic import STABLE
+
+log = get_logger("orchestrator.weights")
+
+
+class WeightWatcher:
+    """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` calls `client.update_weights(path, N)`, then
+    records version N in `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped
+    when several arrive at once."""
+
+    def __init__(
+        self,
+        weights_dir: Path,
+        client: Any,
+        policy: PolicyVersion,
+        *,
+        poll_s: float = 0.1,
+        on_loaded: Callable[[int], Awaitable[None]] | None = None,
+    ):
+        self.dir = Path(weights_dir)
+        self.client = client
+        self.policy = policy
+        self.poll_s = poll_s
+        self.on_loaded = on_loaded
+        self.loaded: list[int] = []
+
+    def newest(self) -> tuple[int, Path] | None:
+        dirs = step_dirs(self.dir, marker=STABLE)
+        return dirs[-1] if dirs else None
+
+    async def poll_once(self) -> int | None:
+        """Load the newest stable version if it is newer than the current one; returns it (or None)."""
+        found = self.newest()
+        if found is None or found[0] <= self.policy.version:
+            return None
+        n, path = found
+        await self.client.update_weights(str(path), n)
+        log.info("loaded policy version %d from %s", n, path)
+        self.loaded.append(n)
+        self.policy.set(n)
+        if self.on_loaded is not None:
+            await self.on_loaded(n)
+        return n
+
+    async def run(self) -> None:
+        """Poll forever (cancel to stop). Errors of the update route propagate: the run cannot go on without them."""
+        while True:
+            await self.poll_once()
+            await asyncio.sleep(self.poll_s)

@@ -1,0 +1,106 @@
+"""Staleness accounting and dropping, with a fake trainer that publishes policy versions on a schedule."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tests.orchestrator.fakes import DelayClient, EchoEnv, tiny_tokenizer
+
+from prime_rl.config.orchestrator import AdvantageConfig, RendererConfig, SamplingConfig
+from prime_rl.orchestrator.agent import AgentLimits
+from prime_rl.orchestrator.render import make_renderer
+from prime_rl.orchestrator.scheduler import PolicyVersion, Scheduler, off_policy
+from prime_rl.orchestrator.sources import InProcessSource
+from prime_rl.orchestrator.stream import TaskStream
+from prime_rl.orchestrator.weights import WeightWatcher
+from prime_rl.transport.atomic import atomic_write_dir
+
+
+@pytest.fixture(scope="module")
+def renderer(tmp_path_factory):
+    return make_renderer(tiny_tokenizer(tmp_path_factory.mktemp("tok")), RendererConfig())
+
+
+async def _run(renderer, tmp_path, *, async_level, max_off, steps, train_s, delay_fn, group_size=2, batch_size=4, max_inflight=8):
+    """Drive the scheduler for `steps` steps; a fake trainer publishes weights/step_N/STABLE `train_s` after batch N."""
+    env = EchoEnv(32)
+    src = InProcessSource("echo", env)
+    client = DelayClient(renderer._tokenizer, lambda p, k: f"r{k % 4}", delay_fn)
+    policy = PolicyVersion(0)
+    watcher = WeightWatcher(tmp_path / "weights", client, policy, poll_s=0.005)
+    sched = Scheduler(
+        sources=[src], stream=TaskStream([src], seed=0), client=client, renderer=renderer, sampling=SamplingConfig(),
+        limits=AgentLimits(2, 1024, 32), advantage=AdvantageConfig(), policy=policy, group_size=group_size,
+        batch_size=batch_size, max_inflight=max_inflight, max_async_level=async_level, max_off_policy_steps=max_off,
+        weights_timeout_s=30,
+    )
+    watch = asyncio.create_task(watcher.run())
+
+    async def train(n):
+        await asyncio.sleep(train_s)
+        atomic_write_dir(tmp_path / "weights" / f"step_{n}", lambda d: (d / "model.safetensors").write_bytes(b"x"))
+
+    cuts, trainers = [], []
+    for step in range(1, steps + 1):
+        batch = await sched.next_batch(step)
+        cuts.append((step, policy.version, batch))
+        trainers.append(asyncio.create_task(train(step)))
+    await sched.aclose()
+    watch.cancel()
+    await asyncio.gather(*trainers, watch, return_exceptions=True)
+    return cuts, sched, client, env
+
+
+async def test_synchronous_baseline_is_on_policy(renderer, tmp_path):
+    cuts, sched, client, env = await _run(renderer, tmp_path, async_level=0, max_off=8, steps=4, train_s=0.05, delay_fn=lambda r: 0.01)
+    for step, version_at_cut, b in cuts:
+        assert len(b.rollouts) == 4 and b.max_off_policy == 0
+        assert {v for r in b.rollouts for v in r.policy_versions} == {step - 1}  # sampled with exactly N - 1
+        assert version_at_cut == step - 1
+    assert [v for _, v in client.updates] == [1, 2, 3]
+    # every opened episode was closed (including any cancelled at shutdown)
+    assert sum(1 for e in env.log if e[0] == "close") == sum(1 for e in env.log if e[0] == "open") >= len(client.calls)
+
+
+@pytest.mark.parametrize("async_level", [1, 2])
+def test_never_more_than_async_level_ahead(renderer, tmp_path, async_level):
+    cuts, sched, client, env = asyncio.run(
+        _run(renderer, tmp_path, async_level=async_level, max_off=8, steps=6, train_s=0.15, delay_fn=lambda r: 0.01)
+    )
+    for step, version_at_cut, b in cuts:
+        assert step <= version_at_cut + 1 + async_level  # the orchestrator is at most async_level steps ahead
+        assert all(min(r.policy_versions) >= step - 1 - async_level for r in b.rollouts)
+        assert b.max_off_policy == max((step - 1) - min(r.policy_versions) for r in b.rollouts)
+    # with a slow trainer the orchestrator does run ahead: some step was cut before version N - 1 existed
+    assert any(version_at_cut < step - 1 for step, version_at_cut, _ in cuts)
+
+
+async def test_stale_groups_dropped_whole(renderer, tmp_path):
+    # every rollout of task echo-train-<i> with i % 5 == 0 is slow: its group comes back stale
+    def delay(rid):
+        idx = int(rid.split("/")[0].rsplit("-", 1)[1])
+        return 0.6 if idx % 5 == 0 else 0.005
+
+    cuts, sched, client, env = await _run(
+        renderer, tmp_path, async_level=3, max_off=0, steps=8, train_s=0.02, delay_fn=delay, max_inflight=16
+    )
+    total_dropped = sum(b.dropped_stale_groups for _, _, b in cuts)
+    assert total_dropped >= 1 and total_dropped == sched.total_dropped
+    for step, _, b in cuts:
+        groups = {}
+        for r in b.rollouts:
+            groups.setdefault(r.group_id, []).append(r)
+        assert all(len(g) == 2 for g in groups.values())  # groups are kept or dropped whole
+        assert all(off_policy(g, step) <= 0 for g in groups.values())  # nothing staler than max_off_policy_steps
+    assert sum(1 for e in env.log if e[0] == "close") == sum(1 for e in env.log if e[0] == "open") >= len(client.calls)
+
+
+def test_off_policy_hand_worked():
+    from prime_rl.envs.base import Task
+    from prime_rl.orchestrator.types import Rollout
+
+    t = Task("t", "train", 0, [])
+    g = [Rollout(t, "s", policy_versions=[3, 4]), Rollout(t, "s", policy_versions=[5]), Rollout(t, "s", masked=True)]
+    assert off_policy(g, 7) == 3  # step 7 trains on top of version 6; oldest token from version 3
+    assert off_policy([Rollout(t, "s", masked=True)], 7) == 0
