@@ -1,0 +1,187 @@
+"""ERCOT day-ahead hub prices from ERCOT's own NP4-180-ER files, with a parse cache.
+
+Format (../shared/data/README.md): `DAMLZHBSPP_<year>.xlsx`, one sheet a month, columns `Delivery Date`
+(MM/DD/YYYY), `Hour Ending` (`01:00`..`24:00`), `Repeated Hour Flag` (`Y` on the repeated autumn hour),
+`Settlement Point`, `Settlement Point Price` ($/MWh). Clock-change days (23 or 25 hours) are dropped.
+
+The parsed prices are cached as an `.npz` (no pickle) under `$PRIME_RL_CACHE` or `~/.cache/prime-rl/gridsim`, keyed
+by the files' names, sizes and mtimes and the points asked for: a second load takes a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HUBS = ("HB_HOUSTON", "HB_NORTH", "HB_SOUTH", "HB_WEST", "HB_BUSAVG")
+FILE_GLOB = "DAMLZHBSPP_*.xlsx"
+_PARSER_VERSION = 1
+_COLUMNS = ("Delivery Date", "Hour Ending", "Repeated Hour Flag", "Settlement Point", "Settlement Point Price")
+
+
+@dataclass
+class PriceTable:
+    """Days of hourly prices: `dates[i]` (ISO `YYYY-MM-DD`), `points[i]`, `prices[i]` ((24,) $/MWh).
+
+    `dropped` = (date, point) pairs dropped as clock-change days (23 or 25 hours) or incomplete.
+    """
+
+    dates: np.ndarray  # (N,) str
+    points: np.ndarray  # (N,) str
+    prices: np.ndarray  # (N, 24) float64
+    dropped: np.ndarray  # (M,) str "date point hours"
+
+    def __len__(self) -> int:
+        return len(self.dates)
+
+
+def default_cache_dir() -> Path:
+    """`$PRIME_RL_CACHE/gridsim`, else `$XDG_CACHE_HOME/prime-rl/gridsim`, else `~/.cache/prime-rl/gridsim`."""
+    if os.environ.get("PRIME_RL_CACHE"):
+        return Path(os.environ["PRIME_RL_CACHE"]) / "gridsim"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "prime-rl" / "gridsim"
+
+
+def ercot_files(data_dir: str | Path) -> list[Path]:
+    """The NP4-180-ER files in `data_dir`, sorted. Raises FileNotFoundError when there are none."""
+    d = Path(data_dir).expanduser()
+    if not d.is_dir():
+        raise FileNotFoundError(f"ERCOT data dir {d} does not exist (set data_dir to a folder of {FILE_GLOB})")
+    files = sorted(d.glob(FILE_GLOB))
+    if not files:
+        raise FileNotFoundError(f"no {FILE_GLOB} files in {d}; download report NP4-180-ER from ercot.com")
+    return files
+
+
+def _cache_key(files: list[Path], points: tuple[str, ...]) -> str:
+    h = hashlib.sha256(json.dumps([_PARSER_VERSION, list(points)]).encode())
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:24]
+
+
+def _iso_date(value: object, where: str) -> str:
+    if isinstance(value, dt.datetime):
+        return value.date().isoformat()
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    try:
+        return dt.datetime.strptime(str(value).strip(), "%m/%d/%Y").date().isoformat()
+    except ValueError:
+        raise ValueError(f"{where}: Delivery Date {value!r} is not MM/DD/YYYY") from None
+
+
+def _hour(value: object, where: str) -> int:
+    if isinstance(value, dt.time):
+        return value.hour or 24
+    s = str(value).strip()
+    try:
+        h = int(s.split(":")[0])
+    except ValueError:
+        raise ValueError(f"{where}: Hour Ending {value!r} is not HH:00") from None
+    if not 1 <= h <= 24:
+        raise ValueError(f"{where}: Hour Ending {value!r} outside 01:00..24:00")
+    return h
+
+
+def parse_file(path: Path, points: tuple[str, ...]) -> dict[tuple[str, str], list[tuple[int, bool, float]]]:
+    """Rows of one workbook for `points`: {(iso date, point): [(hour ending, repeated, price), ...]}.
+
+    Raises:
+        ValueError: a sheet lacks a needed column, or a cell cannot be read (names file, sheet and row).
+    """
+    from python_calamine import CalamineWorkbook
+
+    out: dict[tuple[str, str], list[tuple[int, bool, float]]] = defaultdict(list)
+    wanted = set(points)
+    wb = CalamineWorkbook.from_path(str(path))
+    for sheet in wb.sheet_names:
+        rows = wb.get_sheet_by_name(sheet).to_python()
+        if not rows:
+            continue
+        header = [str(c).strip() for c in rows[0]]
+        missing = [c for c in _COLUMNS if c not in header]
+        if missing:
+            raise ValueError(f"{path.name} sheet {sheet}: missing column(s) {missing}; is this an NP4-180-ER file?")
+        i_date, i_hour, i_rep, i_pt, i_price = (header.index(c) for c in _COLUMNS)
+        for r, row in enumerate(rows[1:], start=2):
+            if row[i_pt] not in wanted:
+                continue
+            where = f"{path.name} sheet {sheet} row {r}"
+            try:
+                price = float(row[i_price])
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}: Settlement Point Price {row[i_price]!r} is not a number") from None
+            rep = str(row[i_rep]).strip().upper() == "Y"
+            out[(_iso_date(row[i_date], where), row[i_pt])].append((_hour(row[i_hour], where), rep, price))
+    return out
+
+
+def _build(files: list[Path], points: tuple[str, ...]) -> PriceTable:
+    merged: dict[tuple[str, str], list[tuple[int, bool, float]]] = defaultdict(list)
+    for f in files:
+        for k, v in parse_file(f, points).items():
+            merged[k].extend(v)
+    dates, pts, prices, dropped = [], [], [], []
+    for date, point in sorted(merged):
+        rows = merged[(date, point)]
+        hours = sorted(h for h, rep, _ in rows if not rep)
+        if len(rows) != 24 or any(rep for _, rep, _ in rows) or hours != list(range(1, 25)):
+            dropped.append(f"{date} {point} {len(rows)}")
+            continue
+        day = np.empty(24)
+        for h, _, p in rows:
+            day[h - 1] = p
+        dates.append(date)
+        pts.append(point)
+        prices.append(day)
+    return PriceTable(
+        dates=np.array(dates, dtype="U10"),
+        points=np.array(pts, dtype="U16"),
+        prices=np.array(prices, dtype=np.float64).reshape(-1, 24),
+        dropped=np.array(dropped, dtype="U40"),
+    )
+
+
+def load_ercot(
+    data_dir: str | Path, points: tuple[str, ...] = HUBS, cache_dir: str | Path | None = None, use_cache: bool = True
+) -> PriceTable:
+    """Load (date, point) days of hourly prices from the NP4-180-ER files in `data_dir`, using the parse cache.
+
+    Clock-change days (23 or 25 hours) and incomplete days are dropped (listed in `PriceTable.dropped`).
+    An unwritable cache dir only costs speed (the parse is ~2 s for four years).
+
+    Raises:
+        FileNotFoundError: no such dir or no files in it. ValueError: malformed file (names file/sheet/row).
+    """
+    files = ercot_files(data_dir)
+    points = tuple(points)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = cache / f"ercot-{_cache_key(files, points)}.npz"
+    if use_cache and path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return PriceTable(z["dates"], z["points"], z["prices"], z["dropped"])
+        except (OSError, ValueError, KeyError):
+            pass  # corrupt cache: rebuild below
+    table = _build(files, points)
+    if use_cache:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=cache, suffix=".npz.tmp")
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, dates=table.dates, points=table.points, prices=table.prices, dropped=table.dropped)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return table

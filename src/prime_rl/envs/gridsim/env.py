@@ -1,0 +1,229 @@
+"""GridSim: one grid battery, one day of the ERCOT day-ahead market, graded against the day's exact optimum.
+
+Tasks are (operating date, settlement point) pairs over the five hubs; splits `train` (2,000) and `eval` (200) are
+date-disjoint and drawn with a seed, so the same data always gives the same splits. The data are ERCOT's
+NP4-180-ER files (`data_dir`) or, by default, seeded synthetic days (`prime_rl.envs.gridsim.synthetic`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prime_rl.envs.base import Environment, Episode, Task, VerifyResult
+from prime_rl.envs.gridsim import prompts
+from prime_rl.envs.gridsim.battery import HOURS, optimal_profits, optimal_schedule, score, simulate, validate_schedule
+from prime_rl.envs.gridsim.data import HUBS, PriceTable, load_ercot
+from prime_rl.envs.gridsim.synthetic import synthetic_days
+
+SPLITS = ("train", "eval")
+
+
+def parse_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any] | str:
+    """Tool arguments as a dict, or an error text for the model (bad JSON, not an object)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as e:
+            return f"error: arguments are not valid JSON ({e.msg} at char {e.pos})"
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return f"error: arguments must be a JSON object, got {type(arguments).__name__}"
+    return arguments
+
+
+def task_id_of(date: str, point: str) -> str:
+    return f"gridsim-{date}-{point}"
+
+
+def _prices_of(info: dict[str, Any]) -> list[float] | None:
+    p = info.get("prices")
+    if not isinstance(p, list) or len(p) != HOURS:
+        return None
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in p):
+        return None
+    return [float(x) for x in p]
+
+
+def _stratified_dates(dates: np.ndarray, n: int, rng: np.random.Generator) -> list[str]:
+    """`n` distinct dates spread evenly over the months of `dates`: each month's dates shuffled, months visited in
+    a shuffled order, one date per month per round. Keeps every season in the eval split (measured on 2021-2024:
+    greedy's eval mean over 20 seeds 0.796 +- 0.017, against +- 0.025 for a plain draw)."""
+    months = np.array([d[:7] for d in dates])
+    order = [str(m) for m in rng.permutation(np.unique(months))]
+    pools = {m: [str(d) for d in rng.permutation(dates[months == m])] for m in order}
+    picked: list[str] = []
+    while len(picked) < min(n, len(dates)):
+        for m in order:
+            if pools[m] and len(picked) < n:
+                picked.append(pools[m].pop())
+    return picked
+
+
+class GridSimEpisode(Episode):
+    """One day of one battery. `submit_schedule` may be called more than once; the reward is the score of the
+    last valid submission (0 if none)."""
+
+    def __init__(self, task: Task, prices: list[float]):
+        self.task = task
+        self.prices = prices
+        self.optimal, self.optimal_profit = optimal_schedule(prices)
+        self.submissions = 0
+        self.invalid = 0
+        self.last: tuple[list[int], float, float, int] | None = None  # schedule, profit, score, warnings
+
+    def call_tool(self, name: str, arguments: dict[str, Any] | str) -> str:
+        if name != prompts.TOOL_NAME:
+            return f"error: unknown tool {name!r}; the only tool is {prompts.TOOL_NAME}"
+        args = parse_arguments(arguments)
+        self.submissions += 1
+        if isinstance(args, str):
+            self.invalid += 1
+            return args + "; not scored"
+        if "schedule" not in args:
+            self.invalid += 1
+            return "error: missing argument 'schedule' (24 integers in {-1,0,1}); not scored"
+        reason = validate_schedule(args["schedule"])
+        if reason is not None:
+            self.invalid += 1
+            return f"error: {reason}; not scored"
+        if not self.optimal_profit > 0:
+            return "error: this day has no profitable schedule; not scored"
+        schedule = list(args["schedule"])
+        sim = simulate(self.prices, schedule)
+        s = score(sim.profit, self.optimal_profit)
+        self.last = (schedule, sim.profit, s, len(sim.warnings))
+        return prompts.result_text(sim, self.optimal_profit, s)
+
+    def verify(self, final_response: str | None = None) -> VerifyResult:
+        if not self.optimal_profit > 0:
+            return VerifyResult(0.0, masked=True, reason=f"day has optimal profit {self.optimal_profit:.2f} <= 0")
+        metrics = {
+            "submissions": float(self.submissions),
+            "invalid_submissions": float(self.invalid),
+            "optimal_profit": self.optimal_profit,
+        }
+        if self.last is None:
+            metrics.update(valid=0.0, profit=0.0, warnings=0.0, exact=0.0)
+            return VerifyResult(0.0, metrics)
+        schedule, profit, s, warnings = self.last
+        exact = simulate(self.prices, schedule).executed == self.optimal
+        metrics.update(valid=1.0, profit=profit, warnings=float(warnings), exact=float(exact))
+        return VerifyResult(s, metrics)
+
+
+class GridSimEnv(Environment):
+    """The GridSim environment.
+
+    Args:
+        data_dir: folder of ERCOT `DAMLZHBSPP_<year>.xlsx` files; None = synthetic days (seeded by `data_seed`).
+        seed: seed of the split draw.
+        num_train, num_eval: split sizes (fewer when the data have fewer usable days).
+        points: settlement points (default the five hubs).
+        min_optimal_profit: keep only days whose optimal profit is above this ($).
+        cache_dir: parse cache of the ERCOT files (default `~/.cache/prime-rl/gridsim`).
+    """
+
+    name = "gridsim"
+
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        seed: int = 0,
+        num_train: int = 2000,
+        num_eval: int = 200,
+        points: tuple[str, ...] | list[str] = HUBS,
+        min_optimal_profit: float = 500.0,
+        cache_dir: str | Path | None = None,
+        data_seed: int = 0,
+    ):
+        self.data_dir = None if data_dir is None else Path(data_dir)
+        self.seed, self.num_train, self.num_eval = seed, num_train, num_eval
+        self.points = tuple(points)
+        self.min_optimal_profit = min_optimal_profit
+        self.cache_dir, self.data_seed = cache_dir, data_seed
+
+    @cached_property
+    def table(self) -> PriceTable:
+        """All usable (date, point) days of the data, before the profit filter."""
+        if self.data_dir is None:
+            return synthetic_days(seed=self.data_seed, points=self.points)
+        return load_ercot(self.data_dir, self.points, cache_dir=self.cache_dir)
+
+    @cached_property
+    def _splits(self) -> dict[str, list[int]]:
+        t = self.table
+        ok = np.nonzero(optimal_profits(t.prices) > self.min_optimal_profit)[0]
+        rng = np.random.default_rng(self.seed)
+        dates = np.unique(t.dates[ok])
+        eval_dates = _stratified_dates(dates, self.num_eval, rng)
+        by_date: dict[str, list[int]] = {}
+        for i in ok:
+            by_date.setdefault(str(t.dates[i]), []).append(int(i))
+        eval_idx = [by_date[str(d)][int(rng.integers(len(by_date[str(d)])))] for d in eval_dates]
+        held = set(map(str, eval_dates))
+        train_pool = np.array([i for i in ok if str(t.dates[i]) not in held], dtype=np.int64)
+        train_idx = [int(i) for i in train_pool[rng.permutation(len(train_pool))[: self.num_train]]]
+        return {"train": train_idx, "eval": eval_idx}
+
+    def _task(self, split: str, index: int, row: int) -> Task:
+        t = self.table
+        date, point = str(t.dates[row]), str(t.points[row])
+        prices = [float(x) for x in t.prices[row]]
+        return Task(
+            task_id=task_id_of(date, point),
+            split=split,
+            index=index,
+            messages=prompts.messages(date, point, prices),
+            tools=[prompts.TOOL_SCHEMA],
+            info={"env": self.name, "date": date, "point": point, "prices": prices},
+        )
+
+    def tasks(self, split: str) -> list[Task]:
+        if split not in SPLITS:
+            raise KeyError(f"unknown split {split!r}; gridsim has {', '.join(SPLITS)}")
+        return [self._task(split, i, row) for i, row in enumerate(self._splits[split])]
+
+    @cached_property
+    def _by_id(self) -> dict[str, int]:
+        t = self.table
+        return {task_id_of(str(d), str(p)): i for i, (d, p) in enumerate(zip(t.dates, t.points, strict=True))}
+
+    def episode(self, task: Task) -> GridSimEpisode:
+        """Start an episode. The prices come from `task.info["prices"]` (so a row alone suffices), else from the
+        data by `task_id`.
+
+        Raises:
+            KeyError: no valid prices in `info` and `task_id` is not a day of the data.
+        """
+        prices = _prices_of(task.info or {})
+        if prices is None:
+            row = self._by_id.get(task.task_id)
+            if row is None:
+                raise KeyError(f"task {task.task_id!r}: info has no 24 finite 'prices' and no such day in the data")
+            prices = [float(x) for x in self.table.prices[row]]
+        return GridSimEpisode(task, prices)
+
+    def sft_examples(self, split: str = "train") -> list[dict[str, Any]]:
+        """Demonstrations: the task's messages, an assistant `submit_schedule` call with the optimal schedule
+        (OpenAI `tool_calls`, arguments a JSON string), the tool's answer and a short final assistant reply."""
+        out = []
+        for task in self.tasks(split):
+            ep = self.episode(task)
+            args = prompts.tool_arguments(ep.optimal)
+            result = ep.call_tool(prompts.TOOL_NAME, args)
+            call = {"id": "call_0", "type": "function", "function": {"name": prompts.TOOL_NAME, "arguments": args}}
+            msgs = [
+                *task.messages,
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_0", "name": prompts.TOOL_NAME, "content": result},
+                {"role": "assistant", "content": "Submitted."},
+            ]
+            out.append({"messages": msgs, "tools": task.tools, "task_id": task.task_id, "split": split})
+        return out

@@ -1,0 +1,145 @@
+"""GridSim environment on synthetic days: splits, prompts, episodes, demonstrations, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from prime_rl.envs import Task, load_env
+from prime_rl.envs.gridsim.battery import optimal_schedule
+from prime_rl.envs.gridsim.env import GridSimEnv
+from prime_rl.envs.gridsim.synthetic import synthetic_days
+
+
+@pytest.fixture(scope="module")
+def env():
+    return load_env("gridsim")
+
+
+def test_splits_sizes_disjoint_deterministic(env):
+    train, ev = env.tasks("train"), env.tasks("eval")
+    assert (len(train), len(ev)) == (2000, 200)
+    eval_dates = {t.info["date"] for t in ev}
+    assert len(eval_dates) == 200
+    assert not eval_dates & {t.info["date"] for t in train}
+    assert len({t.task_id for t in train}) == 2000
+    assert [t.index for t in ev] == list(range(200))
+    again = GridSimEnv()
+    assert [t.task_id for t in again.tasks("eval")] == [t.task_id for t in ev]
+    assert [t.task_id for t in GridSimEnv(seed=1).tasks("eval")] != [t.task_id for t in ev]
+    t = ev[0]
+    assert t.task_id == f"gridsim-{t.info['date']}-{t.info['point']}"
+    with pytest.raises(KeyError, match="unknown split"):
+        env.tasks("test")
+
+
+def test_synthetic_days_deterministic_and_plausible():
+    a, b = synthetic_days(seed=3, days=60), synthetic_days(seed=3, days=60)
+    assert (a.prices == b.prices).all() and (a.dates == b.dates).all()
+    assert not (synthetic_days(seed=4, days=60).prices == a.prices).all()
+    assert len(a) == 60 * 5
+    full = synthetic_days()
+    assert (full.prices < 0).any() and full.prices.max() > 500  # negative hours and spikes exist
+
+
+def test_prompts_are_compact_and_state_the_order(env):
+    task = env.tasks("eval")[0]
+    system, user = task.messages
+    assert len(system["content"].encode()) < 600
+    assert len(user["content"].encode()) < 420
+    prices = task.info["prices"]
+    lines = user["content"].splitlines()
+    assert lines[1] == f"HE01 {prices[0]:.2f}" and lines[24] == f"HE24 {prices[23]:.2f}"
+    order = [int(h) for h in lines[-1].split(":")[1].split()]
+    assert sorted(order) == list(range(1, 25))
+    assert all(prices[a - 1] <= prices[b - 1] for a, b in zip(order, order[1:], strict=False))
+    fn = task.tools[0]["function"]
+    assert fn["name"] == "submit_schedule" and "strict" not in fn
+    assert fn["parameters"]["properties"]["schedule"]["minItems"] == 24
+
+
+def test_episode_last_valid_submission_counts(env):
+    task = env.tasks("eval")[1]
+    ep = env.episode(task)
+    opt, _ = optimal_schedule(task.info["prices"])
+    assert ep.verify().reward == 0.0  # nothing submitted
+    text = ep.call_tool("submit_schedule", json.dumps({"schedule": opt}))
+    assert "score 1.000" in text
+    assert ep.call_tool("submit_schedule", {"schedule": [0] * 23}).startswith("error")  # invalid: ignored
+    res = ep.verify()
+    assert res.reward == 1.0 and res.metrics["exact"] == 1.0 and res.metrics["invalid_submissions"] == 1.0
+    ep.call_tool("submit_schedule", {"schedule": [0] * 24})
+    assert ep.verify().reward == 0.2
+    warn = ep.call_tool("submit_schedule", {"schedule": [-1] + [0] * 23})
+    assert "HE01(empty)" in warn and ep.verify().metrics["warnings"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "name,args,expect",
+    [
+        ("submit_schedule", "{not json", "not valid JSON"),
+        ("submit_schedule", "[1,2]", "must be a JSON object"),
+        ("submit_schedule", {}, "missing argument 'schedule'"),
+        ("submit_schedule", {"schedule": [2] * 24}, "HE01 is 2"),
+        ("submit_schedule", {"schedule": "0" * 24}, "must be a list"),
+        ("charge", {}, "unknown tool"),
+    ],
+)
+def test_malformed_calls_score_zero(env, name, args, expect):
+    ep = env.episode(env.tasks("eval")[2])
+    assert expect in ep.call_tool(name, args)
+    assert ep.verify().reward == 0.0
+
+
+def test_episode_from_row_info_alone_or_task_id(env):
+    task = env.tasks("train")[5]
+    bare = GridSimEnv(data_dir=None, num_train=1, num_eval=1)  # any instance can rebuild from info
+    ep = bare.episode(Task(task.task_id, "train", 0, task.messages, task.tools, {"prices": task.info["prices"]}))
+    assert ep.prices == task.info["prices"]
+    ep2 = env.episode(Task(task.task_id, "train", 0, task.messages, task.tools, {}))
+    assert ep2.prices == task.info["prices"]
+    with pytest.raises(KeyError, match="no such day"):
+        env.episode(Task("gridsim-1999-01-01-HB_NORTH", "train", 0, [], [], {}))
+
+
+def test_sft_examples_solve_their_tasks(env):
+    ex = env.sft_examples("eval")[:20]
+    for e in ex:
+        m = e["messages"]
+        assert [x["role"] for x in m] == ["system", "user", "assistant", "tool", "assistant"]
+        call = m[2]["tool_calls"][0]
+        assert call["function"]["name"] == "submit_schedule" and " " not in call["function"]["arguments"]
+        assert m[3]["tool_call_id"] == call["id"] and "score 1.000" in m[3]["content"]
+        sched = json.loads(call["function"]["arguments"])["schedule"]
+        task = next(t for t in env.tasks("eval") if t.task_id == e["task_id"])
+        ep = env.episode(task)
+        ep.call_tool("submit_schedule", {"schedule": sched})
+        assert ep.verify().reward == 1.0
+
+
+def test_cli_help_is_light():
+    code = (
+        "import sys; from prime_rl.cli.gridsim import main\n"
+        "try: main(['--help'])\nexcept SystemExit: pass\n"
+        "assert not {'torch','vllm','transformers','numpy'} & set(sys.modules), 'heavy import'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "baseline" in out.stdout and "sft-data" in out.stdout
+
+
+def test_cli_sft_data_and_baseline(tmp_path, capsys):
+    from prime_rl.envs.gridsim.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["sft-data", "--split", "eval", str(tmp_path / "d.jsonl")])
+    assert e.value.code == 0
+    rows = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
+    assert len(rows) == 200 and rows[0]["tools"][0]["function"]["name"] == "submit_schedule"
+    with pytest.raises(SystemExit):
+        main(["baseline", "--policy", "idle", "--out", str(tmp_path / "s.jsonl")])
+    assert "mean 0.2000" in capsys.readouterr().out
+    assert len((tmp_path / "s.jsonl").read_text().splitlines()) == 200
