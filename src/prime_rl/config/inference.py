@@ -14,6 +14,7 @@ class ServerConfig(BaseConfig):
     host: str = Field("127.0.0.1", description="Bind address (loopback unless told otherwise).")
     port: int = Field(8000, gt=0, lt=65536)
     health_timeout_s: float = Field(300.0, gt=0, description="How long to wait for /health after start.")
+    log_file: Path | None = Field(None, description="vLLM's own output; default: <output_dir>/logs/vllm.log.")
 
 
 class VllmConfig(BaseConfig):
@@ -36,6 +37,11 @@ class VllmConfig(BaseConfig):
         "processed_logprobs", description="processed = log_softmax(logits / T) as sampled; the trainer matches it."
     )
     seed: int = 0
+    weight_update_pause_mode: Literal["wait", "keep", "abort"] = Field(
+        "wait",
+        description="/update_weights: wait = in-flight requests finish on the old weights; keep = frozen, then "
+        "continue on the new ones; abort = ended with finish_reason 'abort'.",
+    )
     extra_args: dict[str, Any] = Field(default_factory=dict, description="Any other vLLM flag: {flag: value}.")
 
 

