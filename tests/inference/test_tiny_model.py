@@ -110,9 +110,7 @@ def test_chat_template_renders_tools_and_calls(tok):
         "<|im_start|>assistant\n"
     )
     assert text == expected
-    no_think = tok.apply_chat_template(
-        messages[:2], tokenize=False, add_generation_prompt=True, enable_thinking=False
-    )
+    no_think = tok.apply_chat_template(messages[:2], tokenize=False, add_generation_prompt=True, enable_thinking=False)
     assert no_think.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
 
@@ -123,8 +121,11 @@ def test_qwen3_renderer_matches_template(tok):
     r = create_renderer(tok, Qwen3RendererConfig(enable_thinking=True))
     conv = [
         {"role": "user", "content": "Go left, then say ü."},
-        {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nsure", "tool_calls": [
-            {"type": "function", "function": {"name": "move", "arguments": {"dir": "left"}}}]},
+        {
+            "role": "assistant",
+            "content": "<think>\nhmm\n</think>\n\nsure",
+            "tool_calls": [{"type": "function", "function": {"name": "move", "arguments": {"dir": "left"}}}],
+        },
         {"role": "tool", "content": "moved"},
     ]
     got = r.render_ids(conv, tools=TOOLS, add_generation_prompt=True)
@@ -133,8 +134,9 @@ def test_qwen3_renderer_matches_template(tok):
     assert list(got) == list(want)
     assert TOKEN_IDS["<|im_end|>"] in r.get_stop_token_ids()
     # The renderer parses a sampled tool call back.
-    completion = tok.encode('<tool_call>\n{"name": "move", "arguments": {"dir": "up"}}\n</tool_call><|im_end|>',
-                            add_special_tokens=False)
+    completion = tok.encode(
+        '<tool_call>\n{"name": "move", "arguments": {"dir": "up"}}\n</tool_call><|im_end|>', add_special_tokens=False
+    )
     parsed = r.parse_response(completion)
     calls = parsed.tool_calls
     assert [(c.name, c.arguments if isinstance(c.arguments, dict) else json.loads(c.arguments)) for c in calls] == [

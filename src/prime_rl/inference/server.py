@@ -210,6 +210,11 @@ def run(cfg: InferenceConfig) -> None:
     from prime_rl.monitor.logger import setup_logging
 
     log = setup_logging("inference", cfg.output_dir, cfg.log.level)
+    try:
+        check_port_free(cfg.server.host, cfg.server.port)  # before anything slow: fail in well under a second
+    except PortInUseError as e:
+        log.error("%s", e)
+        raise SystemExit(1) from None
     server = VllmServer(cfg)
     stopping = False
 
@@ -234,8 +239,10 @@ def run(cfg: InferenceConfig) -> None:
         log.error("%s", e)
         server.stop()
         raise SystemExit(1) from None
-    log.info("inference server ready at %s (POST /update_weights, /inference/v1/generate, /v1/chat/completions)",
-             server.base_url)
+    log.info(
+        "inference server ready at %s (POST /update_weights, /inference/v1/generate, /v1/chat/completions)",
+        server.base_url,
+    )
     try:
         code = server.proc.wait()
     finally:

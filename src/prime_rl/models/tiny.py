@@ -133,5 +133,12 @@ def cached_tiny_model(hidden: int = 128, layers: int = 2, seed: int = 0, cache_d
 def describe(model_dir: str | Path) -> dict:
     """Small summary of a model directory's config (for logs and CLI output)."""
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    keys = ("architectures", "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "tie_word_embeddings")
+    keys = (
+        "architectures",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "vocab_size",
+        "tie_word_embeddings",
+    )
     return {k: cfg.get(k) for k in keys}

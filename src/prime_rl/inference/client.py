@@ -1,0 +1,231 @@
+"""Async client for prime-rl's inference servers (what the orchestrator and eval import).
+
+Token-in/token-out goes through vLLM's `POST /inference/v1/generate` (server flag `--enable-scale-out`, set by
+`prime_rl.inference.server`): prompt token ids in; sampled token ids, the logprob of each sampled token and the
+weight-version spans out, with no detokenisation in between (a byte of a multi-byte character has no text of its
+own). Logprobs are vLLM's processed logprobs: log_softmax(logits / T) after top-k/top-p masking, the behaviour
+policy the trainer's importance ratio needs (DESIGN invariant 2).
+
+Several servers (data-parallel inference) sit behind one client: requests go round robin, and every request of
+one `rollout_id` goes to the same server (its prefix cache holds the earlier turns). Transport errors and 5xx
+answers are retried `max_retries` times with exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import httpx
+
+from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
+
+_STICKY_MAX = 100_000
+
+
+@dataclass
+class GenerateResult:
+    """One sampled completion.
+
+    prompt_ids: the prompt as sent; completion_ids: sampled ids (the stop token included when one ended it);
+    logprobs: one per completion token, log_softmax(logits / T) of the sampled token (natural log);
+    finish_reason: "stop" | "length" | "abort"; policy_version: the oldest weight version that sampled any of its
+    tokens (0 = the base model).
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    policy_version: int
+
+
+class InferenceError(RuntimeError):
+    """A request failed for good: a 4xx answer, or retries exhausted. The message names the server and route."""
+
+
+def _version(v: str | None) -> int:
+    if v in (None, "", "default"):
+        return 0
+    try:
+        return int(v)
+    except ValueError:
+        raise InferenceError(f"server reported a non-integer weight version {v!r}") from None
+
+
+class InferenceClient:
+    """Async, connection-pooled client for one or more prime-rl inference servers (see module docstring)."""
+
+    def __init__(
+        self, cfg: ClientConfig, model: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None
+    ):
+        if not cfg.base_url:
+            raise ValueError("client.base_url is empty: give at least one inference server URL")
+        self.cfg = cfg
+        self.model = model
+        self.urls = [u.rstrip("/") for u in cfg.base_url]
+        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(cfg.request_timeout_s, connect=cfg.connect_timeout_s),
+            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+            headers=headers,
+            transport=transport,
+        )
+        self._rr = itertools.count()
+        self._sticky: OrderedDict[str, str] = OrderedDict()
+        self._known_version: dict[str, int] = dict.fromkeys(self.urls, 0)
+
+    # -- routing -------------------------------------------------------------------------------------------------
+    def server_for(self, rollout_id: str | None) -> str:
+        """Round robin; the same `rollout_id` always maps to the server it got first (LRU of 100k ids)."""
+        if rollout_id is not None and rollout_id in self._sticky:
+            self._sticky.move_to_end(rollout_id)
+            return self._sticky[rollout_id]
+        url = self.urls[next(self._rr) % len(self.urls)]
+        if rollout_id is not None:
+            self._sticky[rollout_id] = url
+            if len(self._sticky) > _STICKY_MAX:
+                self._sticky.popitem(last=False)
+        return url
+
+    async def _post(self, url: str, route: str, body: dict) -> dict:
+        last: Exception | None = None
+        for attempt in range(self.cfg.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
+            try:
+                r = await self._http.post(url + route, json=body)
+            except httpx.TransportError as e:
+                last = e
+                continue
+            if r.status_code >= 500:
+                last = InferenceError(f"{url}{route} answered {r.status_code}: {r.text[:500]}")
+                continue
+            if r.status_code >= 400:
+                raise InferenceError(f"{url}{route} answered {r.status_code}: {r.text[:1000]}")
+            return r.json()
+        raise InferenceError(
+            f"{url}{route} failed after {self.cfg.max_retries + 1} attempts (client.max_retries): "
+            f"{type(last).__name__}: {last}"
+        )
+
+    # -- API -----------------------------------------------------------------------------------------------------
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingConfig,
+        *,
+        rollout_id: str | None = None,
+        stop_token_ids: list[int] | None = None,
+        max_tokens: int | None = None,
+    ) -> GenerateResult:
+        """Sample one completion of `prompt_ids` (token-in/token-out).
+
+        `max_tokens` overrides `sampling.max_completion_tokens` (e.g. the room left in the context); generation
+        also stops at the model's eos ids and `stop_token_ids`. Raises ValueError on an empty prompt or
+        max_tokens < 1, InferenceError when the server refuses or stays unreachable.
+        """
+        if not prompt_ids:
+            raise ValueError("generate: prompt_ids is empty")
+        n = sampling.max_completion_tokens if max_tokens is None else max_tokens
+        if n < 1:
+            raise ValueError(f"generate: max_tokens must be >= 1, got {n}")
+        params: dict = {
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": 0 if sampling.top_k in (-1, 0) else sampling.top_k,
+            "max_tokens": n,
+            "logprobs": 0,
+            "detokenize": False,
+        }
+        if sampling.seed is not None:
+            params["seed"] = sampling.seed
+        if stop_token_ids:
+            params["stop_token_ids"] = list(stop_token_ids)
+        body: dict = {"token_ids": list(prompt_ids), "sampling_params": params}
+        if self.model:
+            body["model"] = self.model
+        url = self.server_for(rollout_id)
+        data = await self._post(url, "/inference/v1/generate", body)
+        choice = data["choices"][0]
+        ids = list(choice.get("token_ids") or [])
+        content = (choice.get("logprobs") or {}).get("content") or []
+        if len(content) != len(ids) or any(c["token_id"] != t for c, t in zip(content, ids, strict=False)):
+            raise InferenceError(f"{url}: logprobs do not line up with the sampled ids ({len(content)} vs {len(ids)})")
+        spans = choice.get("weight_versions") or []
+        version = min((_version(s["version"]) for s in spans), default=self._known_version[url])
+        return GenerateResult(
+            prompt_ids=list(prompt_ids),
+            completion_ids=ids,
+            logprobs=[float(c["logprob"]) for c in content],
+            finish_reason=choice.get("finish_reason") or "stop",
+            policy_version=version,
+        )
+
+    async def chat(self, messages: list[dict], tools: list[dict] | None, sampling: SamplingConfig) -> dict:
+        """Plain OpenAI `/v1/chat/completions` (for evaluation); returns the full response JSON (choices[0].message
+        holds content and parsed `tool_calls`). Tools are offered with tool_choice "auto" (unconstrained sampling)."""
+        body: dict = {
+            "messages": messages,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": 0 if sampling.top_k in (-1, 0) else sampling.top_k,
+            "max_tokens": sampling.max_completion_tokens,
+        }
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if self.model:
+            body["model"] = self.model
+        return await self._post(self.server_for(None), "/v1/chat/completions", body)
+
+    async def update_weights(self, path: str, version: int) -> None:
+        """Load the policy in `path` (weights/step_N/) as `version` on every server, concurrently. Returns when
+        all have reloaded (later requests use it); raises InferenceError naming the servers that failed."""
+        body = {"path": str(path), "version": int(version)}
+        results = await asyncio.gather(
+            *(self._post(u, "/update_weights", body) for u in self.urls), return_exceptions=True
+        )
+        errors = [f"{u}: {r}" for u, r in zip(self.urls, results, strict=True) if isinstance(r, BaseException)]
+        for u, r in zip(self.urls, results, strict=True):
+            if not isinstance(r, BaseException):
+                self._known_version[u] = int(version)
+        if errors:
+            raise InferenceError(f"update_weights({path}, version={version}) failed on: " + "; ".join(errors))
+
+    async def wait_healthy(self, timeout_s: float) -> None:
+        """Poll GET /health on every server every 0.5 s until all answer 200; TimeoutError names the others."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        pending = list(self.urls)
+        while True:
+            still = []
+            for u in pending:
+                try:
+                    r = await self._http.get(u + "/health", timeout=min(5.0, self.cfg.connect_timeout_s))
+                    if r.status_code != 200:
+                        still.append(u)
+                except httpx.HTTPError:
+                    still.append(u)
+            pending = still
+            if not pending:
+                return
+            if loop.time() > deadline:
+                raise TimeoutError(
+                    f"inference server(s) {pending} not healthy after {timeout_s:.0f} s; check their logs "
+                    "(<run>/logs/vllm.log) and client.base_url"
+                )
+            await asyncio.sleep(0.5)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> InferenceClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()

@@ -1,0 +1,167 @@
+"""InferenceClient against a fake transport (no vLLM): routing, retries, parsing, errors."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
+from prime_rl.inference.client import InferenceClient, InferenceError
+
+
+def _gen_response(ids, logprobs, version="default", finish="length"):
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": finish,
+                "token_ids": ids,
+                "weight_versions": [{"version": version, "start": 0, "end": len(ids)}] if ids else [],
+                "logprobs": {
+                    "content": [
+                        {"token_id": t, "logprob": lp, "top_logprobs": [{"token_id": t, "logprob": lp}]}
+                        for t, lp in zip(ids, logprobs, strict=True)
+                    ]
+                },
+            }
+        ]
+    }
+
+
+class Fake:
+    def __init__(self, script=None):
+        self.calls: list[tuple[str, str, dict | None]] = []
+        self.script = list(script or [])
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.calls.append((request.url.host + ":" + str(request.url.port), request.url.path, body))
+        if self.script:
+            item = self.script.pop(0)
+            if isinstance(item, Exception):
+                raise item
+            return item
+        if request.url.path == "/inference/v1/generate":
+            n = body["sampling_params"]["max_tokens"]
+            return httpx.Response(200, json=_gen_response(list(range(65, 65 + n)), [-1.5] * n, version="7"))
+        return httpx.Response(200, json={"ok": True})
+
+
+def make(fake, urls=("http://a:1", "http://b:2"), retries=3):
+    cfg = ClientConfig(base_url=list(urls), max_retries=retries)
+    return InferenceClient(cfg, transport=httpx.MockTransport(fake))
+
+
+async def test_generate_parses_and_sends_sampling():
+    fake = Fake()
+    c = make(fake)
+    s = SamplingConfig(temperature=0.7, top_p=0.9, top_k=-1, max_completion_tokens=5, seed=3)
+    r = await c.generate([1, 2, 3], s, stop_token_ids=[258])
+    assert (r.prompt_ids, r.completion_ids, r.logprobs) == ([1, 2, 3], [65, 66, 67, 68, 69], [-1.5] * 5)
+    assert (r.finish_reason, r.policy_version) == ("length", 7)
+    body = fake.calls[0][2]
+    assert body["token_ids"] == [1, 2, 3]
+    sp = body["sampling_params"]
+    assert sp == {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 0,
+        "max_tokens": 5,
+        "logprobs": 0,
+        "detokenize": False,
+        "seed": 3,
+        "stop_token_ids": [258],
+    }
+    r = await c.generate([1], s, max_tokens=2)
+    assert len(r.completion_ids) == 2
+    await c.aclose()
+
+
+async def test_round_robin_and_sticky():
+    fake = Fake()
+    c = make(fake, urls=("http://a:1", "http://b:2", "http://c:3"))
+    s = SamplingConfig(max_completion_tokens=1)
+    for _ in range(6):
+        await c.generate([1], s)
+    assert [h for h, _, _ in fake.calls] == ["a:1", "b:2", "c:3", "a:1", "b:2", "c:3"]
+    fake.calls.clear()
+    for rid in ["x", "y", "x", "x", "y", "z", "x"]:
+        await c.generate([1], s, rollout_id=rid)
+    hosts = [h for h, _, _ in fake.calls]
+    assert hosts[0] == hosts[2] == hosts[3] == hosts[6]
+    assert hosts[1] == hosts[4] != hosts[0]
+    assert hosts[5] not in (hosts[0], hosts[1])
+    await c.aclose()
+
+
+async def test_retries_5xx_and_transport_then_succeeds(monkeypatch):
+    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
+    ok = httpx.Response(200, json=_gen_response([70], [-0.25]))
+    fake = Fake([httpx.Response(503, text="busy"), httpx.ConnectError("refused"), ok])
+    c = make(fake, urls=("http://a:1",), retries=2)
+    r = await c.generate([1], SamplingConfig(max_completion_tokens=1))
+    assert r.completion_ids == [70] and r.logprobs == [-0.25] and r.policy_version == 0
+    assert len(fake.calls) == 3
+    await c.aclose()
+
+
+async def _no_sleep(_s):
+    return None
+
+
+async def test_retries_are_bounded_and_4xx_is_not_retried(monkeypatch):
+    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
+    fake = Fake([httpx.Response(500, text="boom")] * 3)
+    c = make(fake, urls=("http://a:1",), retries=2)
+    with pytest.raises(InferenceError, match="after 3 attempts"):
+        await c.generate([1], SamplingConfig(max_completion_tokens=1))
+    assert len(fake.calls) == 3
+    fake = Fake([httpx.Response(400, text="bad prompt")])
+    c = make(fake, urls=("http://a:1",), retries=5)
+    with pytest.raises(InferenceError, match="400: bad prompt"):
+        await c.generate([1], SamplingConfig(max_completion_tokens=1))
+    assert len(fake.calls) == 1
+    with pytest.raises(ValueError, match="prompt_ids is empty"):
+        await c.generate([], SamplingConfig())
+    await c.aclose()
+
+
+async def test_misaligned_logprobs_rejected():
+    bad = _gen_response([70, 71], [-1.0, -2.0])
+    bad["choices"][0]["logprobs"]["content"].pop()
+    c = make(Fake([httpx.Response(200, json=bad)]), urls=("http://a:1",))
+    with pytest.raises(InferenceError, match="line up"):
+        await c.generate([1], SamplingConfig(max_completion_tokens=2))
+    await c.aclose()
+
+
+async def test_policy_version_is_oldest_span_and_update_weights_all_servers():
+    resp = _gen_response([70, 71], [-1.0, -2.0])
+    resp["choices"][0]["weight_versions"] = [
+        {"version": "4", "start": 0, "end": 1},
+        {"version": "5", "start": 1, "end": 2},
+    ]
+    fake = Fake([httpx.Response(200, json=resp)])
+    c = make(fake)
+    r = await c.generate([1], SamplingConfig(max_completion_tokens=2))
+    assert r.policy_version == 4
+    fake.calls.clear()
+    await c.update_weights("/w/step_3", 3)
+    assert sorted((h, p, b["version"], b["path"]) for h, p, b in fake.calls) == [
+        ("a:1", "/update_weights", 3, "/w/step_3"),
+        ("b:2", "/update_weights", 3, "/w/step_3"),
+    ]
+    fake.script = [httpx.Response(200, json={}), httpx.Response(400, text="no safetensors")]
+    with pytest.raises(InferenceError, match="no safetensors"):
+        await c.update_weights("/w/step_4", 4)
+    await c.aclose()
+
+
+async def test_wait_healthy_times_out_naming_server():
+    fake = Fake([httpx.Response(503)] * 100)
+    c = make(fake, urls=("http://a:1",))
+    with pytest.raises(TimeoutError, match="http://a:1"):
+        await c.wait_healthy(0.2)
+    await c.aclose()
