@@ -143,8 +143,8 @@ def test_resume_picks_newest_complete_and_drops_later_steps(tmp_path):
             d = run.checkpoint_step(n) / part
             d.mkdir(parents=True)
             (d / "state.bin").write_text("x")
-    (run.checkpoint_step(6) / "trainer" / "model.safetensors.tmp").write_text("half")  # incomplete
-    (run.checkpoint_step(4) / "trainer" / "STABLE").write_text("")
+            if (n, part) != (6, "trainer"):  # step 6's trainer part never got its marker: incomplete
+                (d / "STABLE").write_text("")
     for n in range(1, 8):
         run.rollout_step(n).mkdir(parents=True)
         run.weight_step(n).mkdir(parents=True)

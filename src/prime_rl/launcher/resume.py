@@ -1,8 +1,7 @@
 """`--resume` and `--clean`: find the newest complete checkpoint; clear what a previous run left behind.
 
 A checkpoint step N is complete when both `checkpoints/step_N/trainer/` and `checkpoints/step_N/orchestrator/`
-exist and each holds a `STABLE` marker (written last, as for weights) or, where a part writes no marker, is a
-non-empty directory with no `*.tmp` files. Rollouts and policy versions of steps after N are deleted before the
+exist and each holds its `STABLE` marker (written last by trainer and orchestrator, as for weights). Rollouts and policy versions of steps after N are deleted before the
 resumed run starts, so neither trainer nor orchestrator can pick up a half-finished step of the dead run.
 """
 
@@ -13,15 +12,11 @@ from pathlib import Path
 
 from prime_rl.launcher.errors import PreflightError
 from prime_rl.monitor.rundir import RunDir, step_dirs
+from prime_rl.transport.atomic import STABLE
 
 
 def _part_complete(d: Path) -> bool:
-    if not d.is_dir():
-        return False
-    if (d / "STABLE").is_file():
-        return True
-    files = [p for p in d.rglob("*") if p.is_file()]
-    return bool(files) and not any(p.name.endswith(".tmp") or ".tmp." in p.name for p in files)
+    return (d / STABLE).is_file()
 
 
 def complete_checkpoints(run: RunDir) -> list[int]:

@@ -1,0 +1,129 @@
+"""The final eval table of a run: reference policies and models on the same eval tasks, with standard errors.
+
+    python -m prime_rl.monitor.summary --run RUN_DIR \
+        --entry idle=outputs/demo/baselines/idle.jsonl --entry greedy=... \
+        --entry SFT=RUN_DIR/eval/step_0.jsonl --entry RL=RUN_DIR/eval/step_40.jsonl --entry optimum=... \
+        [--compare RL:SFT --compare RL:greedy] [--out RUN_DIR/eval/summary.md] [--plot RUN_DIR/plots/reward.png]
+
+Per-task scores are read from JSONL rows: `score` (rows of `gridsim baseline`) or `avg` (rows of the
+orchestrator's `eval/step_N.jsonl`, the mean reward of a task's unmasked rollouts), keyed by `task_id`.
+Mean and standard error of the mean (sample std / sqrt(n)) per entry; comparisons are paired over the tasks
+both entries scored: mean difference and its standard error (std of the per-task differences / sqrt(n)),
+which removes the day-to-day spread both share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def load_scores(path: Path) -> dict[str, float]:
+    """`{task_id: score}` from a JSONL of per-task rows (`score` or `avg`; rows without either are skipped).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: no row carries a score (names the file).
+    """
+    out: dict[str, float] = {}
+    for i, line in enumerate(Path(path).read_text().splitlines()):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        key = str(row.get("task_id", i))
+        val = row.get("score", row.get("avg"))
+        if isinstance(val, int | float) and math.isfinite(val):
+            out[key] = float(val)
+    if not out:
+        raise ValueError(f"{path}: no row has a numeric `score` or `avg`")
+    return out
+
+
+@dataclass(frozen=True)
+class Stat:
+    n: int
+    mean: float
+    se: float  # standard error of the mean; 0 for n < 2
+
+    def fmt(self) -> str:
+        return f"{self.mean:.4f} ± {self.se:.4f}"
+
+
+def mean_se(values: list[float]) -> Stat:
+    """Mean and standard error `s / sqrt(n)` with the sample std `s` (ddof = 1)."""
+    n = len(values)
+    if n == 0:
+        return Stat(0, float("nan"), float("nan"))
+    m = sum(values) / n
+    if n < 2:
+        return Stat(n, m, 0.0)
+    var = sum((v - m) ** 2 for v in values) / (n - 1)
+    return Stat(n, m, math.sqrt(var / n))
+
+
+def paired(a: dict[str, float], b: dict[str, float]) -> Stat:
+    """Mean and standard error of `a[t] - b[t]` over the tasks both scored."""
+    common = sorted(set(a) & set(b))
+    return mean_se([a[t] - b[t] for t in common])
+
+
+def table(entries: list[tuple[str, dict[str, float]]], compare: list[tuple[str, str]] = ()) -> str:
+    """A markdown table (policy, tasks, mean ± SE, median, share below 0.2) and the paired comparisons."""
+    lines = ["| policy | tasks | mean ± SE | median | below 0.2 |", "|---|---:|---:|---:|---:|"]
+    for name, scores in entries:
+        v = sorted(scores.values())
+        s = mean_se(v)
+        med = (v[len(v) // 2] + v[(len(v) - 1) // 2]) / 2
+        below = sum(x < 0.2 for x in v) / len(v)
+        lines.append(f"| {name} | {s.n} | {s.fmt()} | {med:.4f} | {100 * below:.1f}% |")
+    by_name = dict(entries)
+    if compare:
+        lines += ["", "| comparison (paired over common tasks) | tasks | mean difference ± SE | difference / SE |",
+                  "|---|---:|---:|---:|"]
+        for x, y in compare:
+            if x not in by_name or y not in by_name:
+                continue
+            d = paired(by_name[x], by_name[y])
+            z = d.mean / d.se if d.se > 0 else float("inf") if d.mean else 0.0
+            lines.append(f"| {x} − {y} | {d.n} | {d.mean:+.4f} ± {d.se:.4f} | {z:+.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m prime_rl.monitor.summary", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", type=Path, help="run directory (for the plot and the default --out)")
+    ap.add_argument("--entry", action="append", default=[], help="NAME=PATH of a per-task scores JSONL (in order)")
+    ap.add_argument("--compare", action="append", default=[], help="A:B to report A − B paired")
+    ap.add_argument("--title", default="Eval")
+    ap.add_argument("--out", type=Path, help="markdown file (default RUN/eval/summary.md)")
+    ap.add_argument("--plot", type=Path, help="PNG of train and eval reward by step (default RUN/plots/reward.png)")
+    a = ap.parse_args(argv)
+    entries = []
+    for e in a.entry:
+        name, _, path = e.partition("=")
+        if not path:
+            ap.error(f"--entry {e!r}: expected NAME=PATH")
+        entries.append((name, load_scores(Path(path))))
+    compare = [tuple(c.split(":", 1)) for c in a.compare]
+    text = f"# {a.title}\n\n" + table(entries, compare)
+    print(text)
+    out = a.out or (a.run / "eval" / "summary.md" if a.run else None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        print(f"summary written to {out}")
+    if a.run is not None:
+        from prime_rl.monitor.plots import plot_rewards
+
+        refs = {name: mean_se(list(s.values())).mean for name, s in entries
+                if name.lower() in ("idle", "greedy", "optimum", "optimal")}
+        png = plot_rewards(a.run, a.plot or a.run / "plots" / "reward.png", references=refs)
+        print(f"plot written to {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
