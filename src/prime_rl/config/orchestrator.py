@@ -95,6 +95,7 @@ class EvalConfig(BaseConfig):
     interval: int | None = Field(None, gt=0, description="Eval every N steps (and on the base policy); None = never.")
     num_examples: int | None = Field(None, gt=0, description="Eval tasks per source; None = the whole eval split.")
     rollouts_per_example: int = Field(1, gt=0)
+    pass_threshold: float = Field(1.0, description="A rollout passes (pass@k) when its reward is at least this.")
     sampling: SamplingConfig = SamplingConfig(temperature=1.0)
     source: list[SourceConfig] | None = Field(None, description="Default: the train sources, eval split.")
 

@@ -1,0 +1,128 @@
+"""Evaluation: k rollouts per eval task, per-task rows and avg@k / pass@k per source.
+
+    avg@k  = mean reward over the unmasked rollouts of all tasks
+    pass@k = fraction of tasks where at least one of the k rollouts reaches `pass_threshold`
+    pass@1 = mean over tasks of c / n (c successes among n unmasked rollouts): the unbiased pass@1 estimator
+             (Chen et al. 2021, arXiv:2107.03374, eq. 1 with k = 1)
+
+Tasks whose rollouts are all masked count in `error` and are left out of the averages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prime_rl.config.orchestrator import SamplingConfig
+from prime_rl.orchestrator.agent import AgentLimits, run_rollout
+from prime_rl.orchestrator.sources import CapacityGate, TaskSource
+from prime_rl.orchestrator.types import Rollout
+from prime_rl.transport.atomic import atomic_write_text
+
+
+@dataclass
+class EvalResult:
+    rows: list[dict[str, Any]]  # one per task
+    metrics: dict[str, float]  # eval/<source>/avg@k ... and eval/avg@k over all sources
+    by_source: dict[str, dict[str, float]]
+
+
+def eval_tasks(source: TaskSource, num_examples: int | None) -> list:
+    """The first `num_examples` tasks of the source's eval split (all when None)."""
+    tasks = source.tasks("eval")
+    return tasks if num_examples is None else tasks[:num_examples]
+
+
+def summarize(rollouts_by_task: list[list[Rollout]], k: int, threshold: float) -> dict[str, float]:
+    """avg@k, pass@k, pass@1, error/truncated percentages and mean turns over the rollouts of several tasks."""
+    all_r = [r for rs in rollouts_by_task for r in rs]
+    ok = [r for r in all_r if not r.masked]
+    scored = [[r for r in rs if not r.masked] for rs in rollouts_by_task]
+    scored = [rs for rs in scored if rs]
+    out = {
+        f"avg@{k}": sum(r.reward for r in ok) / len(ok) if ok else float("nan"),
+        f"pass@{k}": sum(any(r.reward >= threshold for r in rs) for rs in scored) / len(scored) if scored else float("nan"),
+        "pass@1": sum(sum(r.reward >= threshold for r in rs) / len(rs) for rs in scored) / len(scored) if scored else float("nan"),
+        "tasks": float(len(rollouts_by_task)),
+        "rollouts": float(len(all_r)),
+        "error_pct": 100.0 * (len(all_r) - len(ok)) / len(all_r) if all_r else 0.0,
+        "truncated_pct": 100.0 * sum(r.truncated for r in all_r) / len(all_r) if all_r else 0.0,
+        "turns": sum(r.num_turns for r in all_r) / len(all_r) if all_r else 0.0,
+    }
+    return out
+
+
+async def run_eval(
+    sources: list[TaskSource],
+    client: Any,
+    renderer: Any,
+    sampling: SamplingConfig,
+    limits: AgentLimits,
+    *,
+    num_examples: int | None,
+    rollouts_per_example: int,
+    pass_threshold: float = 1.0,
+    inflight_sem: asyncio.Semaphore | None = None,
+    gate: CapacityGate | None = None,
+    max_inflight: int = 32,
+) -> EvalResult:
+    """Play `rollouts_per_example` rollouts of each eval task of each source (concurrently, bounded)."""
+    sem = inflight_sem or asyncio.Semaphore(max_inflight)
+    gate = gate or CapacityGate()
+    k = rollouts_per_example
+
+    async def one(src, task, j):
+        async with sem, gate(src):
+            return await run_rollout(task, src, client, renderer, sampling, limits, rollout_id=f"eval/{task.task_id}/{j}")
+
+    rows, metrics, by_source = [], {}, {}
+    per_source = []
+    for src in sources:
+        tasks = eval_tasks(src, num_examples)
+        futs = [[asyncio.create_task(one(src, t, j)) for j in range(k)] for t in tasks]
+        per_source.append((src, tasks, futs))
+    try:
+        for src, tasks, futs in per_source:
+            done = [list(await asyncio.gather(*fs)) for fs in futs]
+            by_source[src.name] = summarize(done, k, pass_threshold)
+            for t, rs in zip(tasks, done, strict=True):
+                rows.append(
+                    {
+                        "source": src.name,
+                        "task_id": t.task_id,
+                        "index": t.index,
+                        "rewards": [r.reward for r in rs],
+                        "masked": [r.masked for r in rs],
+                        "errors": [r.error for r in rs if r.error],
+                        "turns": [r.num_turns for r in rs],
+                        "truncated": [r.truncated for r in rs],
+                        "avg": (sum(r.reward for r in rs if not r.masked) / max(1, sum(not r.masked for r in rs))),
+                        "pass": any(r.reward >= pass_threshold and not r.masked for r in rs),
+                    }
+                )
+            for name, v in by_source[src.name].items():
+                metrics[f"eval/{src.name}/{name}"] = v
+    except BaseException:
+        for _, _, futs in per_source:
+            for fs in futs:
+                for f in fs:
+                    f.cancel()
+        raise
+    if len(sources) > 1:
+        allr = []
+        for _, _, futs in per_source:
+            allr += [[f.result() for f in fs] for fs in futs]
+        for name, v in summarize(allr, k, pass_threshold).items():
+            metrics[f"eval/{name}"] = v
+    else:
+        for name, v in by_source[sources[0].name].items():
+            metrics[f"eval/{name}"] = v
+    return EvalResult(rows=rows, metrics=metrics, by_source=by_source)
+
+
+def write_eval_rows(path: Path, step: int, rows: list[dict[str, Any]]) -> None:
+    """`eval/step_N.jsonl`: one JSON row per task, written atomically."""
+    atomic_write_text(Path(path), "".join(json.dumps({"step": step, **row}) + "\n" for row in rows))

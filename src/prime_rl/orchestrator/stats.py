@@ -1,0 +1,92 @@
+"""Per-step numbers of the orchestrator: metrics.jsonl rows and the console step line."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from prime_rl.orchestrator.scheduler import CutBatch
+
+
+def format_duration(seconds: float) -> str:
+    """`1h 2m 3s`, `1m 23s`, `42s` (whole seconds)."""
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    if h:
+        return f"{h}h {m}m {s}s"
+    if m:
+        return f"{m}m {s}s"
+    return f"{s}s"
+
+
+def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> dict[str, Any]:
+    """Metrics of one step's rollouts.
+
+    reward: mean over unmasked rollouts; trainable: rollouts that carry loss (unmasked, not filtered, sampled
+    tokens, nonzero advantage); turns: mean model turns; error_pct: masked rollouts; truncated_pct: rollouts cut by
+    a token budget; max_off_policy: (N - 1) - oldest policy version in the batch.
+    """
+    rs = batch.rollouts
+    n = len(rs)
+    ok = [r for r in rs if not r.masked]
+    m: dict[str, Any] = {
+        "reward": sum(r.reward for r in ok) / len(ok) if ok else float("nan"),
+        "reward_std": _std([r.reward for r in ok]),
+        "num_rollouts": n,
+        "trainable": sum(r.trainable for r in rs),
+        "trainable_pct": 100.0 * sum(r.trainable for r in rs) / n if n else 0.0,
+        "turns": sum(r.num_turns for r in rs) / n if n else 0.0,
+        "max_off_policy": batch.max_off_policy,
+        "error_pct": 100.0 * (n - len(ok)) / n if n else 0.0,
+        "truncated_pct": 100.0 * sum(r.truncated for r in rs) / n if n else 0.0,
+        "turn_capped_pct": 100.0 * sum(r.turn_capped for r in rs) / n if n else 0.0,
+        "prefix_breaks": sum(r.prefix_breaks for r in rs),
+        "malformed_tool_calls": sum(r.malformed_tool_calls for r in rs),
+        "dropped_stale_groups": batch.dropped_stale_groups,
+        "filtered_groups": batch.filtered_groups,
+        "seq_len_mean": sum(r.num_tokens for r in rs) / n if n else 0.0,
+        "loss_tokens": sum(r.num_loss_tokens for r in rs if not r.masked and not r.filtered),
+        "rollout_time_s_mean": sum(r.duration_s for r in rs) / n if n else 0.0,
+        "step_time_s": step_time_s,
+        "wait_s": batch.wait_s,
+        "policy_version": policy_version,
+    }
+    errors: dict[str, int] = defaultdict(int)
+    for r in rs:
+        if r.masked:
+            errors[(r.error or "unknown").split(":")[0]] += 1
+    for k, v in errors.items():
+        m[f"errors/{k}"] = v
+    by_src: dict[str, list] = defaultdict(list)
+    env_m: dict[str, list] = defaultdict(list)
+    for r in ok:
+        by_src[r.source].append(r.reward)
+        for k, v in r.env_metrics.items():
+            if isinstance(v, int | float):
+                env_m[k].append(float(v))
+    if len(by_src) > 1:
+        for s, v in by_src.items():
+            m[f"reward/{s}"] = sum(v) / len(v)
+    for k, v in env_m.items():
+        m[f"env/{k}"] = sum(v) / len(v)
+    return m
+
+
+def step_line(step: int, m: dict[str, Any]) -> str:
+    """`Step 12 | 1m 23s | Reward 0.7508 | Trainable 32/32 (100.0%) | Turns 3.9 | Max Off-Policy 1 | Error 0.0% | Truncated 12.5%`."""
+    reward = m["reward"]
+    rtxt = "nan" if reward is None or (isinstance(reward, float) and math.isnan(reward)) else f"{reward:.4f}"
+    return (
+        f"Step {step} | {format_duration(m['step_time_s'])} | Reward {rtxt} | "
+        f"Trainable {m['trainable']}/{m['num_rollouts']} ({m['trainable_pct']:.1f}%) | Turns {m['turns']:.1f} | "
+        f"Max Off-Policy {m['max_off_policy']} | Error {m['error_pct']:.1f}% | Truncated {m['truncated_pct']:.1f}%"
+    )
+
+
+def _std(v: list[float]) -> float:
+    if len(v) < 2:
+        return 0.0
+    mu = sum(v) / len(v)
+    return math.sqrt(sum((x - mu) ** 2 for x in v) / len(v))
