@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `make demo`: the main job end to end on CPU. Tiny model -> GridSim rows and demonstrations -> SFT -> RL (rl
+# launches env server, inference, trainer, orchestrator) -> eval table on the 200 eval days + reward plot.
+#   DATA_DIR=../shared/data/ercot make demo   # real ERCOT NP4-180-ER days (DAMLZHBSPP_<year>.xlsx files)
+#   make demo                                 # synthetic days (the embedded default)
+# Extra flags for `rl` go in RL_ARGS (e.g. RL_ARGS="--max-steps 10"); for `sft` in SFT_ARGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=outputs/demo
+DATA_ARGS=()
+if [ -n "${DATA_DIR:-}" ]; then
+  DATA_DIR=$(cd "$DATA_DIR" && pwd)
+  DATA_ARGS=(--data-dir "$DATA_DIR")
+  echo "demo: real ERCOT days from $DATA_DIR"
+else
+  echo "demo: synthetic days (set DATA_DIR=../shared/data/ercot for the real ERCOT files)"
+fi
+HIDDEN=${HIDDEN:-128}
+LAYERS=${LAYERS:-4}
+T0=$SECONDS
+phase() { echo; echo "=== [$((SECONDS - T0)) s] $*"; }
+
+phase "1/6 tiny model (hidden $HIDDEN x $LAYERS layers, Qwen3 format) -> $OUT/tiny-model"
+rm -rf "$OUT/tiny-model"
+prime-rl tiny-model "$OUT/tiny-model" --hidden "$HIDDEN" --layers "$LAYERS" --seed 0
+
+phase "2/6 GridSim rows for the NeMo Gym resources server and SFT demonstrations"
+rm -rf "$OUT/gym-root"
+env-server write gridsim "$OUT/gym-root" "${DATA_ARGS[@]}"
+gridsim sft-data --split train "${DATA_ARGS[@]}" "$OUT/sft.jsonl"
+
+phase "3/6 SFT warm start (examples/gridsim/sft.toml)"
+rm -rf "$OUT/sft"
+# shellcheck disable=SC2086
+sft @ examples/gridsim/sft.toml --model.name "$OUT/tiny-model" --data.path "$OUT/sft.jsonl" --output-dir "$OUT/sft" ${SFT_ARGS:-}
+SFT_MODEL=$(ls -d "$OUT"/sft/weights/step_*/STABLE | sed 's#/STABLE$##' | sort -t_ -k2 -n | tail -1)
+echo "SFT model: $SFT_MODEL"
+
+phase "4/6 RL (examples/gridsim/rl.toml): env server, inference, trainer, orchestrator"
+ENV_ARGS=()
+[ -n "${DATA_DIR:-}" ] && ENV_ARGS=(--env-server.data-dir "$DATA_DIR")
+# shellcheck disable=SC2086
+rl @ examples/gridsim/rl.toml --model.name "$SFT_MODEL" --output-dir "$OUT/rl" --clean "${ENV_ARGS[@]}" ${RL_ARGS:-}
+
+phase "5/6 reference policies on the eval days"
+mkdir -p "$OUT/baselines"
+for p in idle greedy optimal; do
+  gridsim baseline --policy "$p" --split eval "${DATA_ARGS[@]}" --out "$OUT/baselines/$p.jsonl"
+done
+
+phase "6/6 eval table and reward plot"
+FIRST=$(ls "$OUT"/rl/eval/step_*.jsonl | sed 's#.*/step_\([0-9]*\)\.jsonl#\1#' | sort -n | head -1)
+LAST=$(ls "$OUT"/rl/eval/step_*.jsonl | sed 's#.*/step_\([0-9]*\)\.jsonl#\1#' | sort -n | tail -1)
+python -m prime_rl.monitor.summary --run "$OUT/rl" \
+  --title "GridSim eval ($( [ -n "${DATA_DIR:-}" ] && echo "ERCOT days" || echo "synthetic days" ), tiny model ${HIDDEN}x${LAYERS}, RL step $LAST)" \
+  --entry "idle=$OUT/baselines/idle.jsonl" --entry "greedy=$OUT/baselines/greedy.jsonl" \
+  --entry "SFT (step $FIRST)=$OUT/rl/eval/step_$FIRST.jsonl" --entry "RL (step $LAST)=$OUT/rl/eval/step_$LAST.jsonl" \
+  --entry "optimum=$OUT/baselines/optimal.jsonl" \
+  --compare "RL (step $LAST):SFT (step $FIRST)" --compare "RL (step $LAST):greedy"
+echo "demo finished in $((SECONDS - T0)) s; table: $OUT/rl/eval/summary.md, plot: $OUT/rl/plots/reward.png"
