@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, LoRAConfig, ModelConfig, WandbConfig
+from prime_rl.config.orchestrator import RendererConfig
 
 
 class TrainerModelConfig(ModelConfig):
@@ -99,6 +100,13 @@ class SFTConfig(BaseConfig):
     ckpt: CheckpointConfig = CheckpointConfig()
     wandb: WandbConfig | None = None
     log: LogConfig = LogConfig()
+
+    renderer: RendererConfig = Field(
+        RendererConfig(), description="Chat renderer; use the orchestrator's so SFT trains on what RL samples."
+    )
+    publish_interval: int | None = Field(
+        None, gt=0, description="Also publish weights/step_N/ every N steps (the last step is always published)."
+    )
 
     output_dir: Path = Path("outputs/sft")
     max_steps: int | None = Field(100, gt=0)

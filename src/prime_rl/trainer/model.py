@@ -56,7 +56,6 @@ def load_model(cfg: TrainerModelConfig, dist_info: DistInfo) -> nn.Module:
     model = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=torch.float32, attn_implementation=attn, trust_remote_code=cfg.trust_remote_code
     )
-    model.config.use_cache = False
     if cfg.lora is not None:
         from peft import LoraConfig, get_peft_model
 

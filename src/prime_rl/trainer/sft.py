@@ -1,0 +1,81 @@
+"""SFT (`sft @ config`): supervised fine-tuning on chat JSONL with the RL trainer's engine.
+
+Step N (1-based) trains on dataset positions (N-1)*batch_size ... N*batch_size-1 of the epoch-permuted stream
+(`sft_data.step_indices`), packed into micro-batches of at most `seq_len` tokens and dealt across ranks; the loss
+is the NLL of assistant tokens divided by the step's assistant-token count (all ranks). Same model / LoRA /
+FSDP2 / optimizer / checkpoint / publishing code as RL (`engine.Engine`). Publishes `weights/step_N/` at the
+last step and every `publish_interval` steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from prime_rl.config.trainer import SFTConfig
+from prime_rl.monitor.logger import setup_logging
+from prime_rl.trainer.engine import Engine, EngineConfig
+from prime_rl.trainer.loss import sft_loss
+from prime_rl.trainer.sft_data import (
+    load_jsonl,
+    make_renderer,
+    pack_samples,
+    render_dataset,
+    shard_micro_batches,
+    step_indices,
+)
+
+
+def total_steps(cfg: SFTConfig, n: int) -> int:
+    """min(max_steps, steps in `data.epochs` epochs); at least one limit must be set.
+
+    Raises:
+        ValueError: neither `max_steps` nor `data.epochs` is set.
+    """
+    limits = []
+    if cfg.max_steps is not None:
+        limits.append(cfg.max_steps)
+    if cfg.data.epochs is not None:
+        limits.append(max(1, math.floor(cfg.data.epochs * n / cfg.data.batch_size)))
+    if not limits:
+        raise ValueError("sft needs max_steps or data.epochs to know when to stop")
+    return min(limits)
+
+
+def run(cfg: SFTConfig) -> dict[str, float] | None:
+    """Train; returns the last step's metrics."""
+    from transformers import AutoTokenizer
+
+    log = setup_logging("sft", cfg.output_dir, cfg.log.level)
+    rows = load_jsonl(cfg.data.path)
+    tokenizer = AutoTokenizer.from_pretrained(str(cfg.model.name))
+    renderer = make_renderer(tokenizer, cfg.renderer.name, cfg.renderer.enable_thinking)
+    samples, truncated = render_dataset(rows, renderer, cfg.seq_len)
+    n_loss = sum(int(s.loss_mask.sum()) for s in samples)
+    log.info(
+        f"{len(samples)} conversations from {cfg.data.path}: {sum(len(s) for s in samples)} tokens, "
+        f"{n_loss} assistant tokens, {truncated} truncated to seq_len={cfg.seq_len}"
+    )
+    if n_loss == 0:
+        raise ValueError(f"data.path = {str(cfg.data.path)!r}: no assistant tokens to train on after rendering")
+    steps = total_steps(cfg, len(samples))
+    engine = Engine(dataclasses.replace(EngineConfig.from_config(cfg), max_steps=steps), process="sft")
+    pad_id = tokenizer.pad_token_id or 0
+    last = None
+    try:
+        engine.maybe_resume()
+        for step in range(engine.step + 1, steps + 1):
+            idx = step_indices(step, cfg.data.batch_size, len(samples), cfg.seed, cfg.data.shuffle)
+            batch = [samples[i] for i in idx]
+            total = sum(int(s.loss_mask.sum()) for s in batch)
+            mbs = shard_micro_batches(pack_samples(batch, cfg.seq_len), engine.dist.rank, engine.dist.world_size, pad_id)
+            m = engine.train_step(mbs, total, sft_loss, None)
+            m["epoch"] = (step * cfg.data.batch_size) / len(samples)
+            if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0):
+                engine.publish(step)
+            engine.maybe_checkpoint(step)
+            engine.log_step(step, m, extra_keys=("epoch",))
+            last = m
+    finally:
+        engine.close()
+    return last

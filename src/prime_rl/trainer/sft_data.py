@@ -1,0 +1,173 @@
+"""SFT data: chat JSONL -> token ids + assistant-only loss mask (with the orchestrator's renderer) -> packed
+micro-batches.
+
+Each JSONL line is `{"messages": [...], "tools": [...] (optional)}` in OpenAI chat format (assistant
+`tool_calls` allowed, `tool` role for results). A sample is rendered with the same `renderers` renderer the
+orchestrator samples with (so SFT trains on exactly the token sequences RL later samples), and its loss mask
+selects the tokens the model itself would emit in each assistant turn: the assistant's content, reasoning and
+tool calls, and its closing `<|im_end|>`. Excluded: system/user/tool messages (tool results included), role
+headers, and whatever the generation prompt pre-fills (e.g. the empty `<think>\\n\\n</think>\\n\\n` block with
+`enable_thinking = false`). The pre-filled part is found by rendering the conversation up to each assistant
+turn with `add_generation_prompt=True` and diffing token ids against the full rendering.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from prime_rl.transport.batch import MicroBatch
+
+
+class SFTDataError(ValueError):
+    """A dataset line is unusable (names file, line and the problem)."""
+
+
+@dataclass
+class SFTSample:
+    """One rendered conversation: `input_ids` [L] int, `loss_mask` [L] bool."""
+
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def make_renderer(tokenizer: Any, name: str = "qwen3", enable_thinking: bool = False) -> Any:
+    """A `renderers` renderer by name (as the orchestrator builds it), `enable_thinking` where supported.
+
+    Raises:
+        ValueError: unknown renderer name (`renderer.name`).
+    """
+    from renderers import create_renderer
+    from renderers.configs import config_from_name
+
+    try:
+        base = config_from_name(name)
+    except Exception as e:
+        raise ValueError(f"renderer.name = {name!r} is not a known `renderers` renderer ({e}); try 'qwen3'") from e
+    if base is not None and "enable_thinking" in type(base).model_fields:
+        base = type(base)(enable_thinking=enable_thinking)
+    return create_renderer(tokenizer, base)
+
+
+def load_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read the dataset. Raises SFTDataError naming the line for bad JSON, missing/empty `messages`, or a
+    conversation without an assistant message; FileNotFoundError naming `data.path`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data.path = {str(path)!r} does not exist (JSONL of {{'messages': [...]}} rows)")
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SFTDataError(f"{path}:{i}: not valid JSON ({e})") from e
+        msgs = row.get("messages") if isinstance(row, dict) else None
+        if not isinstance(msgs, list) or not msgs:
+            raise SFTDataError(f"{path}:{i}: needs a non-empty 'messages' list")
+        if not any(m.get("role") == "assistant" for m in msgs):
+            raise SFTDataError(f"{path}:{i}: no assistant message, so nothing to train on")
+        rows.append(row)
+    if not rows:
+        raise SFTDataError(f"{path}: no rows")
+    return rows
+
+
+def render_sample(renderer: Any, messages: list[dict], tools: list[dict] | None = None) -> SFTSample:
+    """Render one conversation and mask everything but the assistant's own tokens (see module docstring)."""
+    full = renderer.render(messages, tools=tools)
+    ids = list(full.token_ids)
+    idx = list(full.message_indices)
+    sampled = list(full.sampled_mask) if len(full.sampled_mask) == len(ids) else None
+    mask = np.zeros(len(ids), bool)
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant":
+            continue
+        prompt = renderer.render_ids(messages[:i], tools=tools, add_generation_prompt=True)
+        start = len(prompt) if ids[: len(prompt)] == list(prompt) else 0
+        for k in range(start, len(ids)):
+            if idx[k] == i and (sampled is None or sampled[k]):
+                mask[k] = True
+    return SFTSample(np.asarray(ids, dtype=np.int64), mask)
+
+
+def render_dataset(rows: list[dict], renderer: Any, seq_len: int) -> tuple[list[SFTSample], int]:
+    """Render every row; samples longer than `seq_len` are truncated. Returns (samples, number truncated)."""
+    out, truncated = [], 0
+    for row in rows:
+        s = render_sample(renderer, row["messages"], row.get("tools"))
+        if len(s) > seq_len:
+            s = SFTSample(s.input_ids[:seq_len], s.loss_mask[:seq_len])
+            truncated += 1
+        out.append(s)
+    return out, truncated
+
+
+def step_indices(step: int, batch_size: int, n: int, seed: int, shuffle: bool) -> list[int]:
+    """Dataset indices of optimizer step `step` (1-based): positions (step-1)*batch_size ... of the stream made
+    of epoch permutations (torch.randperm seeded with seed + epoch, or 0..n-1 without shuffle). A pure
+    function of its arguments, so resuming at any step reproduces the data order."""
+    out = []
+    perms: dict[int, list[int]] = {}
+    for c in range((step - 1) * batch_size, step * batch_size):
+        epoch, pos = divmod(c, n)
+        if epoch not in perms:
+            if shuffle:
+                perms[epoch] = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+            else:
+                perms[epoch] = list(range(n))
+        out.append(perms[epoch][pos])
+    return out
+
+
+def pack_samples(samples: list[SFTSample], seq_len: int) -> list[MicroBatch]:
+    """Greedy in-order packing into micro-batches of at most `seq_len` tokens; position ids restart per sample."""
+    groups: list[list[SFTSample]] = []
+    cur: list[SFTSample] = []
+    used = 0
+    for s in samples:
+        if cur and used + len(s) > seq_len:
+            groups.append(cur)
+            cur, used = [], 0
+        cur.append(s)
+        used += len(s)
+    if cur:
+        groups.append(cur)
+    mbs = []
+    for g in groups:
+        ids = np.concatenate([s.input_ids for s in g])
+        n = len(ids)
+        mbs.append(
+            MicroBatch(
+                input_ids=ids,
+                position_ids=np.concatenate([np.arange(len(s)) for s in g]),
+                loss_mask=np.concatenate([s.loss_mask for s in g]),
+                advantages=np.zeros(n, np.float32),
+                inference_logprobs=np.zeros(n, np.float32),
+                temperature=np.ones(n, np.float32),
+            )
+        )
+    return mbs
+
+
+def shard_micro_batches(mbs: list[MicroBatch], rank: int, world_size: int, pad_id: int = 0) -> list[MicroBatch]:
+    """This rank's share: micro-batches dealt longest-first to the rank with the fewest tokens, then padded with
+    empty (no loss token) micro-batches so every rank holds the same count."""
+    loads = [0] * world_size
+    shares: list[list[MicroBatch]] = [[] for _ in range(world_size)]
+    for mb in sorted(mbs, key=len, reverse=True):
+        r = min(range(world_size), key=lambda j: (loads[j], len(shares[j])))
+        shares[r].append(mb)
+        loads[r] += len(mb)
+    most = max(len(s) for s in shares)
+    mine = shares[rank]
+    return mine + [MicroBatch.empty_like(1, pad_id) for _ in range(most - len(mine))]
