@@ -118,7 +118,10 @@ def main() -> None:
             print(f"{a.name} about to be killed at step {i}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         if a.name == "orchestrator":
-            print(f"12:00:00 INFO [orchestrator] Step {i} | 0m 1s | Reward 0.{i}000 | Error 0.0%", flush=True)
+            # like the real one: the step line on stdout and through the logger on stderr
+            print(f"Step {i} | 0m 1s | Reward 0.{i}000 | Error 0.0%", flush=True)
+            print(f"12:00:00 INFO [orchestrator] Step {i} | 0m 1s | Reward 0.{i}000 | Error 0.0%", file=sys.stderr,
+                  flush=True)
         else:
             print(f"{a.name} trained step {i}", flush=True)
     print(f"{a.name} done", flush=True)

@@ -52,7 +52,7 @@ def test_clean_end_when_trainer_and_orchestrator_finish(tmp_path, capsys):
     assert time.monotonic() - t0 < 20
     err = capsys.readouterr().err
     for i in (1, 2, 3):  # every step line streamed to the console, without the log prefix
-        assert f"Step {i} | 0m 1s | Reward 0.{i}000" in err
+        assert err.count(f"Step {i} | 0m 1s | Reward 0.{i}000") == 1  # printed once although logged twice
     assert "3/3" in err  # the progress bar reached max_steps
     assert gone(read_pid(pidfile))  # the server's grandchild (SIGTERM-ignoring) is gone too
     assert "trainer done" in (tmp_path / "logs" / "trainer.console.log").read_text()

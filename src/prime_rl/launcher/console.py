@@ -65,6 +65,7 @@ class StepView:
         self.task = self.progress.add_task("steps", total=total, completed=start)
         self.last_step = start
         self.lines: list[str] = []
+        self.printed: set[int] = set()
 
     def __enter__(self) -> StepView:
         self.progress.start()
@@ -80,6 +81,9 @@ class StepView:
             if parsed is None:
                 continue
             step, text = parsed
+            if step in self.printed:  # the same line on stdout and through the logger
+                continue
+            self.printed.add(step)
             self.lines.append(text)
             self.progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
             if step > self.last_step:

@@ -143,15 +143,19 @@ class Child:
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         """SIGTERM the process group, wait up to `grace_s` seconds, then SIGKILL the group and any descendant
-        still running. Returns the child's exit code. Never raises for processes already gone."""
+        still running. Descendants outside the group (a server that started its engine in its own session) are
+        left to the child's own shutdown during the grace period, unless the child is already gone. Returns the
+        child's exit code. Never raises for processes already gone."""
         self.refresh_descendants()
         if self.poll() is None or self._group_alive():
             self._signal_group(signal.SIGTERM)
-            for p in list(self._known.values()):
-                try:
-                    p.terminate()
-                except psutil.Error:
-                    pass
+            if self.poll() is not None:
+                # the leader is gone, so nobody will pass the stop on to what it started outside its group
+                for p in self.alive_processes():
+                    try:
+                        p.terminate()
+                    except psutil.Error:
+                        pass
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline:
                 if self.poll() is not None and not self.alive_processes():
