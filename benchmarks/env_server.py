@@ -1,0 +1,121 @@
+"""Benchmark: GridSim rollouts (seed + tool + verify) per second through `env-server serve` with 64 concurrent
+clients, p50/p99 rollout latency, side by side with the same episodes in-process.
+
+    .venv/bin/python benchmarks/env_server.py [--clients 64] [--seconds 10] [--port 0]
+
+Starts the server as a subprocess (the real CLI) on 127.0.0.1, drives it with `NemoGymClient`, stops it.
+Target (issue 3): >= 300 rollouts/s on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+from prime_rl.envs.gridsim.baselines import greedy
+from prime_rl.envs.gridsim.env import GridSimEnv
+from prime_rl.envs.gridsim.prompts import tool_arguments
+from prime_rl.envs.nemo_gym.client import NemoGymClient
+from prime_rl.envs.nemo_gym.rows import read_rows, row_to_task, write_server
+
+TARGET = 300.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_health(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"env-server exited with {proc.returncode} before {url}/health answered")
+        try:
+            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url}/health did not answer within {timeout_s} s")
+
+
+async def drive(url: str, rows: list[dict], schedules: list[str], clients: int, seconds: float) -> list[float]:
+    latencies: list[float] = []
+    stop = time.monotonic() + seconds
+    async with NemoGymClient(url, max_connections=clients, retry_deadline_s=30) as c:
+
+        async def worker(w: int) -> None:
+            i = w
+            while time.monotonic() < stop:
+                row, sched = rows[i % len(rows)], schedules[i % len(rows)]
+                t0 = time.perf_counter()
+                s = await c.seed(row)
+                await c.call_tool(s, "submit_schedule", sched)
+                await c.verify(s, row, "done")
+                latencies.append(time.perf_counter() - t0)
+                i += clients
+
+        await asyncio.gather(*(worker(w) for w in range(clients)))
+    return latencies
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--port", type=int, default=0, help="0 = a free port")
+    args = ap.parse_args()
+    env = GridSimEnv(num_train=200, num_eval=200)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = write_server("gridsim", tmp, env=env)
+        rows = read_rows(root / "data" / "eval.jsonl")
+        schedules = [tool_arguments(greedy(r["info"]["prices"], None)) for r in rows]
+        # in-process reference: the same episodes without HTTP
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < 1.0:
+            for row, sched in zip(rows, schedules, strict=True):
+                ep = env.episode(row_to_task(row))
+                ep.call_tool("submit_schedule", sched)
+                ep.verify("done")
+                n += 1
+        inproc = n / (time.perf_counter() - t0)
+        port = args.port or free_port()
+        url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "prime_rl.cli.env_server", "serve", str(root), "--port", str(port),
+               "--max-concurrent", str(max(96, args.clients * 2))]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            wait_health(url, proc)
+            asyncio.run(drive(url, rows, schedules, args.clients, 1.0))  # warm-up
+            t0 = time.perf_counter()
+            lat = sorted(asyncio.run(drive(url, rows, schedules, args.clients, args.seconds)))
+            wall = time.perf_counter() - t0
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+    rate = len(lat) / wall
+    p50, p99 = lat[len(lat) // 2] * 1e3, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3
+    print(f"rollouts (seed+tool+verify), {args.clients} concurrent clients, {wall:.1f} s, {os.cpu_count()} CPUs")
+    print(f"{'':24}{'rollouts/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'ratio':>8}")
+    print(f"{'in-process episodes':24}{inproc:>12.0f}{'':>10}{'':>10}{1.0:>8.2f}")
+    print(f"{'env-server over HTTP':24}{rate:>12.0f}{p50:>10.1f}{p99:>10.1f}{rate / inproc:>8.3f}")
+    print(f"{'target (issue 3)':24}{TARGET:>12.0f}{'':>10}{'':>10}{TARGET / inproc:>8.3f}"
+          f"   -> HTTP / target = {rate / TARGET:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

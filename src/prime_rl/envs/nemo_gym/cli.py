@@ -1,0 +1,82 @@
+"""`env-server` subcommands: `write` a built-in environment's rows and config, `serve` them over HTTP.
+
+Only argparse is imported at module level, so `--help` is instant (no FastAPI, torch or vLLM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _write(args: argparse.Namespace) -> int:
+    from prime_rl.envs.nemo_gym.rows import write_server
+
+    env_args = {}
+    if args.data_dir is not None:
+        if args.env != "gridsim":
+            raise ValueError(f"--data-dir applies to gridsim only, not {args.env!r}")
+        env_args["data_dir"] = str(args.data_dir.expanduser().resolve())
+    root = write_server(args.env, args.out, env_args)
+    n = {s: sum(1 for _ in open(root / "data" / f"{s}.jsonl")) for s in ("train", "eval")}
+    print(f"wrote {root} ({n['train']} train rows, {n['eval']} eval rows); serve it with `env-server serve {root}`")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from prime_rl.envs.base import load_env
+    from prime_rl.envs.nemo_gym.rows import load_server_config
+    from prime_rl.envs.nemo_gym.server import ServerState, create_app
+
+    root, cfg = load_server_config(args.dir)
+    env = load_env(cfg["env"], **cfg.get("env_args", {}))
+    state = ServerState(env=env, masked_as_error=args.masked_as_error, idle_timeout_s=args.idle_timeout,
+                        max_concurrent=args.max_concurrent, token=args.token)  # fmt: skip
+    print(f"serving {cfg['env']} from {root} on http://{args.host}:{args.port} "
+          f"(max_concurrent {args.max_concurrent}, idle_timeout {args.idle_timeout})", flush=True)  # fmt: skip
+    uvicorn.run(create_app(state), host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                timeout_keep_alive=30)  # fmt: skip
+    return 0
+
+
+def _positive(x: str) -> float:
+    v = float(x)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {x}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="env-server", description="NeMo Gym resources server for built-in environments.")
+    sub = p.add_subparsers(dest="command", required=True)
+    w = sub.add_parser(
+        "write", help="write OUT/resources_servers/<env>_v1/ (config, data/train.jsonl, data/eval.jsonl)"
+    )
+    w.add_argument("env", help="built-in environment: gridsim, reverse-text")
+    w.add_argument("out", type=Path, help="output root")
+    w.add_argument("--data-dir", type=Path, default=None, help="gridsim: ERCOT files (default: synthetic days)")
+    w.set_defaults(fn=_write)
+    s = sub.add_parser("serve", help="serve a written resources server directory over HTTP")
+    s.add_argument("dir", type=Path, help="OUT/resources_servers/<env>_v1 (or OUT holding exactly one)")
+    s.add_argument("--port", type=int, default=9100)
+    s.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
+    s.add_argument("--masked-as-error", action="store_true", help="answer unmeasurable episodes with 503, not 200")
+    s.add_argument("--idle-timeout", type=_positive, default=120.0, help="end sessions idle this many seconds")
+    s.add_argument("--max-concurrent", type=int, default=96, help="live sessions before /seed_session answers 503")
+    s.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (except GET /health)")
+    s.add_argument("--log-level", default="warning")
+    s.set_defaults(fn=_serve)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        code = args.fn(args)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        code = 2
+    raise SystemExit(code)
