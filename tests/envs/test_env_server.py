@@ -14,7 +14,7 @@ import pytest
 from prime_rl.envs import load_env
 from prime_rl.envs.gridsim.baselines import greedy
 from prime_rl.envs.gridsim.env import GridSimEnv
-from prime_rl.envs.nemo_gym.client import NemoGymClient, NemoGymError
+from prime_rl.envs.nemo_gym.client import NemoGymClient, NemoGymError, Session
 from prime_rl.envs.nemo_gym.rows import read_rows, row_to_task, task_to_row, write_server
 from prime_rl.envs.nemo_gym.server import ServerState, serve_in_thread
 
@@ -95,7 +95,7 @@ async def test_96_concurrent_sessions_never_mix(env, rows, url):
 
 async def test_masked_default_and_close(rows, url):
     async with NemoGymClient(url) as c:
-        out = await c.verify(type("S", (), {"cookie": "forged.0000"})(), rows[0], "x")
+        out = await c.verify(Session("forged.0000"), rows[0], "x")
         assert out["mask_sample"] is True and out["reward"] == 0.0 and out["failure_kind"] == "unknown_session"
         s = await c.seed(rows[0])
         await c.close(s)
@@ -134,10 +134,10 @@ async def test_masked_as_error_answers_503(env, rows):
             r = await h.post("/submit_schedule", json={"schedule": [0] * 24})
             assert r.status_code == 503 and "Retry-After" not in r.headers
         async with NemoGymClient(u, retry_deadline_s=5) as c:  # not retried: answered at once, masked
-            out = await c.verify(type("S", (), {"cookie": "x.y"})(), rows[0], "x")
+            out = await c.verify(Session("x.y"), rows[0], "x")
             assert out["mask_sample"] is True and out["failure_kind"] == "unknown_session"
             with pytest.raises(NemoGymError) as e:
-                await c.call_tool(type("S", (), {"cookie": "x.y"})(), "submit_schedule", {})
+                await c.call_tool(Session("x.y"), "submit_schedule", {})
             assert e.value.kind == "unknown_session"
 
 
