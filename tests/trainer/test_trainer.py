@@ -146,3 +146,18 @@ def test_batch_from_wrong_world_size_is_rejected(tiny_model_dir, samples, tmp_pa
 def test_missing_batch_times_out_naming_the_file(tiny_model_dir, tmp_path):
     with pytest.raises(TimeoutError, match=r"step_1/rank_0.bin"):
         rl.run(trainer_config(tiny_model_dir, tmp_path / "run", max_steps=1, data_timeout_s=0.2))
+
+
+def test_activation_checkpointing_gives_the_same_gradients(tiny_model_dir, samples, tmp_path):
+    total = int(sum(s["loss_mask"].sum() for s in samples))
+    grads = []
+    for ac in (False, True):
+        eng, cfg = _engine(tiny_model_dir, tmp_path / f"ac{ac}", model={"activation_checkpointing": ac})
+        try:
+            assert eng.model.is_gradient_checkpointing == ac
+            eng.train_step(pack(samples, 2), total, grpo_loss, cfg.loss)
+            grads.append({n: p.grad.full_tensor().clone() for n, p in eng.model.named_parameters()})
+        finally:
+            eng.close()
+    for k in grads[0]:
+        torch.testing.assert_close(grads[0][k], grads[1][k], atol=1e-7, rtol=1e-5)
