@@ -83,22 +83,32 @@ async def test_server_killed_mid_step(tmp_path, tok):
                            "task": {"resources_url": url, "retry_deadline_s": 0.5}}}}]},
     )
     src = NemoGymSource("remote", cfg.train.source[0].env.taskset)
-    client = DelayClient(tok, _script, lambda rid: 0.03)
-    orch = Orchestrator(cfg, client=client, renderer=make_renderer(tok, cfg.renderer), train_sources=[src], poll_s=0.005, echo=False)
     state_b = ServerState(env=CounterEnv(8))
     cm_b = None
 
+    class KillingClient(DelayClient):
+        """Call 20 (step 1 takes 16: 8 rollouts x 2 turns) kills server A, waits past the retry deadline, starts B
+        on the same port, then answers: the rollouts in flight on A meet a dead server or an unknown session."""
+
+        entered = 0
+
+        async def generate(self, *a, **k):
+            nonlocal cm_b
+            self.entered += 1
+            if self.entered == 20:
+                cm_b = serve_in_thread(state_b, port=port)
+                await asyncio.to_thread(cm_a.__exit__, None, None, None)
+                await asyncio.sleep(0.8)
+                await asyncio.to_thread(cm_b.__enter__)
+            return await super().generate(*a, **k)
+
+    client = KillingClient(tok, _script, lambda rid: 0.01)
+    orch = Orchestrator(cfg, client=client, renderer=make_renderer(tok, cfg.renderer), train_sources=[src], poll_s=0.005, echo=False)
+
     async def trainer():
-        nonlocal cm_b
         for n in range(1, 5):
             path = cfg.output_dir / "rollouts" / f"step_{n}" / "rank_0.bin"
             while not path.exists():
-                if n == 2 and cm_b is None and client.calls and len(client.calls) > 20:
-                    # step 2 is being played: kill server A, wait past the retry deadline, start B on the same port
-                    await asyncio.to_thread(cm_a.__exit__, None, None, None)
-                    await asyncio.sleep(0.8)
-                    cm_b = serve_in_thread(state_b, port=port)
-                    await asyncio.to_thread(cm_b.__enter__)
                 await asyncio.sleep(0.005)
             atomic_write_dir(cfg.output_dir / "weights" / f"step_{n}", lambda d: (d / "w").write_bytes(b"x"))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,6 +50,22 @@ def malformed_call_message(status: str, raw: str) -> str:
     """Text returned to the model for a tool call it wrote badly (never a crash)."""
     snippet = raw if len(raw) <= 300 else raw[:300] + "..."
     return f"Error: could not parse your tool call ({status}): {snippet!r}. Write each call as {TOOL_FORMAT_HINT}"
+
+
+_PROMPT_CACHE: OrderedDict[tuple, list[int]] = OrderedDict()
+_PROMPT_CACHE_MAX = 4096
+
+
+def initial_prompt_ids(renderer: Any, task: Task) -> list[int]:
+    """The task's first prompt (messages + tools + generation prompt); cached, since a group's rollouts share it."""
+    key = (id(renderer), task.split, task.task_id)
+    ids = _PROMPT_CACHE.get(key)
+    if ids is None:
+        ids = list(renderer.render_ids(task.messages, tools=task.tools or None, add_generation_prompt=True))
+        _PROMPT_CACHE[key] = ids
+        if len(_PROMPT_CACHE) > _PROMPT_CACHE_MAX:
+            _PROMPT_CACHE.popitem(last=False)
+    return list(ids)
 
 
 def _assistant_message(parsed: Any) -> dict[str, Any]:
@@ -115,7 +132,7 @@ async def _loop(
     rollout_id: str | None,
 ) -> None:
     stop_ids = list(renderer.get_stop_token_ids())
-    prompt_ids = list(renderer.render_ids(r.messages, tools=tools, add_generation_prompt=True))
+    prompt_ids = initial_prompt_ids(renderer, r.task)
     sample = Sample()
     sample.extend(prompt_ids, sampled=False)
     final_text: str | None = None

@@ -1,0 +1,93 @@
+"""`eval @ config`: evaluate a served model on environments' eval splits, with a results table.
+
+Same machinery as the orchestrator's eval (agent loop, sources, avg@k / pass@k); writes
+`output_dir/eval/step_0.jsonl` (per-task rows) and an `eval` row in `output_dir/metrics.jsonl`, then prints one
+table row per source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from pathlib import Path
+
+from prime_rl.config.orchestrator import EvalCommandConfig
+from prime_rl.monitor.logger import get_logger, setup_logging
+from prime_rl.monitor.metrics import MetricsWriter
+from prime_rl.orchestrator.agent import AgentLimits
+from prime_rl.orchestrator.eval import EvalResult, run_eval, write_eval_rows
+from prime_rl.orchestrator.sources import CapacityGate, build_source
+
+log = get_logger("eval")
+
+
+def results_table(res: EvalResult, k: int, title: str = "Eval"):
+    """A rich Table: one row per source (tasks, rollouts, avg@k, pass@k, pass@1, error %, truncated %, turns)."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("Source", "Tasks", "Rollouts", f"avg@{k}", f"pass@{k}", "pass@1", "Error", "Truncated", "Turns"):
+        t.add_column(col, justify="left" if col == "Source" else "right")
+
+    def f(x: float, d: int = 4) -> str:
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+    for name, m in res.by_source.items():
+        t.add_row(
+            name, str(int(m["tasks"])), str(int(m["rollouts"])), f(m[f"avg@{k}"]), f(m[f"pass@{k}"], 3),
+            f(m["pass@1"], 3), f"{m['error_pct']:.1f}%", f"{m['truncated_pct']:.1f}%", f(m["turns"], 1),
+        )
+    return t
+
+
+async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=None) -> EvalResult:
+    """Run the eval; client, renderer and sources are built from `cfg` unless given (tests)."""
+    own = client is None
+    if client is None:
+        from prime_rl.inference.client import InferenceClient
+
+        client = InferenceClient(cfg.client)
+        await client.wait_healthy(600)
+    if renderer is None:
+        from prime_rl.orchestrator.render import load_tokenizer, make_renderer
+
+        renderer = make_renderer(load_tokenizer(cfg.model.name), cfg.renderer)
+    src_cfgs = cfg.eval.source or []
+    if not src_cfgs and sources is None:
+        raise ValueError("eval.source is empty: name at least one environment ([[eval.source]] env.id = ...)")
+    sources = sources if sources is not None else [build_source(s) for s in src_cfgs]
+    try:
+        for s in sources:
+            await s.start()
+        max_turns = src_cfgs[0].env.agent.max_turns if src_cfgs else 8
+        res = await run_eval(
+            sources, client, renderer, cfg.eval.sampling, AgentLimits(max_turns, cfg.seq_len, cfg.eval.sampling.max_completion_tokens),
+            num_examples=cfg.eval.num_examples, rollouts_per_example=cfg.eval.rollouts_per_example,
+            pass_threshold=cfg.eval.pass_threshold, max_inflight=cfg.concurrency.max_inflight, gate=CapacityGate(),
+        )
+    finally:
+        for s in sources:
+            await s.aclose()
+        if own:
+            await client.aclose()
+    out = Path(cfg.output_dir)
+    write_eval_rows(out / "eval" / "step_0.jsonl", 0, res.rows)
+    MetricsWriter(out, "eval").log(0, res.metrics)
+    return res
+
+
+def run(cfg: EvalCommandConfig) -> None:
+    """Entry point of the `eval` command."""
+    from rich.console import Console
+
+    setup_logging("eval", Path(cfg.output_dir), cfg.log.level)
+    try:
+        res = asyncio.run(evaluate(cfg))
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (TimeoutError, FileNotFoundError, ValueError, KeyError) as e:
+        log.error("%s", e)
+        sys.exit(1)
+    Console().print(results_table(res, cfg.eval.rollouts_per_example, title=f"Eval of {cfg.model.name}"))
+    print(f"per-task results: {Path(cfg.output_dir) / 'eval' / 'step_0.jsonl'}")

@@ -1,0 +1,42 @@
+"""`eval`: avg@k / pass@k on a fake policy with known answers, the results table and files."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from rich.console import Console
+from tests.orchestrator.fakes import CounterEnv, ScriptedClient, tiny_tokenizer, tool_call_text
+
+from prime_rl.config.orchestrator import EvalCommandConfig
+from prime_rl.orchestrator.eval_cmd import evaluate, results_table
+from prime_rl.orchestrator.render import make_renderer
+from prime_rl.orchestrator.sources import InProcessSource
+
+
+def _script(prompt, k):
+    if "<tool_response>" not in prompt:
+        return tool_call_text("add", {"x": int(re.findall(r"Reach (\d+)\.", prompt)[-1])})
+    target = int(re.findall(r"Reach (\d+)\.", prompt)[-1])
+    # tasks 0-1: always right; task 2: right on one of its 2 rollouts (first); task 3: never
+    right = target < 2 or (target == 2 and "first" in _script.seen.setdefault(prompt, "first"))
+    _script.seen[prompt] = "second"
+    return f"done {target}" if right else "done, no idea"
+
+
+async def test_eval_metrics_and_table(tmp_path):
+    tok = tiny_tokenizer(tmp_path / "tok")
+    _script.seen = {}
+    cfg = EvalCommandConfig(output_dir=tmp_path / "out", eval={"num_examples": 4, "rollouts_per_example": 2})
+    src = InProcessSource("counter", CounterEnv(10))
+    res = await evaluate(cfg, client=ScriptedClient(tok, _script), renderer=make_renderer(tok, cfg.renderer), sources=[src])
+    m = res.by_source["counter"]
+    # rewards per task: [1,1], [1,1], [1,0], [0,0] -> avg@2 = 5/8, pass@2 = 3/4, pass@1 = (1 + 1 + 0.5 + 0) / 4
+    assert m["avg@2"] == pytest.approx(5 / 8) and m["pass@2"] == pytest.approx(3 / 4) and m["pass@1"] == pytest.approx(2.5 / 4)
+    rows = [json.loads(x) for x in (tmp_path / "out" / "eval" / "step_0.jsonl").read_text().splitlines()]
+    assert [sorted(r["rewards"]) for r in rows] == [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [0.0, 0.0]]
+    console = Console(record=True, width=140)
+    console.print(results_table(res, 2))
+    text = console.export_text()
+    assert "counter" in text and "0.6250" in text and "0.750" in text
