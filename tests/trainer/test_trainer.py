@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -161,3 +162,18 @@ def test_activation_checkpointing_gives_the_same_gradients(tiny_model_dir, sampl
             eng.close()
     for k in grads[0]:
         torch.testing.assert_close(grads[0][k], grads[1][k], atol=1e-7, rtol=1e-5)
+
+
+def test_zero_temperature_loss_token_is_rejected(tiny_model_dir, samples, tmp_path):
+    mbs = pack(samples[:2], 1)
+    mbs[0].temperature[:] = 0.0
+    eng, cfg = _engine(tiny_model_dir, tmp_path / "run")
+    try:
+        with pytest.raises(ValueError, match="temperature <= 0"):
+            eng.train_step(mbs, 12, grpo_loss, cfg.loss)
+        mbs[0].temperature[~mbs[0].loss_mask] = 0.0  # prompt tokens at 0 are fine: their logprob is not used
+        mbs[0].temperature[mbs[0].loss_mask] = 0.9
+        m = eng.train_step(mbs, 12, grpo_loss, cfg.loss)
+        assert np.isfinite(m["loss"]) and np.isfinite(m["grad_norm"])
+    finally:
+        eng.close()

@@ -138,11 +138,18 @@ class Engine:
                     "which has no prediction; the first token of each sample must be a prompt token"
                 )
             temp = torch.from_numpy(mb.temperature).float().to(dev)
+            inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(dev)
+            if bool((mask & ~(temp > 0)).any()) or not bool(torch.isfinite(inf_lp[mask]).all()):
+                raise ValueError(
+                    f"micro-batch {i}: a loss token has temperature <= 0 or a non-finite inference logprob; "
+                    "RL needs sampling at temperature > 0 with logprobs returned"
+                )
+            temp = torch.where(temp > 0, temp, torch.ones_like(temp))  # non-loss tokens: any value is harmless
             lp, ent = compute_logprobs(self.model, ids, pos, temp)
             out = loss_fn(
                 LossInputs(
                     trainer_logprobs=lp,
-                    inference_logprobs=torch.from_numpy(mb.inference_logprobs).float().to(dev),
+                    inference_logprobs=inf_lp,
                     advantages=torch.from_numpy(mb.advantages).float().to(dev),
                     loss_mask=mask,
                 ),
