@@ -128,3 +128,12 @@ async def test_env_failure_masks_and_closes(tok, renderer):
     src2 = InProcessSource("counter", env2)
     r2 = await run_rollout(src2.tasks("train")[0], src2, Boom(tok, None), renderer, SamplingConfig(), AgentLimits(8, 4096, 256))
     assert r2.masked and "inference down" in r2.error and env2.log == [("close", "counter-train-0")]
+
+
+def test_seeded_sampling_differs_per_rollout_and_turn():
+    from prime_rl.orchestrator.agent import _turn_sampling
+
+    base = SamplingConfig(seed=7)
+    seeds = {_turn_sampling(base, f"t/g0/r{k}", turn).seed for k in range(8) for turn in range(3)}
+    assert len(seeds) == 24 and _turn_sampling(base, "t/g0/r1", 2).seed == _turn_sampling(base, "t/g0/r1", 2).seed
+    assert _turn_sampling(SamplingConfig(), "x", 0).seed is None

@@ -15,6 +15,7 @@ cancellation.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -66,6 +67,15 @@ def initial_prompt_ids(renderer: Any, task: Task) -> list[int]:
         if len(_PROMPT_CACHE) > _PROMPT_CACHE_MAX:
             _PROMPT_CACHE.popitem(last=False)
     return list(ids)
+
+
+def _turn_sampling(sampling: SamplingConfig, rollout_id: str | None, turn: int) -> SamplingConfig:
+    """With `sampling.seed` set, a distinct reproducible seed per (rollout, turn): one shared seed would make every
+    member of a group sample the same tokens (zero advantages)."""
+    if sampling.seed is None:
+        return sampling
+    h = int.from_bytes(hashlib.blake2b(f"{rollout_id}/{turn}".encode(), digest_size=4).digest(), "little")
+    return sampling.model_copy(update={"seed": (sampling.seed + h) % 2**31})
 
 
 def _assistant_message(parsed: Any) -> dict[str, Any]:
@@ -142,7 +152,8 @@ async def _loop(
             r.truncated = True
             break
         res = await client.generate(
-            prompt_ids, sampling, rollout_id=rollout_id, stop_token_ids=stop_ids, max_tokens=budget
+            prompt_ids, _turn_sampling(sampling, rollout_id, turn), rollout_id=rollout_id, stop_token_ids=stop_ids,
+            max_tokens=budget,
         )
         if list(res.prompt_ids) and list(res.prompt_ids) != prompt_ids:
             raise RuntimeError("inference echoed different prompt ids than were sent (token-in/token-out broken)")
