@@ -129,3 +129,23 @@ def test_sft_lowers_loss_and_publishes_loadable_model(tiny_model_dir, tmp_path):
     got, want = (AutoConfig.from_pretrained(str(d)).to_dict() for d in (out, tiny_model_dir))
     got.pop("_name_or_path"), want.pop("_name_or_path")
     assert got == want
+
+
+def test_sft_on_gridsim_demonstrations_lowers_loss(tiny_model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    demos = tmp_path / "gridsim.jsonl"
+    r = subprocess.run([sys.executable, "-m", "prime_rl.cli.gridsim", "sft-data", str(demos)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(demos.read_text().splitlines(keepends=True)[:8]))
+    cfg = SFTConfig(
+        model={"name": str(tiny_model_dir)}, data={"path": str(small), "batch_size": 4},
+        output_dir=str(tmp_path / "run"), optim={"lr": 3e-3}, max_steps=6, seq_len=2048, threads=1,
+    )
+    sft.run(cfg)
+    losses = [row["loss"] for row in read_metrics(tmp_path / "run", "sft")]
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert (tmp_path / "run" / "weights" / "step_6" / "STABLE").is_file()
