@@ -200,3 +200,12 @@ def test_step_lines(tmp_path):
         fh.write(" more\n")
     assert t.read_lines() == ["Step 2 | b more"]
     assert json.dumps(LogTail(tmp_path / "none").read_lines()) == "[]"
+
+
+def test_orchestrator_keeps_enough_checkpoints_to_overlap_the_trainer():
+    from prime_rl.launcher.rl import align_checkpoint_retention
+
+    cfg = parse_config(RLConfig, ["--ckpt.interval", "1", "--ckpt.keep-last", "2", "--orchestrator.max-async-level", "1"])
+    align_checkpoint_retention(cfg)
+    # trainer keeps steps {N-1, N}; the orchestrator may be at N+2: it must keep N+2, N+1, N, N-1
+    assert cfg.trainer.ckpt.keep_last == 2 and cfg.orchestrator.ckpt.keep_last == 4

@@ -60,7 +60,9 @@ class RLConfig(BaseConfig):
     resume: bool = Field(False, description="Continue the run from its newest complete checkpoint.")
     startup_timeout_s: float = Field(600.0, gt=0, description="Per-process health wait.")
     clean: bool = Field(False, description="Delete a previous run's rollouts, weights, checkpoints, eval and logs first.")
-    stop_grace_s: float = Field(10.0, gt=0, description="SIGTERM-to-SIGKILL grace per process group at stop.")
+    stop_grace_s: float = Field(
+        30.0, gt=0, description="SIGTERM-to-SIGKILL grace per process group at stop (vLLM needs ~10-20 s to exit)."
+    )
     finish_timeout_s: float = Field(
         1800.0, gt=0, description="Once trainer or orchestrator finished, how long the other may take to exit."
     )

@@ -77,6 +77,15 @@ def build_specs(cfg: RLConfig, run: RunDir, placement: Placement, plans: list[en
     return Launch(run=run, specs=specs, health=health, env_plans=plans)
 
 
+def align_checkpoint_retention(cfg: RLConfig) -> None:
+    """The orchestrator runs up to `max_async_level + 1` steps ahead of the trainer, so with the same
+    `ckpt.keep_last` their newest checkpoints may not share a step and nothing could be resumed. Keep that many
+    more orchestrator checkpoints (they are a small JSON state each)."""
+    t, o = cfg.trainer.ckpt, cfg.orchestrator.ckpt
+    if t.keep_last is not None and o.keep_last is not None:
+        o.keep_last = max(o.keep_last, t.keep_last + cfg.orchestrator.max_async_level + 1)
+
+
 def prepare(cfg: RLConfig) -> Launch:
     """Pre-flight checks, resume/clean, placement, rows and resolved configs. Starts no long-lived process.
 
@@ -96,6 +105,7 @@ def prepare(cfg: RLConfig) -> Launch:
     preflight.check_capacity(cfg, plans)
     preflight.check_ports(cfg, plans)
 
+    align_checkpoint_retention(cfg)
     start_step = 0
     if cfg.resume:
         start_step = resume.latest_checkpoint(run)

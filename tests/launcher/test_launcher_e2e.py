@@ -1,0 +1,151 @@
+"""`rl` end to end on the real ERCOT files with the tiny model: env server (started by rl, rows written by rl),
+vLLM inference, torchrun trainer and orchestrator, for a few short steps. Then the trainer is killed mid-run: rl
+must exit non-zero naming it, leave nothing running, and `--resume` must finish the run.
+
+Slow (each rl run is about 1.5-2 minutes on 2 cores, most of it vLLM start-up); needs ../shared/data/ercot.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from prime_rl.launcher.ports import free_port
+from prime_rl.monitor.metrics import read_metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.ercot]
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("model") / "tiny"
+    subprocess.run([str(BIN / "prime-rl"), "tiny-model", str(out), "--hidden", "64", "--layers", "2"], check=True,
+                   capture_output=True, timeout=120)
+    return out
+
+
+def write_config(tmp: Path, model: Path, ercot: Path, max_steps: int) -> Path:
+    cfg = tmp / "rl.toml"
+    cfg.write_text(f"""
+max_steps = {max_steps}
+seq_len = 2048
+output_dir = "{tmp / 'run'}"
+startup_timeout_s = 300
+stop_grace_s = 5
+[model]
+name = "{model}"
+[ckpt]
+interval = 1
+[orchestrator]
+batch_size = 8
+[orchestrator.concurrency]
+max_inflight = 8
+[orchestrator.train]
+group_size = 4
+[orchestrator.train.sampling]
+max_completion_tokens = 48
+[[orchestrator.train.source]]
+name = "gridsim"
+env.taskset.id = "nemo-gym"
+env.taskset.dataset = "{tmp / 'gym/resources_servers/gridsim_v1/data/train.jsonl'}"
+env.taskset.task.resources_url = "http://127.0.0.1:{free_port()}"
+env.agent.max_turns = 2
+[orchestrator.eval]
+interval = {max_steps}
+num_examples = 4
+[orchestrator.eval.sampling]
+max_completion_tokens = 48
+[inference.server]
+port = {free_port()}
+[env_server]
+data_dir = "{ercot}"
+""")
+    return cfg
+
+
+def leftovers(tmp: Path) -> list[str]:
+    """Processes whose command line mentions the test's directory (every child of the run does)."""
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and str(tmp) in " ".join(p.info["cmdline"] or []):
+                out.append(f"{p.pid}: {' '.join(p.info['cmdline'])[:150]}")
+        except psutil.Error:
+            pass
+    return out
+
+
+def rl(cfg: Path, *extra: str, timeout: float = 480) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "rl"), "@", str(cfg), *extra], capture_output=True, text=True, timeout=timeout)
+
+
+def steps_printed(text: str) -> list[int]:
+    return sorted({int(m) for m in re.findall(r"^Step (\d+) \|", text, flags=re.M)})
+
+
+def test_rl_end_to_end_on_ercot(tmp_path, tiny_model, ercot_data_dir):
+    cfg = write_config(tmp_path, tiny_model, ercot_data_dir, max_steps=3)
+    r = rl(cfg)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    run = tmp_path / "run"
+    assert steps_printed(out) == [1, 2, 3]
+    assert "rows missing: writing them" in out and "env-server healthy" in out
+    for n in (1, 2, 3):  # every policy version published...
+        assert (run / f"weights/step_{n}/STABLE").is_file() or n < 1
+    orch_log = (run / "logs/orchestrator.log").read_text()
+    for n in (1, 2, 3):  # ...and loaded into inference
+        assert f"loaded policy version {n} from" in orch_log
+    assert len(re.findall(r'"POST /update_weights HTTP/1.1" 200', (run / "logs/vllm.log").read_text())) == 3
+    rows = read_metrics(run, "orchestrator")
+    assert sorted({row["step"] for row in rows}) == [1, 2, 3]
+    for n in (0, 3):  # eval on the base policy and at the last step
+        assert len((run / f"eval/step_{n}.jsonl").read_text().splitlines()) == 4
+    assert len((tmp_path / "gym/resources_servers/gridsim_v1/data/eval.jsonl").read_text().splitlines()) == 200
+    assert leftovers(tmp_path) == []
+
+
+def test_trainer_killed_then_resume(tmp_path, tiny_model, ercot_data_dir):
+    cfg = write_config(tmp_path, tiny_model, ercot_data_dir, max_steps=4)
+    run = tmp_path / "run"
+    p = subprocess.Popen([str(BIN / "rl"), "@", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        t0 = time.time()
+        while not (run / "checkpoints/step_2/trainer/STABLE").is_file():
+            assert p.poll() is None, p.stdout.read()[-4000:]
+            assert time.time() - t0 < 400, "no step-2 checkpoint in time"
+            time.sleep(0.5)
+        workers = [q for q in psutil.process_iter(["cmdline"])
+                   if "prime_rl.cli.trainer" in " ".join(q.info["cmdline"] or []) and str(run) in " ".join(q.info["cmdline"] or [])
+                   and "torch.distributed.run" not in " ".join(q.info["cmdline"] or [])]
+        assert workers, "trainer rank process not found"
+        for w in workers:
+            os.kill(w.pid, signal.SIGKILL)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, out[-4000:]
+    assert re.search(r"trainer died \(exit code \d+\)", out), out[-4000:]
+    assert "Last lines of" in out and "trainer.console.log" in out
+    assert leftovers(tmp_path) == []
+    assert not (run / "weights/step_4/STABLE").exists()
+
+    r = rl(cfg, "--resume")
+    out2 = r.stdout + r.stderr
+    assert r.returncode == 0, out2[-4000:]
+    m = re.search(r"resuming from checkpoint step (\d+)", out2)
+    assert m and int(m.group(1)) >= 2
+    assert steps_printed(out2) == list(range(int(m.group(1)) + 1, 5))
+    assert (run / "weights/step_4/STABLE").is_file() and (run / "eval/step_4.jsonl").is_file()
+    assert leftovers(tmp_path) == []
