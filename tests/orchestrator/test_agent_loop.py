@@ -6,8 +6,8 @@ import pytest
 from tests.orchestrator.fakes import CounterEnv, ScriptedClient, tiny_tokenizer, tool_call_text
 
 from prime_rl.config.orchestrator import RendererConfig, SamplingConfig
+from prime_rl.models.renderer import make_renderer
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
-from prime_rl.orchestrator.render import make_renderer
 from prime_rl.orchestrator.sources import InProcessSource
 
 

@@ -10,8 +10,8 @@ from rich.console import Console
 from tests.orchestrator.fakes import CounterEnv, ScriptedClient, tiny_tokenizer, tool_call_text
 
 from prime_rl.config.orchestrator import EvalCommandConfig
+from prime_rl.models.renderer import make_renderer
 from prime_rl.orchestrator.eval_cmd import evaluate, results_table
-from prime_rl.orchestrator.render import make_renderer
 from prime_rl.orchestrator.sources import InProcessSource
 
 

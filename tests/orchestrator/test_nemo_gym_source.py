@@ -13,11 +13,11 @@ from tests.orchestrator.fakes import CounterEnv, DelayClient, ScriptedClient, ti
 from prime_rl.config.orchestrator import OrchestratorConfig, RendererConfig, SamplingConfig, TasksetConfig
 from prime_rl.envs.nemo_gym.rows import task_to_row
 from prime_rl.envs.nemo_gym.server import ServerState, serve_in_thread
+from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.main import Orchestrator
 from prime_rl.orchestrator.nemo_gym_source import NemoGymSource
-from prime_rl.orchestrator.render import make_renderer
 from prime_rl.orchestrator.sources import InProcessSource
 from prime_rl.transport.atomic import atomic_write_dir
 from prime_rl.transport.batch import read_batch

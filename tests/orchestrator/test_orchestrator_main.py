@@ -11,9 +11,9 @@ import pytest
 from tests.orchestrator.fakes import CounterEnv, ScriptedClient, tiny_tokenizer, tool_call_text
 
 from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.orchestrator.main import Orchestrator
-from prime_rl.orchestrator.render import make_renderer
 from prime_rl.orchestrator.sources import InProcessSource
 from prime_rl.transport.atomic import atomic_write_dir
 from prime_rl.transport.batch import read_batch

@@ -8,8 +8,8 @@ import pytest
 from tests.orchestrator.fakes import DelayClient, EchoEnv, tiny_tokenizer
 
 from prime_rl.config.orchestrator import AdvantageConfig, RendererConfig, SamplingConfig
+from prime_rl.models.renderer import make_renderer
 from prime_rl.orchestrator.agent import AgentLimits
-from prime_rl.orchestrator.render import make_renderer
 from prime_rl.orchestrator.scheduler import PolicyVersion, Scheduler, off_policy
 from prime_rl.orchestrator.sources import InProcessSource
 from prime_rl.orchestrator.stream import TaskStream

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from prime_rl.config.trainer import SFTConfig
+from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.trainer import sft
 from prime_rl.trainer.sft_data import (
     SFTDataError,
     SFTSample,
     load_jsonl,
-    make_renderer,
     pack_samples,
     render_sample,
     shard_micro_batches,

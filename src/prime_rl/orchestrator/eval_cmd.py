@@ -50,7 +50,7 @@ async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=N
         client = InferenceClient(cfg.client)
         await client.wait_healthy(600)
     if renderer is None:
-        from prime_rl.orchestrator.render import load_tokenizer, make_renderer
+        from prime_rl.models.renderer import load_tokenizer, make_renderer
 
         renderer = make_renderer(load_tokenizer(cfg.model.name), cfg.renderer)
     src_cfgs = cfg.eval.source or []

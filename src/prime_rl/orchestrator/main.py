@@ -252,7 +252,7 @@ def _tuple_state(s: list) -> tuple:
 
 async def _main(cfg: OrchestratorConfig) -> None:
     from prime_rl.inference.client import InferenceClient
-    from prime_rl.orchestrator.render import load_tokenizer, make_renderer
+    from prime_rl.models.renderer import load_tokenizer, make_renderer
 
     tok = load_tokenizer(cfg.model.name)
     renderer = make_renderer(tok, cfg.renderer)

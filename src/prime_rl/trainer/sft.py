@@ -13,12 +13,12 @@ import dataclasses
 import math
 
 from prime_rl.config.trainer import SFTConfig
+from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.logger import setup_logging
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import sft_loss
 from prime_rl.trainer.sft_data import (
     load_jsonl,
-    make_renderer,
     pack_samples,
     render_dataset,
     shard_micro_batches,

@@ -39,24 +39,6 @@ class SFTSample:
         return int(self.input_ids.shape[0])
 
 
-def make_renderer(tokenizer: Any, name: str = "qwen3", enable_thinking: bool = False) -> Any:
-    """A `renderers` renderer by name (as the orchestrator builds it), `enable_thinking` where supported.
-
-    Raises:
-        ValueError: unknown renderer name (`renderer.name`).
-    """
-    from renderers import create_renderer
-    from renderers.configs import config_from_name
-
-    try:
-        base = config_from_name(name)
-    except Exception as e:
-        raise ValueError(f"renderer.name = {name!r} is not a known `renderers` renderer ({e}); try 'qwen3'") from e
-    if base is not None and "enable_thinking" in type(base).model_fields:
-        base = type(base)(enable_thinking=enable_thinking)
-    return create_renderer(tokenizer, base)
-
-
 def load_jsonl(path: Path) -> list[dict[str, Any]]:
     """Read the dataset. Raises SFTDataError naming the line for bad JSON, missing/empty `messages`, or a
     conversation without an assistant message; FileNotFoundError naming `data.path`."""
