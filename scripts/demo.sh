@@ -16,7 +16,7 @@ else
   echo "demo: synthetic days (set DATA_DIR=../shared/data/ercot for the real ERCOT files)"
 fi
 HIDDEN=${HIDDEN:-128}
-LAYERS=${LAYERS:-4}
+LAYERS=${LAYERS:-2}
 T0=$SECONDS
 phase() { echo; echo "=== [$((SECONDS - T0)) s] $*"; }
 
