@@ -5,11 +5,15 @@
    answers every generate request instantly over real HTTP (the real `InferenceClient`), next to the same loop
    with an in-process stub client (no HTTP), as a ratio measured in one run.
 2. Step time with `max_async_level = 0` versus 1 with a simulated trainer (fixed seconds per step) and simulated
-   inference latency, as a ratio measured in one run. (The same comparison on the real tiny-model GridSim stack
-   needs vLLM + trainer: run `rl` twice with `--orchestrator.max-async-level 0/1` and compare `step_time_s` in
-   metrics.jsonl.)
+   inference latency, as a ratio measured in one run.
+3. The same comparison on the real stack: the tiny model (128x2) served by one vLLM server, the real trainer and
+   orchestrator processes (`python -m prime_rl.cli.trainer|orchestrator`, world size 1), GridSim in-process, a
+   few steps with `max_async_level` 0 and then 1 on the same server (base weights reloaded in between); time per
+   RL step (trainer publish to publish) and orchestrator step time over steps 2..N, side by side as a ratio. A few
+   minutes on CPU (`--no-real` skips it).
 
 Usage: python benchmarks/orchestrator.py [--steps 10] [--batch-size 64] [--group-size 8] [--max-inflight 64]
+       [--real-steps 5] [--real-batch-size 16] [--real-max-tokens 64] [--no-real | --real-only]
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from prime_rl.config.orchestrator import ClientConfig, OrchestratorConfig  # noqa: E402
+from prime_rl.models.renderer import load_tokenizer, make_renderer  # noqa: E402
 from prime_rl.models.tokenizer import write_tokenizer  # noqa: E402
 from prime_rl.orchestrator.main import Orchestrator  # noqa: E402
-from prime_rl.orchestrator.render import load_tokenizer, make_renderer  # noqa: E402
 from prime_rl.orchestrator.sources import build_source  # noqa: E402
 from prime_rl.transport.atomic import atomic_write_dir  # noqa: E402
 
@@ -128,6 +132,67 @@ async def run_once(args, client, renderer, *, async_level: int, train_s: float, 
     return {"tag": tag, "rollouts_per_s": n / wall, "wall_s": wall, "step_s": sum(m["step_time_s"] for m in out[1:]) / max(1, len(out) - 1)}
 
 
+def real_stack_run(server, model: Path, tmp: Path, args, async_level: int) -> dict:
+    """One real run (trainer + orchestrator subprocesses against `server`); step times from metrics.jsonl."""
+    from tests.integration.stack import PY, orchestrator_toml, reset_policy, start, stop, trainer_toml, wait_all
+
+    from prime_rl.monitor.metrics import read_metrics
+
+    reset_policy(server.base_url, model)
+    run, seq_len = tmp / f"async{async_level}", 2048
+    tcfg = trainer_toml(tmp / f"trainer{async_level}.toml", run=run, model=model, seq_len=seq_len,
+                        max_steps=args.real_steps, lr=1e-5)  # fmt: skip
+    ocfg = orchestrator_toml(
+        tmp / f"orchestrator{async_level}.toml", run=run, model=model, base_url=server.base_url,
+        source='name = "gridsim"\nenv.id = "gridsim"\nenv.agent.max_turns = 2', batch_size=args.real_batch_size,
+        group_size=4, max_tokens=args.real_max_tokens, seq_len=seq_len, max_steps=args.real_steps,
+        async_level=async_level,
+    )
+    logs = {n: tmp / f"{n}{async_level}.out" for n in ("trainer", "orchestrator")}
+    t0 = time.perf_counter()
+    procs = {
+        "trainer": (start([PY, "-m", "prime_rl.cli.trainer", "@", str(tcfg)], logs["trainer"]), logs["trainer"]),
+        "orchestrator": (start([PY, "-m", "prime_rl.cli.orchestrator", "@", str(ocfg)], logs["orchestrator"]),
+                         logs["orchestrator"]),
+    }  # fmt: skip
+    try:
+        wait_all(procs, timeout_s=900)
+    finally:
+        for p, _ in procs.values():
+            stop(p)
+    wall = time.perf_counter() - t0
+    orch, trainer = read_metrics(run, "orchestrator")[1:], read_metrics(run, "trainer")
+    period = (trainer[-1]["time"] - trainer[0]["time"]) / (len(trainer) - 1)  # publish to publish, steps 2..N
+    trainer = trainer[1:]
+    return {
+        "period_s": period,
+        "step_s": sum(r["step_time_s"] for r in orch) / len(orch),
+        "train_s": sum(r["step_time_s"] for r in trainer) / len(trainer),
+        "wait_s": sum(r["wait_s"] for r in orch) / len(orch),
+        "off_policy": max(r["max_off_policy"] for r in orch),
+        "wall_s": wall,
+    }
+
+
+def real_stack(args) -> None:
+    from prime_rl.inference.testing import start_server
+    from prime_rl.models.tiny import cached_tiny_model
+
+    model = cached_tiny_model()
+    print(f"# real stack: tiny model 128x2 on vLLM, real trainer, GridSim; {args.real_steps} steps x "
+          f"{args.real_batch_size} rollouts, <= {args.real_max_tokens} tokens per turn (mean over steps 2..N)")  # fmt: skip
+    with tempfile.TemporaryDirectory() as d, start_server(model, log_path=Path(d) / "vllm.log") as server:
+        res = {a: real_stack_run(server, model, Path(d), args, a) for a in (0, 1)}
+    for a, r in res.items():
+        print(f"{'max_async_level=' + str(a):>20}: RL step {r['period_s']:.2f} s (trainer publish to publish) | "
+              f"orchestrator step {r['step_s']:.2f} s, of it waiting {r['wait_s']:.2f} s | trainer compute "
+              f"{r['train_s']:.2f} s/step | max off-policy {r['off_policy']} | run {r['wall_s']:.0f} s")  # fmt: skip
+    print(f"{'ratio':>20}: RL step time async=0 / async=1 = {res[0]['period_s'] / res[1]['period_s']:.2f}"
+          f" (orchestrator step time: {res[0]['step_s'] / res[1]['step_s']:.2f})")  # fmt: skip
+    print("  (async=1 overlaps sampling step N+1 with training step N; here vLLM and the trainer share the same CPU"
+          " cores, which bounds the gain)")
+
+
 async def main_async(args):
     with tempfile.TemporaryDirectory() as d:
         tok = load_tokenizer(write_tokenizer(d))
@@ -168,7 +233,17 @@ def main():
     p.add_argument("--max-inflight", type=int, default=64)
     p.add_argument("--train-s", type=float, default=0.3)
     p.add_argument("--latency-s", type=float, default=0.05)
-    asyncio.run(main_async(p.parse_args()))
+    p.add_argument("--real-steps", type=int, default=5)
+    p.add_argument("--real-batch-size", type=int, default=16)
+    p.add_argument("--real-max-tokens", type=int, default=64)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--no-real", action="store_true", help="skip the real-stack comparison (vLLM + trainer)")
+    g.add_argument("--real-only", action="store_true", help="only the real-stack comparison")
+    args = p.parse_args()
+    if not args.real_only:
+        asyncio.run(main_async(args))
+    if not args.no_real:
+        real_stack(args)
 
 
 if __name__ == "__main__":
