@@ -65,7 +65,7 @@ def plot_rewards(run_dir: Path, out: Path, references: dict[str, float] | None =
     ax.set_title(f"{Path(run_dir).name}: reward by step")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="best")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
