@@ -133,15 +133,15 @@ async def test_gridsim_server_killed_mid_step(tmp_path, tiny, server):
                "source": [{"name": "gridsim", "env": {"taskset": {"dataset": str(srv_dir / "data/train.jsonl"),
                            "task": {"resources_url": url, "retry_deadline_s": deadline_s}}}}]},
     )  # fmt: skip
-    kill_at = batch + batch // 2  # single-turn rollouts (a random model never calls the tool): step 1 takes 8 calls
 
     class KillingClient(InferenceClient):
-        calls = 0
+        """The first generate call after step 1 was written kills the server: that rollout and every other one
+        holding a session on it are in flight, and belong to steps 2-3 (at most `max_inflight` = one batch)."""
+
         killed_at_step: int | None = None
 
         async def generate(self, *a, **k):
-            KillingClient.calls += 1
-            if KillingClient.calls == kill_at:
+            if seen and KillingClient.killed_at_step is None:
                 KillingClient.killed_at_step = len(seen) + 1
                 os.killpg(procs[0].pid, signal.SIGKILL)
                 await asyncio.to_thread(procs[0].wait, 10)
@@ -171,7 +171,7 @@ async def test_gridsim_server_killed_mid_step(tmp_path, tiny, server):
     assert len(procs) == 2 and KillingClient.killed_at_step == 2, "the kill did not happen during step 2"
     assert [m["step"] for m in read_metrics(cfg.output_dir, "orchestrator")] == list(range(1, steps + 1))
     masked = [r for rs in seen for r in rs if r.masked]
-    assert masked, "no rollout was caught by the kill"
+    assert 0 < len(masked) <= batch, "only the rollouts in flight at the kill (<= max_inflight) may be masked"
     assert out[0]["error_pct"] == 0.0 and out[-1]["error_pct"] == 0.0  # before the kill, and recovered after it
     assert all(r.error and r.error.startswith("env/") for r in masked), [r.error for r in masked]
     for n, rs in enumerate(seen, start=1):
