@@ -219,33 +219,36 @@ def run(cfg: InferenceConfig) -> None:
     stopping = False
 
     def _on_signal(signum, frame):
+        # Only unwind here: stopping inside the handler would re-enter Popen.wait() while the interrupted wait
+        # still holds its lock (the wrapper then hung until SIGKILL). The `finally` below stops the group.
         nonlocal stopping
         stopping = True
         log.info("signal %s: stopping vLLM", signum)
-        server.stop()
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    code = 0
     try:
-        server.start()
-    except PortInUseError as e:
-        log.error("%s", e)
-        raise SystemExit(1) from None
-    log.info("vLLM starting for %s on %s (log: %s)", cfg.model.name, server.base_url, server.log_path)
-    try:
-        server.wait_healthy()
-    except ServerStartError as e:
-        log.error("%s", e)
-        server.stop()
-        raise SystemExit(1) from None
-    log.info(
-        "inference server ready at %s (POST /update_weights, /inference/v1/generate, /v1/chat/completions)",
-        server.base_url,
-    )
-    try:
+        try:
+            server.start()
+        except PortInUseError as e:
+            log.error("%s", e)
+            raise SystemExit(1) from None
+        log.info("vLLM starting for %s on %s (log: %s)", cfg.model.name, server.base_url, server.log_path)
+        try:
+            server.wait_healthy()
+        except ServerStartError as e:
+            log.error("%s", e)
+            raise SystemExit(1) from None
+        log.info(
+            "inference server ready at %s (POST /update_weights, /inference/v1/generate, /v1/chat/completions)",
+            server.base_url,
+        )
         code = server.proc.wait()
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         server.stop()
     if not stopping and code != 0:
         log.error("vLLM exited with code %s; see %s", code, server.log_path)
