@@ -177,3 +177,23 @@ def test_zero_temperature_loss_token_is_rejected(tiny_model_dir, samples, tmp_pa
         assert np.isfinite(m["loss"]) and np.isfinite(m["grad_norm"])
     finally:
         eng.close()
+
+
+def test_step_without_loss_tokens_leaves_weights_unchanged(tiny_model_dir, samples, tmp_path):
+    """An all-masked step (every rollout failed) must not move the weights through AdamW's momentum."""
+    import dataclasses
+
+    eng, cfg = _engine(tiny_model_dir, tmp_path / "r", optim={"lr": 1e-2})
+    try:
+        total = int(sum(s["loss_mask"].sum() for s in samples))
+        eng.train_step(pack(samples, 1), total, grpo_loss, cfg.loss)  # builds AdamW momentum
+        masked = [dataclasses.replace(mb, loss_mask=np.zeros_like(mb.loss_mask)) for mb in pack(samples, 1)]
+        before = {n: p.full_tensor().clone() for n, p in eng.model.named_parameters()}
+        m = eng.train_step(masked, 0, grpo_loss, cfg.loss)
+        after = {n: p.full_tensor() for n, p in eng.model.named_parameters()}
+        assert m["skipped_update"] == 1.0 and m["loss_tokens"] == 0
+        for n in before:
+            assert torch.equal(before[n], after[n]), n
+        assert eng.step == 2  # the step still counts (version N is still published by the loop)
+    finally:
+        eng.close()

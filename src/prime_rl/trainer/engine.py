@@ -100,6 +100,8 @@ class Engine:
     ) -> dict[str, float]:
         """Forward/backward every micro-batch of this rank, clip, step AdamW and the schedule.
 
+        With `total_loss_tokens == 0` the optimizer step is skipped (weights and AdamW state unchanged).
+
         Returns step metrics (identical on all ranks): `loss`, `entropy` (mean over loss tokens),
         the loss function's metrics, `grad_norm` (before clipping), `lr` (used for this step), `tokens`,
         `loss_tokens`, `step_time_s`, `tokens_per_s`, `peak_mem_gib` (max over ranks).
@@ -169,7 +171,11 @@ class Engine:
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
+        # A step with no loss token anywhere (e.g. every rollout masked) must not move the weights: AdamW's
+        # momentum would still change them with zero gradients. The schedule advances so lr stays tied to step.
+        skipped = int(total_loss_tokens) == 0
+        if not skipped:
+            self.optimizer.step()
         self.scheduler.step()
         self.step += 1
 
@@ -188,6 +194,7 @@ class Engine:
             "step_time_s": dt,
             "tokens_per_s": vec[3].item() / dt,
             "peak_mem_gib": mem[0].item(),
+            "skipped_update": float(skipped),
         }
         for j, k in enumerate(keys):
             num, den = vec[4 + 2 * j].item(), vec[5 + 2 * j].item()
