@@ -154,3 +154,20 @@ def test_entry_points_answer_help_fast_without_heavy_imports(cmd):
     )
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_resolved_config_round_trips_none_over_non_none_default(tmp_path):
+    """A field set to None whose default is not None must stay None in the child's config (TOML has no null)."""
+    from prime_rl.config.loader import config_to_toml
+    from prime_rl.config.trainer import TrainerConfig
+
+    assert TrainerConfig().optim.max_norm is not None
+    cfg = parse_config(TrainerConfig, ["--optim.max-norm", "None", "--weights.keep-last", "None"])
+    assert cfg.optim.max_norm is None and cfg.weights.keep_last is None
+    path = tmp_path / "t.toml"
+    path.write_text(config_to_toml(cfg))
+    again = parse_config(TrainerConfig, ["@", str(path)])
+    assert again == cfg
+    full = parse_config(RLConfig, ["@", str(SEED)])
+    path.write_text(config_to_toml(full))
+    assert parse_config(RLConfig, ["@", str(path)]) == full

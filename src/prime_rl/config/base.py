@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import types
+import typing
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
-from pydantic_config import BaseConfig
+from pydantic import Field, model_validator
+from pydantic_config import BaseConfig as _LibBaseConfig
 
 __all__ = [
     "BaseConfig",
@@ -16,6 +18,34 @@ __all__ = [
     "WandbConfig",
     "LogConfig",
 ]
+
+
+NONE_TEXT = "None"
+
+
+class BaseConfig(_LibBaseConfig):
+    """Base of every prime-rl config: unknown keys are errors; the text `"None"` sets an optional field to None.
+
+    TOML has no null, so resolved configs (`configs/*.toml`) write a None that differs from the default as
+    `"None"`, and `--field None` works on the command line.
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_from_text(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = None
+        for name, finfo in cls.model_fields.items():
+            if data.get(name) == NONE_TEXT and _admits_none(finfo.annotation):
+                out = dict(data) if out is None else out
+                out[name] = None
+        return data if out is None else out
+
+
+def _admits_none(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    return (origin is typing.Union or origin is types.UnionType) and type(None) in typing.get_args(annotation)
 
 
 class LoRAConfig(BaseConfig):

@@ -108,11 +108,40 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
 
 
 def config_to_toml(cfg: BaseModel) -> str:
-    """Serialise a config to TOML (None values are omitted, as TOML has no null)."""
+    """Serialise a config to TOML so that parsing it back gives the same config.
+
+    TOML has no null: a None whose field default is also None is omitted; any other None is written as the text
+    `"None"`, which `BaseConfig` reads back as None.
+    """
     import tomli_w
 
-    data = cfg.model_dump(mode="json", exclude_none=True)
-    return tomli_w.dumps(data)
+    return tomli_w.dumps(_dump_for_toml(cfg))
+
+
+def _dump_for_toml(model: BaseModel) -> dict[str, Any]:
+    from prime_rl.config.base import NONE_TEXT
+
+    out: dict[str, Any] = {}
+    for name, finfo in type(model).model_fields.items():
+        value = getattr(model, name)
+        if value is None:
+            if finfo.default is not None or finfo.default_factory is not None:
+                out[name] = NONE_TEXT
+            continue
+        out[name] = _dump_value(value)
+    return out
+
+
+def _dump_value(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return _dump_for_toml(value)
+    if isinstance(value, list | tuple):
+        return [_dump_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump_value(v) for k, v in value.items() if v is not None}
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
 
 def write_config(cfg: BaseModel, path: Path) -> Path:
