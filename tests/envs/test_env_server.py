@@ -242,3 +242,21 @@ def test_cli_write_and_help(tmp_path):
             "except SystemExit: pass\nassert not {'torch','vllm','transformers','fastapi','numpy'} & set(sys.modules)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--masked-as-error" in out.stdout, out.stderr
+
+
+def test_cli_serve_taken_port_fails_fast_naming_it(tmp_path):
+    import socket
+    import time
+
+    write_server("reverse-text", tmp_path)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "prime_rl.cli.env_server", "serve",
+                              str(tmp_path / "resources_servers" / "reverse_text_v1"), "--port", str(port)],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 1
+        assert f"port {port}" in out.stderr and "already in use by pid" in out.stderr, out.stderr
+        assert time.monotonic() - t0 < 5

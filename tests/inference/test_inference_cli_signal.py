@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from prime_rl.inference.ports import free_port
+from prime_rl.ports import free_port
 
 
 @pytest.mark.slow

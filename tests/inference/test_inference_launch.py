@@ -11,8 +11,8 @@ import time
 import pytest
 
 from prime_rl.config.inference import InferenceConfig
-from prime_rl.inference.ports import PortInUseError, check_port_free, free_port
 from prime_rl.inference.server import VllmServer, build_env, build_vllm_args
+from prime_rl.ports import PortInUseError, check_port_free, free_port
 
 
 def test_cpu_flags_and_passthrough():

@@ -35,10 +35,10 @@ from tests.integration.stack import (
     write_gridsim_rows,
 )
 
-from prime_rl.inference.ports import free_port
 from prime_rl.inference.testing import start_server
 from prime_rl.models.tiny import cached_tiny_model
 from prime_rl.monitor.metrics import read_metrics
+from prime_rl.ports import free_port
 from prime_rl.transport.batch import read_batch
 
 pytestmark = pytest.mark.slow

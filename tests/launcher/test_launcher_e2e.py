@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from prime_rl.launcher.ports import free_port
 from prime_rl.monitor.metrics import read_metrics
+from prime_rl.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.ercot]
 

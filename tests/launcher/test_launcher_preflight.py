@@ -14,8 +14,8 @@ from prime_rl.launcher import envserver, preflight, resume
 from prime_rl.launcher.console import LogTail, parse_step_line
 from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.placement import place
-from prime_rl.launcher.ports import free_port, port_free
 from prime_rl.monitor.rundir import RunDir
+from prime_rl.ports import free_port, port_free
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from prime_rl.config.inference import InferenceConfig
-from prime_rl.inference.ports import check_port_free
+from prime_rl.ports import check_port_free
 
 WORKER_EXTENSION = "prime_rl.inference.worker.PrimeWorkerExtension"
 
@@ -206,8 +206,8 @@ class VllmServer:
 
 def run(cfg: InferenceConfig) -> None:
     """Serve `cfg.model.name` until vLLM exits or SIGINT/SIGTERM; exit code 1 on start failures."""
-    from prime_rl.inference.ports import PortInUseError
     from prime_rl.monitor.logger import setup_logging
+    from prime_rl.ports import PortInUseError
 
     log = setup_logging("inference", cfg.output_dir, cfg.log.level)
     try:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.config.inference import InferenceConfig
-from prime_rl.inference.ports import free_port
 from prime_rl.inference.server import VllmServer
+from prime_rl.ports import free_port
 
 
 def tiny_server_config(model_dir: str | Path, port: int | None = None, **vllm: Any) -> InferenceConfig:

@@ -18,8 +18,8 @@ from prime_rl.config.orchestrator import SourceConfig
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.health import http_ok
-from prime_rl.launcher.ports import is_local, url_host_port
 from prime_rl.launcher.process import ChildSpec
+from prime_rl.ports import is_local, url_host_port
 
 
 @dataclass

@@ -30,7 +30,13 @@ def _serve(args: argparse.Namespace) -> int:
     from prime_rl.envs.base import load_env
     from prime_rl.envs.nemo_gym.rows import load_server_config
     from prime_rl.envs.nemo_gym.server import ServerState, create_app
+    from prime_rl.ports import PortInUseError, check_port_free
 
+    try:  # before loading data: a taken port fails at once, naming its holder
+        check_port_free(args.host, args.port, field="port")
+    except PortInUseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     root, cfg = load_server_config(args.dir)
     env = load_env(cfg["env"], **cfg.get("env_args", {}))
     state = ServerState(env=env, masked_as_error=args.masked_as_error, idle_timeout_s=args.idle_timeout,

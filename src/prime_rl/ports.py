@@ -1,22 +1,30 @@
-"""Port checks: is a TCP port free to bind, who holds it, and a free port for torchrun's rendezvous."""
+"""TCP port checks shared by every server and the launcher: fail at once, naming the port and its holder.
+
+(The reference system hung forever when vLLM's port was taken; every prime-rl server checks before binding.)
+"""
 
 from __future__ import annotations
 
 import socket
 from urllib.parse import urlparse
 
-import psutil
-
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1", ""}
 
 
+class PortInUseError(RuntimeError):
+    """The TCP port a server should bind is taken (the message names the port and the holding process)."""
+
+
 def port_free(host: str, port: int) -> bool:
-    """Whether a listening TCP socket can be bound to `(host, port)` right now (SO_REUSEADDR, as servers do)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    """Whether a listening TCP socket can be bound to `(host, port)` right now.
+
+    Uses SO_REUSEADDR, as uvicorn and vLLM do, so a port in TIME_WAIT counts as free. Takes milliseconds.
+    """
+    family = socket.AF_INET6 if ":" in (host or "") else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host, port))
+            s.bind((host or "0.0.0.0", port))
         except OSError:
             return False
     return True
@@ -24,6 +32,8 @@ def port_free(host: str, port: int) -> bool:
 
 def port_holder(port: int) -> str:
     """`pid 123 (python -m vllm...)` for the process listening on `port`, or a hint when it cannot be seen."""
+    import psutil
+
     try:
         conns = psutil.net_connections(kind="inet")
     except (psutil.AccessDenied, PermissionError):
@@ -41,8 +51,17 @@ def port_holder(port: int) -> str:
     return "an unknown process (see `ss -ltnp`)"
 
 
+def check_port_free(host: str, port: int, field: str = "server.port") -> None:
+    """Raise PortInUseError naming the port, the holding process and the config `field` to change."""
+    if not port_free(host, port):
+        raise PortInUseError(
+            f"port {port} on {host} is already in use by {port_holder(port)}; stop it or choose another port "
+            f"({field} / --{field.replace('_', '-')})"
+        )
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port the OS reports free now (bind to port 0). Racy by nature; used for torchrun's master port."""
+    """A TCP port the OS reports free now (bind to port 0). Racy by nature: for tests and torchrun's rendezvous."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
