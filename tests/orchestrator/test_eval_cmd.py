@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -40,3 +41,26 @@ async def test_eval_metrics_and_table(tmp_path):
     console.print(results_table(res, 2))
     text = console.export_text()
     assert "counter" in text and "0.6250" in text and "0.750" in text
+
+
+def test_eval_without_server_fails_within_health_timeout_naming_the_url(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from prime_rl.models.tiny import cached_tiny_model
+    from prime_rl.ports import free_port
+
+    REPO = Path(__file__).resolve().parents[2]
+
+    url = f"http://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "prime_rl.cli.eval", "@", str(REPO / "examples/gridsim/eval.toml"), "--model.name",
+         str(cached_tiny_model()), "--client.base-url", url, "--client.health-timeout-s", "2",
+         "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 1
+    assert url in r.stderr and "not healthy" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 60

@@ -27,6 +27,8 @@ def dry_run(cfg: BaseModel, run_dir: Path, name: str) -> None:
     """Write the resolved config to `run_dir/configs/<name>.toml`, say where, and exit 0."""
     from prime_rl.config.loader import write_config
 
+    if "dry_run" in type(cfg).model_fields:
+        cfg = cfg.model_copy(update={"dry_run": False})  # the written file runs the command for real
     path = write_config(cfg, Path(run_dir) / "configs" / f"{name}.toml")
     print(f"resolved {name} config written to {path}")
     raise SystemExit(0)

@@ -12,6 +12,7 @@ def write_resolved(cfg: RLConfig) -> dict[str, str]:
     from prime_rl.config.loader import write_config
 
     run_dir = cfg.orchestrator.output_dir
+    cfg = cfg.model_copy(update={"dry_run": False})  # the written rl.toml runs the job for real
     out = {}
     for name, section in (("rl", cfg), ("trainer", cfg.trainer), ("orchestrator", cfg.orchestrator),
                           ("inference", cfg.inference)):

@@ -20,6 +20,7 @@ class ClientConfig(BaseConfig):
     request_timeout_s: float = Field(600.0, gt=0, description="Read timeout of one generate request.")
     connect_timeout_s: float = Field(10.0, gt=0)
     max_retries: int = Field(5, ge=0, description="Retries on 5xx and transport errors (exponential backoff).")
+    health_timeout_s: float = Field(300.0, gt=0, description="How long to wait for the servers' /health at start.")
     api_key: str | None = None
 
 

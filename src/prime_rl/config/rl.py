@@ -108,8 +108,8 @@ def merge_shared(top: Any, section: Any, top_path: str, section_path: str) -> An
         return out
     if _norm(top) != _norm(section):
         raise ValueError(
-            f"shared field set twice with different values: `{top_path} = {top!r}` and "
-            f"`{section_path} = {section!r}`; set it once (at the top level to apply to all sections)"
+            f"shared field set twice with different values: `{top_path} = {top}` and "
+            f"`{section_path} = {section}`; set it once (at the top level to apply to all sections)"
         )
     return top
 

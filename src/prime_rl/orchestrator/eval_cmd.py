@@ -27,36 +27,45 @@ def results_table(res: EvalResult, k: int, title: str = "Eval"):
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("Source", "Tasks", "Rollouts", f"avg@{k}", f"pass@{k}", "pass@1", "Error", "Truncated", "Turns"):
+    cols = ["Source", "Tasks", "Rollouts", f"avg@{k}", f"pass@{k}", "pass@1", "Error", "Truncated", "Turns"]
+    if k == 1:
+        cols.remove("pass@1")  # the same column twice otherwise
+    for col in cols:
         t.add_column(col, justify="left" if col == "Source" else "right")
 
     def f(x: float, d: int = 4) -> str:
         return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
 
     for name, m in res.by_source.items():
-        t.add_row(
-            name, str(int(m["tasks"])), str(int(m["rollouts"])), f(m[f"avg@{k}"]), f(m[f"pass@{k}"], 3),
-            f(m["pass@1"], 3), f"{m['error_pct']:.1f}%", f"{m['truncated_pct']:.1f}%", f(m["turns"], 1),
-        )
+        row = [name, str(int(m["tasks"])), str(int(m["rollouts"])), f(m[f"avg@{k}"]), f(m[f"pass@{k}"], 3)]
+        row += [f(m["pass@1"], 3)] if k != 1 else []
+        row += [f"{m['error_pct']:.1f}%", f"{m['truncated_pct']:.1f}%", f(m["turns"], 1)]
+        t.add_row(*row)
     return t
 
 
 async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=None) -> EvalResult:
     """Run the eval; client, renderer and sources are built from `cfg` unless given (tests)."""
+    src_cfgs = cfg.eval.source or []
+    if not src_cfgs and sources is None:
+        raise ValueError("eval.source is empty: name at least one environment ([[eval.source]] env.id = ...)")
+    if renderer is None:
+        from prime_rl.models.renderer import load_tokenizer, make_renderer
+
+        renderer = make_renderer(load_tokenizer(cfg.model.name), cfg.renderer)
+    sources = sources if sources is not None else [build_source(s) for s in src_cfgs]
     own = client is None
     if client is None:
         from prime_rl.inference.client import InferenceClient
 
         client = InferenceClient(cfg.client)
-        await client.wait_healthy(600)
-    if renderer is None:
-        from prime_rl.models.renderer import load_tokenizer, make_renderer
-
-        renderer = make_renderer(load_tokenizer(cfg.model.name), cfg.renderer)
-    src_cfgs = cfg.eval.source or []
-    if not src_cfgs and sources is None:
-        raise ValueError("eval.source is empty: name at least one environment ([[eval.source]] env.id = ...)")
-    sources = sources if sources is not None else [build_source(s) for s in src_cfgs]
+        log.info("waiting for inference at %s (client.health_timeout_s = %.0f s; start one with `inference "
+                 "--model.name ...`)", ", ".join(cfg.client.base_url), cfg.client.health_timeout_s)  # fmt: skip
+        try:
+            await client.wait_healthy(cfg.client.health_timeout_s)
+        except BaseException:
+            await client.aclose()
+            raise
     try:
         for s in sources:
             await s.start()
@@ -89,5 +98,6 @@ def run(cfg: EvalCommandConfig) -> None:
     except (TimeoutError, FileNotFoundError, ValueError, KeyError) as e:
         log.error("%s", e)
         sys.exit(1)
-    Console().print(results_table(res, cfg.eval.rollouts_per_example, title=f"Eval of {cfg.model.name}"))
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes get the whole table
+    console.print(results_table(res, cfg.eval.rollouts_per_example, title=f"Eval of {cfg.model.name}"))
     print(f"per-task results: {Path(cfg.output_dir) / 'eval' / 'step_0.jsonl'}")

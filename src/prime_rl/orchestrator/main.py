@@ -260,7 +260,7 @@ async def _main(cfg: OrchestratorConfig) -> None:
     eval_sources = [build_source(s) for s in cfg.eval.source] if cfg.eval.source else train_sources
     client = InferenceClient(cfg.client)
     try:
-        await client.wait_healthy(cfg.weights_timeout_s)
+        await client.wait_healthy(cfg.client.health_timeout_s)
         orch = Orchestrator(cfg, client=client, renderer=renderer, train_sources=train_sources,
                             eval_sources=eval_sources, pad_id=tok.pad_token_id or 0)
         await orch.run()
