@@ -1,0 +1,50 @@
+"""The reference system's GridSim config (examples/gridsim/seed.toml) runs on CPU as it is: 1 train + 3 inference
+"GPUs", LoRA rank 32, nemo-gym rows at its relative dataset path, resources server at 127.0.0.1:9100.
+
+Only the model path, ports, the run directory and the run's length are overridden (the full config is 40 steps of
+32 rollouts x up to 4 x 1024 tokens: hours on 2 cores).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prime_rl.monitor.metrics import read_metrics
+from prime_rl.ports import free_port, port_free
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+SEED = Path(__file__).resolve().parents[2] / "examples" / "gridsim" / "seed.toml"
+
+
+def test_seed_config_runs_on_cpu(tmp_path):
+    if not port_free("127.0.0.1", 9100):
+        pytest.skip("port 9100 (the seed config's resources_url) is taken on this machine")
+    model = tmp_path / "model"
+    subprocess.run([str(BIN / "prime-rl"), "tiny-model", str(model), "--hidden", "64", "--layers", "2"], check=True,
+                   capture_output=True, timeout=120)
+    # rows at the seed config's relative dataset path, as `env-server write` produces them
+    subprocess.run([str(BIN / "env-server"), "write", "gridsim", str(tmp_path / "gym-root")], check=True,
+                   capture_output=True, timeout=300)
+    run = tmp_path / "run"
+    r = subprocess.run(
+        [str(BIN / "rl"), "@", str(SEED), "--model.name", str(model), "--output-dir", str(run),
+         "--max-steps", "2", "--orchestrator.batch-size", "8", "--orchestrator.concurrency.max-inflight", "8",
+         "--orchestrator.train.sampling.max-completion-tokens", "64", "--orchestrator.eval.num-examples", "4",
+         "--orchestrator.eval.sampling.max-completion-tokens", "64", "--inference.server.port", str(free_port())],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert sorted({int(m) for m in re.findall(r"^Step (\d+) \|", out, flags=re.M)}) == [1, 2]
+    trainer_rows = read_metrics(run, "trainer")
+    assert [row["step"] for row in trainer_rows] == [1, 2]
+    assert (run / "weights/step_2/STABLE").is_file()
+    rl_cfg = (run / "configs/trainer.toml").read_text()
+    assert "rank = 32" in rl_cfg and "lr = 2e-05" in rl_cfg
