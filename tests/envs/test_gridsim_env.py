@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from prime_rl.envs import Task, load_env
+from prime_rl.envs.gridsim import prompts
 from prime_rl.envs.gridsim.battery import optimal_schedule
 from prime_rl.envs.gridsim.env import GridSimEnv
 from prime_rl.envs.gridsim.synthetic import synthetic_days
@@ -48,14 +49,24 @@ def test_synthetic_days_deterministic_and_plausible():
 def test_prompts_are_compact_and_state_the_order(env):
     task = env.tasks("eval")[0]
     system, user = task.messages
-    assert len(system["content"].encode()) < 600
-    assert len(user["content"].encode()) < 420
+    for word in ("battery", "25 MWh", "21.25", "$2/MWh", "empty", "submit_schedule", "24 integers", "Score"):
+        assert word in system["content"]  # role, battery, rules, tool, scoring
+    assert len(system["content"].encode()) < 400
+    assert len(user["content"].encode()) < 520
     prices = task.info["prices"]
     lines = user["content"].splitlines()
-    assert lines[1] == f"HE01 {prices[0]:.2f}" and lines[24] == f"HE24 {prices[23]:.2f}"
+    assert lines[0].startswith(f"{task.info['date']} {task.info['point']}, $/MWh")
     order = [int(h) for h in lines[-1].split(":")[1].split()]
     assert sorted(order) == list(range(1, 25))
     assert all(prices[a - 1] <= prices[b - 1] for a, b in zip(order, order[1:], strict=False))
+    # each hour's line: price and its rank in the day (r1 = cheapest), counted here by brute force
+    for h in range(24):
+        rank = 1 + sum(p < prices[h] or (p == prices[h] and k < h) for k, p in enumerate(prices))
+        assert lines[1 + h] == f"HE{h + 1:02d} {prices[h]:.2f} r{rank}"
+        assert order[rank - 1] == h + 1
+    # ties: the earlier hour ranks first (hand-worked)
+    assert prompts.price_ranks([5.0, 3.0, 5.0, 1.0]) == [3, 2, 4, 1]
+    assert prompts.price_order([5.0, 3.0, 5.0, 1.0]) == [4, 2, 1, 3]
     fn = task.tools[0]["function"]
     assert fn["name"] == "submit_schedule" and "strict" not in fn
     assert fn["parameters"]["properties"]["schedule"]["minItems"] == 24

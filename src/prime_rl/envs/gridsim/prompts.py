@@ -1,8 +1,9 @@
 """GridSim's prompts, tool schema and tool result text, kept compact: a byte-level model pays for every byte.
 
-The user prompt states the day's price order (hours from cheapest to dearest): measured, a ~1M-parameter model
-learns the optimum's pattern from it in minutes, and only the average daily shape from the decimals alone
-(../shared/notes/gridsim-learnability.md).
+The user prompt gives each hour's rank in the day inline (`HE01 27.83 r11`: 11th cheapest) and the day's price
+order (hours from cheapest to dearest): measured, a ~1M-parameter model learns the optimum's pattern in minutes when
+each hour's rank is inline, and only the average daily shape from the decimals alone
+(../shared/notes/gridsim-learnability.md); the order sentence alone must be inverted, which a tiny model learns slowly.
 """
 
 from __future__ import annotations
@@ -16,18 +17,17 @@ from prime_rl.envs.gridsim.battery import HOURS, Simulation
 TOOL_NAME = "submit_schedule"
 
 SYSTEM_PROMPT = (
-    "You run a 100 MWh grid battery for one day of the ERCOT day-ahead market. It holds 4 units of 25 MWh "
-    "and starts empty. Each hour pick 1 (charge: buy 25 MWh at the price), -1 (sell one unit: 21.25 MWh at the "
-    "price, less $2/MWh wear) or 0 (idle). Charging when full or selling when empty counts as idle. "
-    f"Call {TOOL_NAME} with 24 integers, HE01 to HE24. "
-    "Score: 0.2 + 0.8 x profit / best profit, clipped to [0, 1]; idle all day scores 0.2."
+    "You run a grid battery for one ERCOT day-ahead day: 4 units of 25 MWh, empty at the start. Each hour: 1 buys "
+    "25 MWh at the price, -1 sells one unit (21.25 MWh at the price less $2/MWh wear), 0 idles; charging when full "
+    f"or selling when empty idles. Call {TOOL_NAME} with 24 integers, HE01 to HE24. "
+    "Score: 0.2 + 0.8 x profit / best profit, clipped to [0, 1]; idle scores 0.2."
 )
 
 TOOL_SCHEMA: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": TOOL_NAME,
-        "description": "Submit the day's schedule; returns profit and score.",
+        "description": "Submit the schedule; returns the score.",
         "parameters": {
             "type": "object",
             "properties": {
@@ -50,10 +50,19 @@ def price_order(prices: Sequence[float]) -> list[int]:
     return [h + 1 for h in sorted(range(len(prices)), key=lambda h: (prices[h], h))]
 
 
+def price_ranks(prices: Sequence[float]) -> list[int]:
+    """Each hour's rank in the day, 1 = cheapest (the inverse of `price_order`; ties: earlier hour first)."""
+    ranks = [0] * len(prices)
+    for r, h in enumerate(price_order(prices), 1):
+        ranks[h - 1] = r
+    return ranks
+
+
 def user_prompt(date: str, point: str, prices: Sequence[float]) -> str:
-    """Date, point, one `HE01 23.45` line per hour ($/MWh) and the hours from cheapest to dearest."""
-    lines = [f"{date} {point}, $/MWh:"]
-    lines += [f"HE{h + 1:02d} {p:.2f}" for h, p in enumerate(prices)]
+    """Date, point, one `HE01 23.45 r7` line per hour (price in $/MWh, rank in the day: r1 cheapest) and the
+    hours from cheapest to dearest."""
+    lines = [f"{date} {point}, $/MWh, rank r1 = cheapest:"]
+    lines += [f"HE{h + 1:02d} {p:.2f} r{r}" for h, (p, r) in enumerate(zip(prices, price_ranks(prices), strict=True))]
     lines.append("Cheapest to dearest: " + " ".join(str(h) for h in price_order(prices)))
     return "\n".join(lines)
 
