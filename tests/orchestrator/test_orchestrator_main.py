@@ -123,3 +123,9 @@ async def test_resume_continues_task_stream(tmp_path, tok):
     resumed = _cfg(tmp_path / "b", max_async_level=0, traces_per_step=8, ckpt={"interval": 2, "resume_step": -1}, eval={})
     await _run(resumed, tok, [3, 4])
     assert tasks_per_step(tmp_path / "b" / "run") == tasks_per_step(tmp_path / "a" / "run")
+
+
+async def test_final_version_is_evaluated_off_interval(tmp_path, tok):
+    cfg = _cfg(tmp_path, max_steps=3, max_async_level=0)  # interval 2: versions 0, 2 and the final 3
+    await _run(cfg, tok, [1, 2, 3])
+    assert sorted(p.name for p in (cfg.output_dir / "eval").iterdir()) == ["step_0.jsonl", "step_2.jsonl", "step_3.jsonl"]

@@ -5,7 +5,7 @@ Per step N (from 1, or from a checkpoint's step + 1): wait for `batch_size` roll
 samples (masked rollouts carry no tokens; zero-advantage groups too with `advantage.filter_zero`), write
 `traces.jsonl` then every `rank_R.bin` atomically, log metrics and print the step line; checkpoint every
 `ckpt.interval` steps. A weight watcher loads every new `weights/step_N/STABLE` into the inference server and
-evaluates the policy on version 0 and every `eval.interval` versions (`eval/step_N.jsonl`).
+evaluates the policy on version 0, every `eval.interval` versions and the final one (`eval/step_N.jsonl`).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ class Orchestrator:
     # ---- eval ----
     def _eval_due(self, version: int) -> bool:
         iv = self.cfg.eval.interval
-        return iv is not None and version % iv == 0 and version not in self.evaluated
+        final = version == self.cfg.max_steps  # the trained policy is always evaluated at the end
+        return iv is not None and (version % iv == 0 or final) and version not in self.evaluated
 
     async def _on_loaded(self, version: int) -> None:
         if self._eval_due(version):
