@@ -212,7 +212,8 @@ def create_app(state: ServerState) -> FastAPI:
     def lookup(request: Request) -> tuple[str | None, Session | None, tuple[str, str]]:
         sid = state.unsign(request.cookies.get(COOKIE))
         if sid is None:
-            why = "no session cookie" if COOKIE not in request.cookies else "session cookie with a bad signature"
+            why = ("no session cookie" if COOKIE not in request.cookies else
+                   "session cookie not signed by this server process (restarted since the session was seeded?)")  # fmt: skip
             return None, None, ("unknown_session", f"{why}; call /seed_session first")
         sess = state.live.get(sid)
         if sess is None:
