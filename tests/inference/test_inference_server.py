@@ -8,22 +8,13 @@ import json
 import httpx
 import pytest
 import torch
+from tests.inference.common import TOOLS
 
 from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
 from prime_rl.inference.client import InferenceClient
 
 pytestmark = pytest.mark.slow
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "move",
-            "description": "Move one cell.",
-            "parameters": {"type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]},
-        },
-    }
-]
 
 
 @pytest.fixture(scope="module")

@@ -8,19 +8,9 @@ import random
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.inference.common import TOOLS
 
 from prime_rl.models.tokenizer import TOKEN_IDS, VOCAB_SIZE
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "move",
-            "description": "Move one cell.",
-            "parameters": {"type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]},
-        },
-    }
-]
 
 
 @pytest.fixture(scope="module")

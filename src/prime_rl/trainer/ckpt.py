@@ -9,7 +9,6 @@ RNG states of rank R. Everything is written into `step_N/.trainer.tmp/`, renamed
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from pathlib import Path
@@ -24,7 +23,7 @@ from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.rundir import step_dirs
 from prime_rl.trainer.dist import DistInfo, barrier
 from prime_rl.trainer.weights import prune_step_dirs
-from prime_rl.transport.atomic import STABLE, atomic_write_bytes
+from prime_rl.transport.atomic import STABLE, atomic_write_bytes, publish_filled_dir
 
 SUBDIR = "trainer"
 log = get_logger("trainer.ckpt")
@@ -85,14 +84,7 @@ def save_checkpoint(
     save_file(tensors, str(tmp / f"rank_{dist_info.rank}.safetensors"))
     barrier()
     if dist_info.is_main:
-        for p in tmp.rglob("*"):
-            if p.is_file():
-                with open(p, "rb") as f:
-                    os.fsync(f.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        atomic_write_bytes(final / STABLE, b"")
+        publish_filled_dir(tmp, final, STABLE)
         prune_step_dirs(Path(ckpt_root), keep_last, subdir=SUBDIR)
     barrier()
     return final

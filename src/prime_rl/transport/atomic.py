@@ -54,16 +54,24 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None], marker: str | Non
     tmp.mkdir()
     try:
         fill(tmp)
-        for p in tmp.rglob("*"):
-            if p.is_file():
-                with open(p, "rb") as f:
-                    os.fsync(f.fileno())
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        publish_filled_dir(tmp, path, marker)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return path
+
+
+def publish_filled_dir(tmp: Path, path: Path, marker: str | None = STABLE) -> Path:
+    """Publish an already-filled temporary directory `tmp` as `path`: fsync every file, replace `path` by a rename,
+    then write the `marker` file last. For writers that fill `tmp` themselves (e.g. several ranks, collectively)."""
+    tmp, path = Path(tmp), Path(path)
+    for p in tmp.rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
     _fsync_dir(path.parent)
     if marker:
         atomic_write_bytes(path / marker, b"")
