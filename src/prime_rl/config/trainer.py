@@ -87,6 +87,12 @@ class SFTDataConfig(BaseConfig):
     batch_size: int = Field(16, gt=0, description="Samples per optimizer step.")
     shuffle: bool = True
     epochs: int | None = Field(None, gt=0, description="Stop after this many epochs (with max_steps, whichever first).")
+    shared_prefix: bool = Field(
+        False,
+        description="Run the prefix the samples of a micro-batch share once (its KV cache kept for backward) "
+        "instead of packing: same loss, ~2x faster when a long system prompt + tools block repeats in every sample.",
+    )
+    micro_batch_size: int = Field(16, gt=0, description="Samples per micro-batch with shared_prefix.")
 
 
 class SFTConfig(BaseConfig):

@@ -36,6 +36,7 @@ from prime_rl.trainer.logprobs import compute_logprobs
 from prime_rl.trainer.loss import LossFn, LossInputs
 from prime_rl.trainer.model import compute_dtype, load_model, trainable_parameters
 from prime_rl.trainer.optim import build_optimizer, build_scheduler
+from prime_rl.trainer.shared_prefix import SharedPrefixMicroBatch, shared_prefix_logprobs
 from prime_rl.trainer.weights import publish_weights
 from prime_rl.transport.batch import MicroBatch
 
@@ -96,7 +97,7 @@ class Engine:
 
     # ----- one optimizer step -------------------------------------------------------------------------------
     def train_step(
-        self, micro_batches: list[MicroBatch], total_loss_tokens: int, loss_fn: LossFn, loss_cfg: LossConfig | None
+        self, micro_batches: list[MicroBatch | SharedPrefixMicroBatch], total_loss_tokens: int, loss_fn: LossFn, loss_cfg: LossConfig | None
     ) -> dict[str, float]:
         """Forward/backward every micro-batch of this rank, clip, step AdamW and the schedule.
 
@@ -125,43 +126,16 @@ class Engine:
         sums: dict[str, list[float]] = {}
         loss_sum = ent_sum = tokens = mask_tokens = 0.0
         for i, mb in enumerate(micro_batches):
-            if len(mb) > self.cfg.seq_len:
-                raise ValueError(f"micro-batch {i} has {len(mb)} tokens > seq_len = {self.cfg.seq_len}")
             if fsdp:
                 self.model.set_requires_gradient_sync(i == n_mb - 1)
-            ids = torch.from_numpy(mb.input_ids).long().to(dev)
-            pos = torch.from_numpy(mb.position_ids).long().to(dev)
-            mask = torch.from_numpy(mb.loss_mask).to(dev)
-            starts = pos == 0
-            starts[0] = True
-            if bool((mask & starts).any()):
-                raise ValueError(
-                    f"micro-batch {i}: loss_mask is true at a sample's first token (position_ids == 0), "
-                    "which has no prediction; the first token of each sample must be a prompt token"
-                )
-            temp = torch.from_numpy(mb.temperature).float().to(dev)
-            inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(dev)
-            if bool((mask & ~(temp > 0)).any()) or not bool(torch.isfinite(inf_lp[mask]).all()):
-                raise ValueError(
-                    f"micro-batch {i}: a loss token has temperature <= 0 or a non-finite inference logprob; "
-                    "RL needs sampling at temperature > 0 with logprobs returned"
-                )
-            temp = torch.where(temp > 0, temp, torch.ones_like(temp))  # non-loss tokens: any value is harmless
-            lp, ent = compute_logprobs(self.model, ids, pos, temp)
-            out = loss_fn(
-                LossInputs(
-                    trainer_logprobs=lp,
-                    inference_logprobs=inf_lp,
-                    advantages=torch.from_numpy(mb.advantages).float().to(dev),
-                    loss_mask=mask,
-                ),
-                loss_cfg,
-            )
+            inputs, ent, n_tokens = self._forward(i, mb)
+            out = loss_fn(inputs, loss_cfg)
+            mask = inputs.loss_mask
             (out.loss * (world / norm)).backward()
             loss_sum += float(out.loss.detach())
             ent_sum += float(ent[mask].sum())
             mask_tokens += float(mask.sum())
-            tokens += len(mb)
+            tokens += n_tokens
             for k, (num, den) in out.metrics.items():
                 acc = sums.setdefault(k, [0.0, 0.0])
                 acc[0] += float(num)
@@ -200,6 +174,45 @@ class Engine:
             num, den = vec[4 + 2 * j].item(), vec[5 + 2 * j].item()
             m[k] = num / den if den > 0 else 0.0
         return m
+
+    def _forward(self, i: int, mb: MicroBatch | SharedPrefixMicroBatch) -> tuple[LossInputs, torch.Tensor, int]:
+        """Micro-batch `i` -> (loss inputs [T] with trainer logprobs attached, entropy [T], sample tokens).
+
+        A `SharedPrefixMicroBatch` (SFT) is flattened to [K*S] tokens at temperature 1; its sample tokens count
+        the prefix once per sample, like packing would. Raises ValueError on the checks listed in `train_step`.
+        """
+        dev = self.dist.device
+        if isinstance(mb, SharedPrefixMicroBatch):
+            if mb.sample_len > self.cfg.seq_len:
+                raise ValueError(f"micro-batch {i} has a {mb.sample_len}-token sample > seq_len = {self.cfg.seq_len}")
+            lp, ent = shared_prefix_logprobs(self.model, mb, dev)
+            zeros = torch.zeros(lp.numel(), device=dev)
+            mask = torch.from_numpy(mb.loss_mask).to(dev).reshape(-1)
+            n = mb.num_samples * len(mb.prefix_ids) + int(mb.valid.sum())
+            return LossInputs(lp.reshape(-1), zeros, zeros, mask), ent.reshape(-1), n
+        if len(mb) > self.cfg.seq_len:
+            raise ValueError(f"micro-batch {i} has {len(mb)} tokens > seq_len = {self.cfg.seq_len}")
+        ids = torch.from_numpy(mb.input_ids).long().to(dev)
+        pos = torch.from_numpy(mb.position_ids).long().to(dev)
+        mask = torch.from_numpy(mb.loss_mask).to(dev)
+        starts = pos == 0
+        starts[0] = True
+        if bool((mask & starts).any()):
+            raise ValueError(
+                f"micro-batch {i}: loss_mask is true at a sample's first token (position_ids == 0), "
+                "which has no prediction; the first token of each sample must be a prompt token"
+            )
+        temp = torch.from_numpy(mb.temperature).float().to(dev)
+        inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(dev)
+        if bool((mask & ~(temp > 0)).any()) or not bool(torch.isfinite(inf_lp[mask]).all()):
+            raise ValueError(
+                f"micro-batch {i}: a loss token has temperature <= 0 or a non-finite inference logprob; "
+                "RL needs sampling at temperature > 0 with logprobs returned"
+            )
+        temp = torch.where(temp > 0, temp, torch.ones_like(temp))  # non-loss tokens: any value is harmless
+        lp, ent = compute_logprobs(self.model, ids, pos, temp)
+        adv = torch.from_numpy(mb.advantages).float().to(dev)
+        return LossInputs(lp, inf_lp, adv, mask), ent, len(mb)
 
     # ----- outputs -----------------------------------------------------------------------------------------
     def publish(self, step: int) -> Path | None:

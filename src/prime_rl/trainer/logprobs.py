@@ -8,7 +8,7 @@ position t-1 predict token t, divided by the temperature token t was sampled at.
 loss tokens.
 
 Packed samples never attend to each other: with `sdpa`/`eager` attention the model gets an explicit block-diagonal
-causal 4-D mask built from `position_ids`; with flash-attention it gets `position_ids` only (transformers then
+causal 4-D mask built from `position_ids` (none when the micro-batch is one sample: plain causal attention); with flash-attention it gets `position_ids` only (transformers then
 uses variable-length kernels).
 """
 
@@ -35,6 +35,13 @@ def packed_causal_mask(position_ids: Tensor) -> Tensor:
     return (causal & same)[None, None]
 
 
+def is_single_sample(position_ids: Tensor) -> bool:
+    """[T] -> True when the sequence is one sample with positions 0..T-1: then plain causal attention is exact and
+    no T x T mask is needed (sdpa takes its faster `is_causal` path; measured ~1.3x per SFT step at T ~ 1,500)."""
+    t = position_ids.shape[0]
+    return t > 0 and bool((position_ids == torch.arange(t, device=position_ids.device)).all())
+
+
 def uses_flash_attention(model: nn.Module) -> bool:
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
     return "flash" in impl
@@ -43,7 +50,7 @@ def uses_flash_attention(model: nn.Module) -> bool:
 def forward_logits(model: nn.Module, input_ids: Tensor, position_ids: Tensor) -> Tensor:
     """Run the causal LM on one packed sequence. input_ids, position_ids: [T] -> logits [T, V] (fp32)."""
     kwargs = {"input_ids": input_ids[None], "position_ids": position_ids[None], "use_cache": False}
-    if not uses_flash_attention(model):
+    if not uses_flash_attention(model) and not is_single_sample(position_ids):
         kwargs["attention_mask"] = packed_causal_mask(position_ids)
     out = model(**kwargs)
     return out.logits[0].float()

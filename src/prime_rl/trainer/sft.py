@@ -1,7 +1,8 @@
 """SFT (`sft @ config`): supervised fine-tuning on chat JSONL with the RL trainer's engine.
 
 Step N (1-based) trains on dataset positions (N-1)*batch_size ... N*batch_size-1 of the epoch-permuted stream
-(`sft_data.step_indices`), packed into micro-batches of at most `seq_len` tokens and dealt across ranks; the loss
+(`sft_data.step_indices`), packed into micro-batches of at most `seq_len` tokens (or, with `data.shared_prefix`, grouped `micro_batch_size` at a
+time so their common prefix runs once) and dealt across ranks; the loss
 is the NLL of assistant tokens divided by the step's assistant-token count (all ranks). Same model / LoRA /
 FSDP2 / optimizer / checkpoint / publishing code as RL (`engine.Engine`). Publishes `weights/step_N/` at the
 last step and every `publish_interval` steps.
@@ -22,6 +23,7 @@ from prime_rl.trainer.sft_data import (
     pack_samples,
     render_dataset,
     shard_micro_batches,
+    shared_prefix_micro_batches,
     step_indices,
 )
 
@@ -68,7 +70,11 @@ def run(cfg: SFTConfig) -> dict[str, float] | None:
             idx = step_indices(step, cfg.data.batch_size, len(samples), cfg.seed, cfg.data.shuffle)
             batch = [samples[i] for i in idx]
             total = sum(int(s.loss_mask.sum()) for s in batch)
-            mbs = shard_micro_batches(pack_samples(batch, cfg.seq_len), engine.dist.rank, engine.dist.world_size, pad_id)
+            if cfg.data.shared_prefix:
+                mbs = shared_prefix_micro_batches(batch, cfg.data.micro_batch_size, cfg.seq_len, pad_id)
+            else:
+                mbs = pack_samples(batch, cfg.seq_len)
+            mbs = shard_micro_batches(mbs, engine.dist.rank, engine.dist.world_size, pad_id)
             m = engine.train_step(mbs, total, sft_loss, None)
             m["epoch"] = (step * cfg.data.batch_size) / len(samples)
             if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0):

@@ -1,5 +1,5 @@
 """SFT data: chat JSONL -> token ids + assistant-only loss mask (with the orchestrator's renderer) -> packed
-micro-batches.
+micro-batches (or shared-prefix micro-batches, `data.shared_prefix`).
 
 Each JSONL line is `{"messages": [...], "tools": [...] (optional)}` in OpenAI chat format (assistant
 `tool_calls` allowed, `tool` role for results). A sample is rendered with the same `renderers` renderer the
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from prime_rl.trainer.shared_prefix import SharedPrefixMicroBatch, make_shared_prefix_batch
 from prime_rl.transport.batch import MicroBatch
 
 
@@ -141,7 +142,20 @@ def pack_samples(samples: list[SFTSample], seq_len: int) -> list[MicroBatch]:
     return mbs
 
 
-def shard_micro_batches(mbs: list[MicroBatch], rank: int, world_size: int, pad_id: int = 0) -> list[MicroBatch]:
+def shared_prefix_micro_batches(
+    samples: list[SFTSample], micro_batch_size: int, seq_len: int, pad_id: int = 0
+) -> list[MicroBatch | SharedPrefixMicroBatch]:
+    """Consecutive groups of `micro_batch_size` samples, each one `SharedPrefixMicroBatch` over the group's common
+    prefix (see `trainer.shared_prefix`); a group with no common prefix is packed into `seq_len` micro-batches."""
+    out: list[MicroBatch | SharedPrefixMicroBatch] = []
+    for i in range(0, len(samples), micro_batch_size):
+        group = samples[i : i + micro_batch_size]
+        mb = make_shared_prefix_batch([s.input_ids for s in group], [s.loss_mask for s in group], pad_id)
+        out.extend([mb] if mb is not None else pack_samples(group, seq_len))
+    return out
+
+
+def shard_micro_batches(mbs: list, rank: int, world_size: int, pad_id: int = 0) -> list:
     """This rank's share: micro-batches dealt longest-first to the rank with the fewest tokens, then padded with
     empty (no loss token) micro-batches so every rank holds the same count."""
     loads = [0] * world_size

@@ -12,12 +12,18 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
         "--data-dir", type=Path, default=None, help="folder of ERCOT DAMLZHBSPP_<year>.xlsx (default: synthetic days)"
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the split draw (default 0)")
+    p.add_argument(
+        "--num-train",
+        type=int,
+        default=2000,
+        help="train split size (default 2000; fewer when the data have fewer usable days; eval is always 200)",
+    )
 
 
 def _env(args: argparse.Namespace):
     from prime_rl.envs.gridsim.env import GridSimEnv
 
-    return GridSimEnv(data_dir=args.data_dir, seed=args.seed)
+    return GridSimEnv(data_dir=args.data_dir, seed=args.seed, num_train=args.num_train)
 
 
 def _baseline(args: argparse.Namespace) -> int:

@@ -1,9 +1,10 @@
 """GridSim's prompts, tool schema and tool result text, kept compact: a byte-level model pays for every byte.
 
-The user prompt gives each hour's rank in the day inline (`HE01 27.83 r11`: 11th cheapest) and the day's price
-order (hours from cheapest to dearest): measured, a ~1M-parameter model learns the optimum's pattern in minutes when
-each hour's rank is inline, and only the average daily shape from the decimals alone
-(../shared/notes/gridsim-learnability.md); the order sentence alone must be inverted, which a tiny model learns slowly.
+The user prompt gives each hour's price in whole $/MWh with its rank in the day inline (`HE01 28 r11`: 11th
+cheapest): measured, a ~1M-parameter model learns the optimum's pattern in minutes when each hour's rank is inline,
+and only the average daily shape from the prices alone (../shared/notes/gridsim-learnability.md). Cents and a
+separate cheapest-to-dearest list were dropped: they cost ~160 byte tokens per sample (a quarter of the user turn)
+and carry nothing the ranks do not; the exact prices stay in `task.info` and grade the schedule.
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ from prime_rl.envs.gridsim.battery import HOURS, Simulation
 TOOL_NAME = "submit_schedule"
 
 SYSTEM_PROMPT = (
-    "You run a grid battery for one ERCOT day-ahead day: 4 units of 25 MWh, empty at the start. Each hour: 1 buys "
-    "25 MWh at the price, -1 sells one unit (21.25 MWh at the price less $2/MWh wear), 0 idles; charging when full "
-    f"or selling when empty idles. Call {TOOL_NAME} with 24 integers, HE01 to HE24. "
-    "Score: 0.2 + 0.8 x profit / best profit, clipped to [0, 1]; idle scores 0.2."
+    "Grid battery, one ERCOT day-ahead day: 4 units of 25 MWh, empty at start. Per hour: 1 buys 25 MWh, -1 sells "
+    f"one unit (21.25 MWh, less $2/MWh wear), 0 idles. Call {TOOL_NAME} with 24 integers, HE01 to HE24. "
+    "Score: 0.2 + 0.8 x profit / best profit, in [0, 1]."
 )
 
 TOOL_SCHEMA: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": TOOL_NAME,
-        "description": "Submit the schedule; returns the score.",
+        "description": "Returns profit and score.",
         "parameters": {
             "type": "object",
             "properties": {
@@ -36,7 +36,7 @@ TOOL_SCHEMA: dict[str, Any] = {
                     "items": {"type": "integer", "enum": [-1, 0, 1]},
                     "minItems": HOURS,
                     "maxItems": HOURS,
-                    "description": "HE01..HE24: 1 charge, -1 sell, 0 idle",
+                    "description": "1 buy, -1 sell, 0 idle",
                 }
             },
             "required": ["schedule"],
@@ -59,11 +59,10 @@ def price_ranks(prices: Sequence[float]) -> list[int]:
 
 
 def user_prompt(date: str, point: str, prices: Sequence[float]) -> str:
-    """Date, point, one `HE01 23.45 r7` line per hour (price in $/MWh, rank in the day: r1 cheapest) and the
-    hours from cheapest to dearest."""
-    lines = [f"{date} {point}, $/MWh, rank r1 = cheapest:"]
-    lines += [f"HE{h + 1:02d} {p:.2f} r{r}" for h, (p, r) in enumerate(zip(prices, price_ranks(prices), strict=True))]
-    lines.append("Cheapest to dearest: " + " ".join(str(h) for h in price_order(prices)))
+    """Date, point and one `HE01 23 r7` line per hour: price in $/MWh rounded to the dollar (`round`, so halves go
+    to even), rank in the day (r1 cheapest, from the exact prices)."""
+    lines = [f"{date} {point} $/MWh, r1 cheapest:"]
+    lines += [f"HE{h + 1:02d} {round(p)} r{r}" for h, (p, r) in enumerate(zip(prices, price_ranks(prices), strict=True))]
     return "\n".join(lines)
 
 
