@@ -27,7 +27,7 @@ prime-rl tiny-model "$OUT/tiny-model" --hidden "$HIDDEN" --layers "$LAYERS" --se
 phase "2/6 GridSim rows for the NeMo Gym resources server and SFT demonstrations"
 rm -rf "$OUT/gym-root"
 env-server write gridsim "$OUT/gym-root" "${DATA_ARGS[@]}"
-gridsim sft-data --split train "${DATA_ARGS[@]}" "$OUT/sft.jsonl"
+gridsim sft-data --split train --num-train all "${DATA_ARGS[@]}" "$OUT/sft.jsonl"
 
 phase "3/6 SFT warm start (examples/gridsim/sft.toml)"
 rm -rf "$OUT/sft"

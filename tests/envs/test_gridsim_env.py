@@ -35,6 +35,12 @@ def test_splits_sizes_disjoint_deterministic(env):
     assert t.task_id == f"gridsim-{t.info['date']}-{t.info['point']}"
     with pytest.raises(KeyError, match="unknown split"):
         env.tasks("test")
+    # num_train=None: every usable day off the eval dates; the default split is its first 2,000 (same draw)
+    everything = GridSimEnv(num_train=None)
+    full = [t.task_id for t in everything.tasks("train")]
+    assert len(full) > 2000 and full[:2000] == [t.task_id for t in train]
+    assert not eval_dates & {t.info["date"] for t in everything.tasks("train")}
+    assert [t.task_id for t in everything.tasks("eval")] == [t.task_id for t in ev]
 
 
 def test_synthetic_days_deterministic_and_plausible():

@@ -7,6 +7,18 @@ import json
 from pathlib import Path
 
 
+def _num_train(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--num-train {text!r}: give a positive integer or `all`")
+    return n
+
+
 def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-dir", type=Path, default=None, help="folder of ERCOT DAMLZHBSPP_<year>.xlsx (default: synthetic days)"
@@ -14,9 +26,9 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the split draw (default 0)")
     p.add_argument(
         "--num-train",
-        type=int,
+        type=_num_train,
         default=2000,
-        help="train split size (default 2000; fewer when the data have fewer usable days; eval is always 200)",
+        help="train split size, or `all` for every usable day off the eval dates (default 2000; eval is always 200)",
     )
 
 

@@ -124,7 +124,8 @@ class GridSimEnv(Environment):
     Args:
         data_dir: folder of ERCOT `DAMLZHBSPP_<year>.xlsx` files; None = synthetic days (seeded by `data_seed`).
         seed: seed of the split draw.
-        num_train, num_eval: split sizes (fewer when the data have fewer usable days).
+        num_train, num_eval: split sizes (fewer when the data have fewer usable days); `num_train=None` takes every
+            usable day off the eval dates (6,171 on ERCOT 2021-2024).
         points: settlement points (default the five hubs).
         min_optimal_profit: keep only days whose optimal profit is above this ($).
         cache_dir: parse cache of the ERCOT files (default `~/.cache/prime-rl/gridsim`).
@@ -136,7 +137,7 @@ class GridSimEnv(Environment):
         self,
         data_dir: str | Path | None = None,
         seed: int = 0,
-        num_train: int = 2000,
+        num_train: int | None = 2000,
         num_eval: int = 200,
         points: tuple[str, ...] | list[str] = HUBS,
         min_optimal_profit: float = 500.0,
