@@ -171,3 +171,10 @@ def test_resolved_config_round_trips_none_over_non_none_default(tmp_path):
     full = parse_config(RLConfig, ["@", str(SEED)])
     path.write_text(config_to_toml(full))
     assert parse_config(RLConfig, ["@", str(path)]) == full
+
+
+def test_eval_may_decode_greedily_but_training_must_sample():
+    cfg = parse_config(OrchestratorConfig, ["--eval.sampling.temperature", "0"])
+    assert cfg.eval.sampling.temperature == 0.0
+    with pytest.raises(ConfigError, match=r"train\.sampling\.temperature"):
+        parse_config(OrchestratorConfig, ["--train.sampling.temperature", "0"])

@@ -32,6 +32,12 @@ class SamplingConfig(BaseConfig):
     seed: int | None = None
 
 
+class EvalSamplingConfig(SamplingConfig):
+    temperature: float = Field(
+        1.0, ge=0, description="0 = greedy decoding (argmax): a deterministic eval, as verl's validation default."
+    )
+
+
 class HarnessConfig(BaseConfig):
     id: Literal["null"] = Field("null", description="null = plain chat loop with native (hermes) tool calls.")
 
@@ -97,7 +103,7 @@ class EvalConfig(BaseConfig):
     num_examples: int | None = Field(None, gt=0, description="Eval tasks per source; None = the whole eval split.")
     rollouts_per_example: int = Field(1, gt=0)
     pass_threshold: float = Field(1.0, description="A rollout passes (pass@k) when its reward is at least this.")
-    sampling: SamplingConfig = SamplingConfig(temperature=1.0)
+    sampling: EvalSamplingConfig = EvalSamplingConfig(temperature=1.0)
     source: list[SourceConfig] | None = Field(None, description="Default: the train sources, eval split.")
 
 
