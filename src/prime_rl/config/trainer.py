@@ -78,6 +78,12 @@ class TrainerConfig(BaseConfig):
     seq_len: int = Field(2048, gt=0, description="Tokens per packed micro-batch.")
     seed: int = 0
     data_timeout_s: float = Field(1800.0, gt=0, description="How long to wait for the next step's rollouts.")
+    shared_prefix: bool = Field(
+        False,
+        description="Regroup each step's samples so that those sharing a prompt (a GRPO group) share a micro-batch "
+        "whose common prefix runs once: same loss, fewer tokens through the model.",
+    )
+    micro_batch_size: int = Field(16, gt=0, description="Samples per micro-batch with shared_prefix.")
     threads: int | None = Field(None, gt=0, description="torch intra-op threads per process (CPU).")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
 

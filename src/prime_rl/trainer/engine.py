@@ -178,18 +178,21 @@ class Engine:
     def _forward(self, i: int, mb: MicroBatch | SharedPrefixMicroBatch) -> tuple[LossInputs, torch.Tensor, int]:
         """Micro-batch `i` -> (loss inputs [T] with trainer logprobs attached, entropy [T], sample tokens).
 
-        A `SharedPrefixMicroBatch` (SFT) is flattened to [K*S] tokens at temperature 1; its sample tokens count
-        the prefix once per sample, like packing would. Raises ValueError on the checks listed in `train_step`.
+        A `SharedPrefixMicroBatch` is flattened to [K*S] tokens; its sample tokens count the prefix once per
+        sample, like packing would. Raises ValueError on the checks listed in `train_step`.
         """
         dev = self.dist.device
         if isinstance(mb, SharedPrefixMicroBatch):
             if mb.sample_len > self.cfg.seq_len:
                 raise ValueError(f"micro-batch {i} has a {mb.sample_len}-token sample > seq_len = {self.cfg.seq_len}")
-            lp, ent = shared_prefix_logprobs(self.model, mb, dev)
-            zeros = torch.zeros(lp.numel(), device=dev)
             mask = torch.from_numpy(mb.loss_mask).to(dev).reshape(-1)
+            temp = torch.from_numpy(mb.temperature).float().to(dev).reshape(-1)
+            inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(dev).reshape(-1)
+            self._check_sampling(i, mask, temp, inf_lp)
+            lp, ent = shared_prefix_logprobs(self.model, mb, dev)
+            adv = torch.from_numpy(mb.advantages).float().to(dev).reshape(-1)
             n = mb.num_samples * len(mb.prefix_ids) + int(mb.valid.sum())
-            return LossInputs(lp.reshape(-1), zeros, zeros, mask), ent.reshape(-1), n
+            return LossInputs(lp.reshape(-1), inf_lp, adv, mask), ent.reshape(-1), n
         if len(mb) > self.cfg.seq_len:
             raise ValueError(f"micro-batch {i} has {len(mb)} tokens > seq_len = {self.cfg.seq_len}")
         ids = torch.from_numpy(mb.input_ids).long().to(dev)
@@ -204,15 +207,19 @@ class Engine:
             )
         temp = torch.from_numpy(mb.temperature).float().to(dev)
         inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(dev)
+        self._check_sampling(i, mask, temp, inf_lp)
+        temp = torch.where(temp > 0, temp, torch.ones_like(temp))  # non-loss tokens: any value is harmless
+        lp, ent = compute_logprobs(self.model, ids, pos, temp)
+        adv = torch.from_numpy(mb.advantages).float().to(dev)
+        return LossInputs(lp, inf_lp, adv, mask), ent, len(mb)
+
+    @staticmethod
+    def _check_sampling(i: int, mask: torch.Tensor, temp: torch.Tensor, inf_lp: torch.Tensor) -> None:
         if bool((mask & ~(temp > 0)).any()) or not bool(torch.isfinite(inf_lp[mask]).all()):
             raise ValueError(
                 f"micro-batch {i}: a loss token has temperature <= 0 or a non-finite inference logprob; "
                 "RL needs sampling at temperature > 0 with logprobs returned"
             )
-        temp = torch.where(temp > 0, temp, torch.ones_like(temp))  # non-loss tokens: any value is harmless
-        lp, ent = compute_logprobs(self.model, ids, pos, temp)
-        adv = torch.from_numpy(mb.advantages).float().to(dev)
-        return LossInputs(lp, inf_lp, adv, mask), ent, len(mb)
 
     # ----- outputs -----------------------------------------------------------------------------------------
     def publish(self, step: int) -> Path | None:

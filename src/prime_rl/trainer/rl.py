@@ -1,7 +1,7 @@
 """The RL trainer loop (`trainer @ config`, usually under torchrun).
 
 Step N (N >= 1): wait for `rollouts/step_N/rank_R.bin` (at most `data_timeout_s`), take one optimizer step on its
-micro-batches with the configured loss, publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every
+micro-batches (regrouped so a group's shared prompt runs once, with `shared_prefix`) with the configured loss, publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every
 `ckpt.interval` steps, log. Stops after `max_steps`. With `ckpt.resume_step` set, continues at the step after the
 checkpoint's.
 """
@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.monitor.logger import setup_logging
+from prime_rl.trainer.dist import all_reduce_max
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss_fn
-from prime_rl.transport.batch import BatchFormatError, wait_for_batch
+from prime_rl.trainer.shared_prefix import regroup
+from prime_rl.transport.batch import BatchFormatError, MicroBatch, wait_for_batch
 
 
 def run(cfg: TrainerConfig) -> dict[str, float] | None:
@@ -49,7 +53,12 @@ def run(cfg: TrainerConfig) -> dict[str, float] | None:
                     f"{step} rank {rank} of world {world} (orchestrator.num_train_ranks must equal the trainer's "
                     "process count)"
                 )
-            m = engine.train_step(batch.micro_batches, batch.total_loss_tokens, loss_fn, cfg.loss)
+            mbs = batch.micro_batches
+            if cfg.shared_prefix:
+                mbs = regroup(mbs, cfg.micro_batch_size)
+                most = int(all_reduce_max(torch.tensor([float(len(mbs)), 1.0], dtype=torch.float64)).max().item())
+                mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
+            m = engine.train_step(mbs, batch.total_loss_tokens, loss_fn, cfg.loss)
             engine.publish(step)
             engine.maybe_checkpoint(step)
             m["data_wait_s"] = wait_s

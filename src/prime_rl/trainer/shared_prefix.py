@@ -9,8 +9,9 @@ values and gradients against `logprobs.compute_logprobs`), at roughly (P + K*S) 
 compute. Right padding needs no attention mask: pads come after every real token, so causal attention never
 lets a real token see one.
 
-Used by `sft` with `data.shared_prefix = true`. Same idea as prefix sharing in RL trainers for a group's
-common prompt (e.g. "prefix grouper" / shared-prompt batching); not used by the RL path here.
+Used by `sft` with `data.shared_prefix = true` and by the RL trainer with `shared_prefix = true`, where
+`regroup` unpacks the orchestrator's packed micro-batches and regroups their samples so that a GRPO group's
+members (same prompt) share one micro-batch: the prompt runs once per group instead of `group_size` times.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from prime_rl.transport.batch import MicroBatch
+
 
 @dataclass
 class SharedPrefixMicroBatch:
@@ -32,19 +35,31 @@ class SharedPrefixMicroBatch:
         suffix_ids: [K, S] int, each sample's remaining tokens, right-padded with `pad_id`.
         valid: [K, S] bool, true on real (non-pad) suffix tokens.
         loss_mask: [K, S] bool, the suffix tokens trained on (a subset of `valid`).
+        advantages, inference_logprobs: [K, S] float (RL; zeros for SFT), as in `transport.batch.MicroBatch`.
+        temperature: [K, S] float, the temperature each suffix token was sampled at (ones for SFT).
     """
 
     prefix_ids: np.ndarray
     suffix_ids: np.ndarray
     valid: np.ndarray
     loss_mask: np.ndarray
+    advantages: np.ndarray | None = None
+    inference_logprobs: np.ndarray | None = None
+    temperature: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         k, s = self.suffix_ids.shape
         if len(self.prefix_ids) < 1:
             raise ValueError("shared prefix must hold at least one token")
-        if self.valid.shape != (k, s) or self.loss_mask.shape != (k, s):
-            raise ValueError(f"valid {self.valid.shape} and loss_mask {self.loss_mask.shape} must be [K, S] = {(k, s)}")
+        if self.advantages is None:
+            self.advantages = np.zeros((k, s), np.float32)
+        if self.inference_logprobs is None:
+            self.inference_logprobs = np.zeros((k, s), np.float32)
+        if self.temperature is None:
+            self.temperature = np.ones((k, s), np.float32)
+        for name in ("valid", "loss_mask", "advantages", "inference_logprobs", "temperature"):
+            if getattr(self, name).shape != (k, s):
+                raise ValueError(f"{name} has shape {getattr(self, name).shape}, must be [K, S] = {(k, s)}")
         if bool((self.loss_mask & ~self.valid).any()):
             raise ValueError("loss_mask is true on a padding token")
 
@@ -82,10 +97,14 @@ def common_prefix_len(seqs: Sequence[np.ndarray], loss_masks: Sequence[np.ndarra
 
 
 def make_shared_prefix_batch(
-    input_ids: Sequence[np.ndarray], loss_masks: Sequence[np.ndarray], pad_id: int = 0
+    input_ids: Sequence[np.ndarray],
+    loss_masks: Sequence[np.ndarray],
+    pad_id: int = 0,
+    extra: dict[str, Sequence[np.ndarray]] | None = None,
 ) -> SharedPrefixMicroBatch | None:
     """Build one micro-batch from K samples (`input_ids[k]`, `loss_masks[k]`: [L_k]); None when they share no
-    prefix (P = 0): pack those instead."""
+    prefix (P = 0): pack those instead. `extra` may hold per-token `advantages`, `inference_logprobs` and
+    `temperature` ([L_k] each), cut the same way (padding: 0, 0, 1)."""
     p = common_prefix_len(input_ids, loss_masks)
     if p == 0:
         return None
@@ -94,22 +113,61 @@ def make_shared_prefix_batch(
     suffix = np.full((k, s), pad_id, dtype=np.int64)
     valid = np.zeros((k, s), bool)
     loss = np.zeros((k, s), bool)
+    fields = {name: np.full((k, s), 1.0 if name == "temperature" else 0.0, np.float32) for name in extra or {}}
     for i, (ids, m) in enumerate(zip(input_ids, loss_masks, strict=True)):
         n = len(ids) - p
         suffix[i, :n] = ids[p:]
         valid[i, :n] = True
         loss[i, :n] = m[p:]
-    return SharedPrefixMicroBatch(np.asarray(input_ids[0][:p], dtype=np.int64), suffix, valid, loss)
+        for name, arr in fields.items():
+            arr[i, :n] = extra[name][i][p:]
+    return SharedPrefixMicroBatch(np.asarray(input_ids[0][:p], dtype=np.int64), suffix, valid, loss, **fields)
+
+
+def regroup(micro_batches: Sequence[MicroBatch], micro_batch_size: int, pad_id: int = 0) -> list:
+    """Unpack packed RL micro-batches into samples (a sample starts where `position_ids` is 0), sort them by
+    token ids so that samples with the same prompt are neighbours, and cut them into `SharedPrefixMicroBatch`es of
+    up to `micro_batch_size` samples. Micro-batches without loss tokens (rank padding) are dropped: the caller
+    pads the count back (`train_step` needs the same count on every rank). Returns [] when nothing is trained.
+
+    The loss is unchanged: every loss token keeps its advantage, inference logprob and temperature, and its
+    logprob is computed on the same preceding tokens (tests/trainer/test_shared_prefix.py).
+    """
+    samples = []
+    for mb in micro_batches:
+        if not mb.loss_mask.any():
+            continue
+        starts = np.nonzero(mb.position_ids == 0)[0].tolist()
+        if not starts or starts[0] != 0:
+            starts = [0, *starts]
+        for a, b in zip(starts, [*starts[1:], len(mb)], strict=True):
+            if mb.loss_mask[a:b].any():
+                samples.append({f: getattr(mb, f)[a:b] for f in _RL_FIELDS})
+    samples.sort(key=lambda x: x["input_ids"].tolist())
+    out: list = []
+    for i in range(0, len(samples), micro_batch_size):
+        g = samples[i : i + micro_batch_size]
+        extra = {f: [x[f] for x in g] for f in ("advantages", "inference_logprobs", "temperature")}
+        spm = make_shared_prefix_batch([x["input_ids"] for x in g], [x["loss_mask"] for x in g], pad_id, extra)
+        if spm is None:  # no common first token: one plain micro-batch per sample
+            out.extend(MicroBatch(**{**x, "position_ids": np.arange(len(x["input_ids"]))}) for x in g)
+        else:
+            out.append(spm)
+    return out
+
+
+_RL_FIELDS = ("input_ids", "position_ids", "loss_mask", "advantages", "inference_logprobs", "temperature")
 
 
 def shared_prefix_logprobs(
     model: nn.Module, mb: SharedPrefixMicroBatch, device: torch.device | str = "cpu"
 ) -> tuple[Tensor, Tensor]:
-    """Logprob and entropy of every suffix token at temperature 1.
+    """Logprob and entropy of every suffix token at its sampling temperature (`mb.temperature`).
 
     Returns:
-        (logprobs [K, S] with grad, entropy [K, S] no grad, nats): logprobs[k, j] = log p(suffix[k, j] |
-        prefix, suffix[k, <j]); 0 on padding. The first suffix token is predicted by the prefix's last logits.
+        (logprobs [K, S] with grad, entropy [K, S] no grad, nats): logprobs[k, j] = log_softmax(logits /
+        temperature[k, j])[suffix[k, j]] with the logits of prefix + suffix[k, <j]; 0 on padding. The first suffix
+        token is predicted by the prefix's last logits. Same alignment as `logprobs.token_logprobs`.
     """
     prefix = torch.from_numpy(mb.prefix_ids).long().to(device)
     suffix = torch.from_numpy(mb.suffix_ids).long().to(device)
@@ -122,6 +180,8 @@ def shared_prefix_logprobs(
     pos = (p + torch.arange(s, device=device))[None].expand(k, s)
     tail = model(input_ids=suffix, position_ids=pos, past_key_values=cache, use_cache=False)
     logits = torch.cat([head.logits[:, -1:].expand(k, 1, -1), tail.logits[:, :-1]], dim=1).float()
+    temp = torch.from_numpy(mb.temperature).float().to(device)
+    logits = logits / torch.where(valid & (temp > 0), temp, torch.ones_like(temp))[..., None]
     logp_all = torch.log_softmax(logits, dim=-1)
     lp = logp_all.gather(-1, suffix[..., None])[..., 0]
     with torch.no_grad():
