@@ -178,3 +178,8 @@ def test_eval_may_decode_greedily_but_training_must_sample():
     assert cfg.eval.sampling.temperature == 0.0
     with pytest.raises(ConfigError, match=r"train\.sampling\.temperature"):
         parse_config(OrchestratorConfig, ["--train.sampling.temperature", "0"])
+
+
+def test_config_file_without_at_gets_a_hint():
+    with pytest.raises(ConfigError, match=r"passed after `@`: `rl @ examples/gridsim/rl.toml"):
+        parse_config(RLConfig, ["examples/gridsim/rl.toml"], prog="rl")

@@ -209,3 +209,22 @@ def test_orchestrator_keeps_enough_checkpoints_to_overlap_the_trainer():
     align_checkpoint_retention(cfg)
     # trainer keeps steps {N-1, N}; the orchestrator may be at N+2: it must keep N+2, N+1, N, N-1
     assert cfg.trainer.ckpt.keep_last == 2 and cfg.orchestrator.ckpt.keep_last == 4
+
+
+def test_step_view_prints_step_and_eval_lines_once(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from prime_rl.launcher.console import StepView, parse_eval_line
+
+    line = "2026-11-29 12:00:01 INFO    [prime_rl.orchestrator] Eval policy 40 | gridsim avg@2 0.7819 pass@2 0.055"
+    assert parse_eval_line(line) == (40, "Eval policy 40 | gridsim avg@2 0.7819 pass@2 0.055")
+    assert parse_eval_line("Step 3 | x") is None
+    log = tmp_path / "orchestrator.log"
+    log.write_text("")
+    out = io.StringIO()
+    view = StepView(log, total=2, console=Console(file=out, width=200))
+    log.write_text(f"{line}\nStep 1 | a\n{line}\nStep 1 | a\nEval policy 0 | g avg@1 0.5\n")
+    view.poll()
+    assert view.lines == ["Eval policy 40 | gridsim avg@2 0.7819 pass@2 0.055", "Step 1 | a", "Eval policy 0 | g avg@1 0.5"]

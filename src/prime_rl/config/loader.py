@@ -34,6 +34,12 @@ def parse_config(cls: type[T], args: list[str] | None = None, prog: str | None =
 
     from_argv = args is None
     argv = sys.argv[1:] if from_argv else list(args)
+    if argv and argv[0].endswith(".toml"):
+        msg = f"{argv[0]!r}: a config file is passed after `@`: `{prog or 'prime-rl'} @ {argv[0]} ...`"
+        if from_argv:
+            print(f"{prog or 'prime-rl'}: config error\n{msg}", file=sys.stderr)
+            raise SystemExit(2)
+        raise ConfigError(msg)
     try:
         return cli(cls, args=argv, prog=prog)
     except ConfigFileError as e:

@@ -1,4 +1,5 @@
-"""Console view of a run: the orchestrator's step lines, streamed from its log, above a progress bar over steps."""
+"""Console view of a run: the orchestrator's step and eval lines, streamed from its log, above a progress bar over
+steps."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 STEP_RE = re.compile(r"(?:^|[\s\]|:])(Step (\d+) \|.*)$")
+EVAL_RE = re.compile(r"(?:^|[\s\]|:])(Eval policy (\d+) \|.*)$")
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def parse_eval_line(line: str) -> tuple[int, str] | None:
+    """`(N, "Eval policy N | ...")` when `line` carries an orchestrator eval result, else None."""
+    m = EVAL_RE.search(ANSI_RE.sub("", line.rstrip("\r\n")))
+    return None if m is None else (int(m.group(2)), m.group(1))
 
 
 def parse_step_line(line: str) -> tuple[int, str] | None:
@@ -42,7 +50,7 @@ class LogTail:
 
 
 class StepView:
-    """Prints each new step line of the orchestrator log and advances a rich progress bar to that step.
+    """Prints each new step (and eval) line of the orchestrator log and advances a rich progress bar to that step.
 
     `total` is max_steps (None: no bar total). `start` is the step the run resumes from (0 for a fresh run).
     """
@@ -77,6 +85,12 @@ class StepView:
 
     def poll(self) -> None:
         for raw in self.tail.read_lines():
+            ev = parse_eval_line(raw)
+            if ev is not None and -1 - ev[0] not in self.printed:  # eval of version N keyed as -1 - N
+                self.printed.add(-1 - ev[0])
+                self.lines.append(ev[1])
+                self.progress.console.print(ev[1], markup=False, highlight=False, soft_wrap=True)
+                continue
             parsed = parse_step_line(raw)
             if parsed is None:
                 continue
