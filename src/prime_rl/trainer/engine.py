@@ -97,7 +97,11 @@ class Engine:
 
     # ----- one optimizer step -------------------------------------------------------------------------------
     def train_step(
-        self, micro_batches: list[MicroBatch | SharedPrefixMicroBatch], total_loss_tokens: int, loss_fn: LossFn, loss_cfg: LossConfig | None
+        self,
+        micro_batches: list[MicroBatch | SharedPrefixMicroBatch],
+        total_loss_tokens: int,
+        loss_fn: LossFn,
+        loss_cfg: LossConfig | None,
     ) -> dict[str, float]:
         """Forward/backward every micro-batch of this rank, clip, step AdamW and the schedule.
 

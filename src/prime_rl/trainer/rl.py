@@ -1,9 +1,9 @@
 """The RL trainer loop (`trainer @ config`, usually under torchrun).
 
 Step N (N >= 1): wait for `rollouts/step_N/rank_R.bin` (at most `data_timeout_s`), take one optimizer step on its
-micro-batches (regrouped so a group's shared prompt runs once, with `shared_prefix`) with the configured loss, publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every
-`ckpt.interval` steps, log. Stops after `max_steps`. With `ckpt.resume_step` set, continues at the step after the
-checkpoint's.
+micro-batches (regrouped so a group's shared prompt runs once, with `shared_prefix`) with the configured loss,
+publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every `ckpt.interval` steps, log. Stops
+after `max_steps`. With `ckpt.resume_step` set, continues at the step after the checkpoint's.
 """
 
 from __future__ import annotations

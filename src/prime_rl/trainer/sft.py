@@ -1,11 +1,11 @@
 """SFT (`sft @ config`): supervised fine-tuning on chat JSONL with the RL trainer's engine.
 
 Step N (1-based) trains on dataset positions (N-1)*batch_size ... N*batch_size-1 of the epoch-permuted stream
-(`sft_data.step_indices`), packed into micro-batches of at most `seq_len` tokens (or, with `data.shared_prefix`, grouped `micro_batch_size` at a
-time so their common prefix runs once) and dealt across ranks; the loss
-is the NLL of assistant tokens divided by the step's assistant-token count (all ranks). Same model / LoRA /
-FSDP2 / optimizer / checkpoint / publishing code as RL (`engine.Engine`). Publishes `weights/step_N/` at the
-last step and every `publish_interval` steps.
+(`sft_data.step_indices`), packed into micro-batches of at most `seq_len` tokens (or, with `data.shared_prefix`,
+grouped `micro_batch_size` at a time so their common prefix runs once) and dealt across ranks; the loss is the
+NLL of assistant tokens divided by the step's assistant-token count (all ranks). Same model / LoRA / FSDP2 /
+optimizer / checkpoint / publishing code as RL (`engine.Engine`). Publishes `weights/step_N/` at the last step
+and every `publish_interval` steps.
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ def user_prompt(date: str, point: str, prices: Sequence[float]) -> str:
     """Date, point and one `HE01 23 r7` line per hour: price in $/MWh rounded to the dollar (`round`, so halves go
     to even), rank in the day (r1 cheapest, from the exact prices)."""
     lines = [f"{date} {point} $/MWh, r1 cheapest:"]
-    lines += [f"HE{h + 1:02d} {round(p)} r{r}" for h, (p, r) in enumerate(zip(prices, price_ranks(prices), strict=True))]
+    ranks = price_ranks(prices)
+    lines += [f"HE{h + 1:02d} {round(p)} r{r}" for h, (p, r) in enumerate(zip(prices, ranks, strict=True))]
     return "\n".join(lines)
 
 
