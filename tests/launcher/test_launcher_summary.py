@@ -37,6 +37,9 @@ def test_table_and_cli(tmp_path, capsys):
     assert load_scores(tmp_path / "idle.jsonl") == {f"t{i}": 0.2 for i in range(4)}
     text = table([("idle", load_scores(tmp_path / "idle.jsonl"))])
     assert "| idle | 4 | 0.2000 ± 0.0000 | 0.2000 | 0.0% |" in text
+    idle = load_scores(tmp_path / "idle.jsonl")  # a policy against itself: difference 0, SE 0, no ratio to print
+    assert "| idle − same | 4 | +0.0000 ± 0.0000 | n/a (SE 0) |" in table([("idle", idle), ("same", idle)],
+                                                                          [("idle", "same")])
     mw = MetricsWriter(tmp_path / "run", "orchestrator")
     for step, r in [(1, 0.3), (2, 0.4), (2, 0.45), (3, float("nan"))]:
         mw.log(step, {"reward": r})

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import psutil
 
 from prime_rl.launcher.errors import ChildFailed, Interrupted, LaunchError
-from prime_rl.launcher.process import Child, ChildSpec, become_subreaper
+from prime_rl.launcher.process import Child, ChildSpec, become_subreaper, describe_exit
 
 STOP_ORDER = ("orchestrator", "trainer", "inference", "env-server")
 
@@ -80,7 +80,7 @@ class Supervisor:
                 running = child.poll() is None
                 code = child.stop(self.grace_s)
                 if running:
-                    log.info(f"stopped {name} ({'exit code ' + str(code) if code is not None else 'gone'})")
+                    log.info(f"stopped {name} ({describe_exit(code) if code is not None else 'gone'})")
             survivors = [p for c in self.children.values() for p in c.alive_processes()]
         for p in survivors:
             log.error(f"process {p.pid} survived the stop of the run")

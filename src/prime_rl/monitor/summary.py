@@ -87,8 +87,8 @@ def table(entries: list[tuple[str, dict[str, float]]], compare: list[tuple[str, 
             if x not in by_name or y not in by_name:
                 continue
             d = paired(by_name[x], by_name[y])
-            z = d.mean / d.se if d.se > 0 else float("inf") if d.mean else 0.0
-            lines.append(f"| {x} − {y} | {d.n} | {d.mean:+.4f} ± {d.se:.4f} | {z:+.1f} |")
+            z = f"{d.mean / d.se:+.1f}" if d.se > 0 else "n/a (SE 0)"
+            lines.append(f"| {x} − {y} | {d.n} | {d.mean:+.4f} ± {d.se:.4f} | {z} |")
     return "\n".join(lines) + "\n"
 
 
