@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from tests.orchestrator.fakes import CounterEnv, ScriptedClient, tiny_tokenizer, tool_call_text
 
-from prime_rl.config.orchestrator import RendererConfig, SamplingConfig
+from prime_rl.config.orchestrator import RendererConfig, SamplingConfig, SourceConfig
 from prime_rl.models.renderer import make_renderer
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
-from prime_rl.orchestrator.sources import InProcessSource
+from prime_rl.orchestrator.sources import InProcessSource, build_source
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +137,16 @@ def test_seeded_sampling_differs_per_rollout_and_turn():
     seeds = {_turn_sampling(base, f"t/g0/r{k}", turn).seed for k in range(8) for turn in range(3)}
     assert len(seeds) == 24 and _turn_sampling(base, "t/g0/r1", 2).seed == _turn_sampling(base, "t/g0/r1", 2).seed
     assert _turn_sampling(SamplingConfig(), "x", 0).seed is None
+
+
+async def test_per_source_max_turns_overrides_limits(tok, renderer):
+    """Two sources of one run keep their own `env.agent.max_turns` (the limits only give the default)."""
+    loop = lambda p, k: tool_call_text("add", {"x": 1})  # noqa: E731 - never stops calling tools
+    cfgs = [SourceConfig(name=f"s{m}", env={"id": "tests.orchestrator.fakes:CounterEnv", "args": {"n": 4},
+                                              "agent": {"max_turns": m}}) for m in (2, 5)]
+    for cfg, want in zip(cfgs, (2, 5), strict=True):
+        src = build_source(cfg)
+        assert src.max_turns == want
+        r = await run_rollout(src.tasks("train")[0], src, ScriptedClient(tok, loop), renderer, SamplingConfig(),
+                              AgentLimits(3, 4096, 256))
+        assert r.num_turns == want and r.turn_capped and src.env.episodes[0].total == want

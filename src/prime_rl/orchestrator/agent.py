@@ -18,7 +18,7 @@ import asyncio
 import hashlib
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from prime_rl.config.orchestrator import SamplingConfig
@@ -103,9 +103,12 @@ async def run_rollout(
     rollout_id: str | None = None,
     group_id: int = 0,
 ) -> Rollout:
-    """Play one episode of `task` (see the module docstring). Never raises for environment, model or inference
+    """Play one episode of `task` (see the module docstring). `source.max_turns`, when set (its
+    `env.agent.max_turns`), overrides `limits.max_turns`. Never raises for environment, model or inference
     failures (those mask the rollout); re-raises cancellation after closing the episode."""
     t0 = time.monotonic()
+    if source.max_turns is not None and source.max_turns != limits.max_turns:
+        limits = replace(limits, max_turns=source.max_turns)
     r = Rollout(task=task, source=source.name, group_id=group_id, temperature=sampling.temperature)
     r.messages = [dict(m) for m in task.messages]
     tools = task.tools or None

@@ -45,6 +45,7 @@ class TaskSource(ABC):
     name: str
     ratio: float = 1.0
     capacity: int | None = None
+    max_turns: int | None = None  # this source's `env.agent.max_turns`; None: the caller's AgentLimits decide
 
     @abstractmethod
     def tasks(self, split: str) -> list[Task]:
@@ -110,13 +111,17 @@ class InProcessSource(TaskSource):
 def build_source(cfg: SourceConfig) -> TaskSource:
     """The source a `[[...source]]` entry names: a built-in environment or a NeMo Gym taskset."""
     env: EnvConfig = cfg.env
+    source: TaskSource
     if env.id is not None:
         from prime_rl.envs.base import load_env
 
-        return InProcessSource(cfg.name, load_env(env.id, **env.args), ratio=cfg.ratio)
-    from prime_rl.orchestrator.nemo_gym_source import NemoGymSource
+        source = InProcessSource(cfg.name, load_env(env.id, **env.args), ratio=cfg.ratio)
+    else:
+        from prime_rl.orchestrator.nemo_gym_source import NemoGymSource
 
-    return NemoGymSource(cfg.name, env.taskset, ratio=cfg.ratio)
+        source = NemoGymSource(cfg.name, env.taskset, ratio=cfg.ratio)
+    source.max_turns = env.agent.max_turns
+    return source
 
 
 class CapacityGate:
