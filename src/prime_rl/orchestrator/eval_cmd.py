@@ -1,4 +1,7 @@
-"""`eval @ config`: evaluate a served model on environments' eval splits, with a results table.
+"""`eval @ config`: evaluate a model on environments' eval splits, with a results table.
+
+The model is served by inference server(s) at `client.base_url` (`backend = "server"`, the default) or sampled
+in this process with transformers (`backend = "transformers"`: no server needed).
 
 Same machinery as the orchestrator's eval (agent loop, sources, avg@k / pass@k); writes
 `output_dir/eval/step_0.jsonl` (per-task rows) and an `eval` row in `output_dir/metrics.jsonl`, then prints one
@@ -55,6 +58,12 @@ async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=N
         renderer = make_renderer(load_tokenizer(cfg.model.name), cfg.renderer)
     sources = sources if sources is not None else [build_source(s) for s in src_cfgs]
     own = client is None
+    if client is None and cfg.backend == "transformers":
+        from prime_rl.inference.local_client import TransformersClient
+
+        log.info("sampling in this process with transformers (backend = transformers): %s", cfg.model.name)
+        client = TransformersClient(cfg.model.name, max_batch=cfg.local.max_batch, seed=cfg.seed,
+                                    threads=cfg.local.threads)
     if client is None:
         from prime_rl.inference.client import InferenceClient
 
