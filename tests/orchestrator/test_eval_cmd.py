@@ -77,3 +77,34 @@ def test_prime_rl_eval_forwards_to_the_eval_command(tmp_path):
     assert e.value.code == 0
     written = (tmp_path / "configs" / "eval.toml").read_text()
     assert 'backend = "transformers"' in written and "gridsim" in written
+
+
+def test_eval_refuses_a_model_name_the_server_does_not_serve(tmp_path):
+    from prime_rl.orchestrator.eval_cmd import check_served_model
+
+    served = {"http://127.0.0.1:8000": ["outputs/demo/sft/weights/step_20"]}
+    check_served_model("outputs/demo/sft/weights/step_20", served)
+    check_served_model(str(Path("outputs/demo/sft/weights/step_20").resolve()), served)  # same folder, absolute
+    with pytest.raises(ValueError, match=r"model.name = 'outputs/demo/tiny-model', but the inference server at "
+                                         r"http://127.0.0.1:8000 serves \['outputs/demo/sft/weights/step_20'\]"):
+        check_served_model("outputs/demo/tiny-model", served)
+
+
+async def test_served_models_reads_v1_models():
+    import httpx
+
+    from prime_rl.config.orchestrator import ClientConfig
+    from prime_rl.inference.client import InferenceClient, InferenceError
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.port == 8001:
+            return httpx.Response(404, text="no such route")
+        return httpx.Response(200, json={"object": "list", "data": [{"id": "m1", "object": "model"}]})
+
+    ok = InferenceClient(ClientConfig(base_url=["http://h:8000"]), transport=httpx.MockTransport(handler))
+    assert await ok.served_models() == {"http://h:8000": ["m1"]}
+    bad = InferenceClient(ClientConfig(base_url=["http://h:8001"]), transport=httpx.MockTransport(handler))
+    with pytest.raises(InferenceError, match="404"):
+        await bad.served_models()
+    await ok.aclose()
+    await bad.aclose()

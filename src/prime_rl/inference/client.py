@@ -221,6 +221,20 @@ class InferenceClient:
                 )
             await asyncio.sleep(0.5)
 
+    async def served_models(self) -> dict[str, list[str]]:
+        """The model ids each server lists at GET /v1/models (OpenAI API), by URL. Raises InferenceError when a
+        server does not answer 200."""
+        out: dict[str, list[str]] = {}
+        for u in self.urls:
+            try:
+                r = await self._http.get(u + "/v1/models", timeout=min(10.0, self.cfg.request_timeout_s))
+            except httpx.HTTPError as e:
+                raise InferenceError(f"{u}/v1/models: {type(e).__name__}: {e}") from e
+            if r.status_code != 200:
+                raise InferenceError(f"{u}/v1/models answered {r.status_code}: {r.text[:300]}")
+            out[u] = [m["id"] for m in r.json().get("data", [])]
+        return out
+
     async def aclose(self) -> None:
         await self._http.aclose()
 

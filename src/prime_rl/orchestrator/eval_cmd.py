@@ -47,6 +47,17 @@ def results_table(res: EvalResult, k: int, title: str = "Eval"):
     return t
 
 
+def check_served_model(name: str, served: dict[str, list[str]]) -> None:
+    """Raise ValueError unless every server serves `name` (the same string, or the same folder by path): the
+    eval's tokenizer and results table come from `model.name`, the samples from what the server serves."""
+    for url, ids in served.items():
+        if not any(i == name or Path(i).resolve() == Path(name).resolve() for i in ids):
+            raise ValueError(
+                f"model.name = {name!r}, but the inference server at {url} serves {ids}: pass --model.name "
+                f"{ids[0] if ids else '<the served model>'} or start `inference --model.name {name}`"
+            )
+
+
 async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=None) -> EvalResult:
     """Run the eval; client, renderer and sources are built from `cfg` unless given (tests)."""
     src_cfgs = cfg.eval.source or []
@@ -72,6 +83,7 @@ async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=N
                  "--model.name ...`)", ", ".join(cfg.client.base_url), cfg.client.health_timeout_s)  # fmt: skip
         try:
             await client.wait_healthy(cfg.client.health_timeout_s)
+            check_served_model(cfg.model.name, await client.served_models())
         except BaseException:
             await client.aclose()
             raise

@@ -20,6 +20,9 @@ from prime_rl.envs.gridsim import prompts
 from prime_rl.envs.gridsim.battery import HOURS, optimal_profits, optimal_schedule, score, simulate, validate_schedule
 from prime_rl.envs.gridsim.data import HUBS, PriceTable, load_ercot
 from prime_rl.envs.gridsim.synthetic import synthetic_days
+from prime_rl.monitor.logger import get_logger
+
+log = get_logger("gridsim")
 
 SPLITS = ("train", "eval")
 
@@ -154,7 +157,9 @@ class GridSimEnv(Environment):
     def table(self) -> PriceTable:
         """All usable (date, point) days of the data, before the profit filter."""
         if self.data_dir is None:
+            log.info("GridSim: synthetic days (seed %d); set data_dir for real ERCOT days", self.data_seed)
             return synthetic_days(seed=self.data_seed, points=self.points)
+        log.info("GridSim: real ERCOT days from %s", self.data_dir)
         return load_ercot(self.data_dir, self.points, cache_dir=self.cache_dir)
 
     @cached_property
