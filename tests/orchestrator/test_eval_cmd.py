@@ -108,3 +108,19 @@ async def test_served_models_reads_v1_models():
         await bad.served_models()
     await ok.aclose()
     await bad.aclose()
+
+
+def test_prime_rl_eval_config_error_exits_2_naming_the_field(capsys):
+    from prime_rl.cli.prime_rl import main as prime_rl_main
+
+    with pytest.raises(SystemExit) as e:
+        prime_rl_main(["eval", "--eval.bogus", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "prime-rl eval: config error" in err and "eval.bogus: unknown key" in err and "Traceback" not in err
+
+
+async def test_transformers_backend_names_a_missing_model_folder(tmp_path):
+    cfg = EvalCommandConfig(model={"name": str(tmp_path / "nope")}, backend="transformers", output_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"model.name = .*nope.*no such model folder"):
+        await evaluate(cfg)

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["eval"]:
         from prime_rl.cli.eval import main as eval_main
 
-        eval_main(args[1:])
+        eval_main(args[1:], prog="prime-rl eval")
         return
     load_impl("prime_rl.models.cli", "main", "the prime-rl utilities")(args)
 

@@ -216,8 +216,8 @@ class InferenceClient:
                 return
             if loop.time() > deadline:
                 raise TimeoutError(
-                    f"inference server(s) {pending} not healthy after {timeout_s:.0f} s; check their logs "
-                    "(<run>/logs/vllm.log) and client.base_url"
+                    f"inference server(s) {pending} not healthy after {timeout_s:.0f} s; check client.base_url and "
+                    "the servers' logs (<output_dir>/logs/vllm.log: outputs/run/ for a standalone `inference`)"
                 )
             await asyncio.sleep(0.5)
 

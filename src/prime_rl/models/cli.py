@@ -19,9 +19,11 @@ import sys
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="prime-rl", description="prime-rl utilities",
-        epilog="prime-rl eval @ CONFIG [--flags]: the eval command (a bare `eval` is the shell's builtin)",
+        epilog="`prime-rl eval` is the eval command under a name the shell's `eval` builtin does not shadow",
     )
     sub = p.add_subparsers(dest="cmd", required=True)
+    # listed for --help only: prime_rl.cli.prime_rl hands `prime-rl eval ...` to the eval command before argparse
+    sub.add_parser("eval", help="evaluate a model on eval splits: prime-rl eval @ CONFIG [--flags] (see its --help)")
     t = sub.add_parser("tiny-model", help="write a random tiny Qwen3-architecture model and tokenizer")
     t.add_argument("out", help="output directory")
     t.add_argument("--hidden", type=int, default=128, help="hidden size (multiple of 32)")

@@ -63,14 +63,14 @@ async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=N
     src_cfgs = cfg.eval.source or []
     if not src_cfgs and sources is None:
         raise ValueError("eval.source is empty: name at least one environment ([[eval.source]] env.id = ...)")
-    if renderer is None:
-        from prime_rl.models.renderer import load_tokenizer, make_renderer
-
-        renderer = make_renderer(load_tokenizer(cfg.model.name), cfg.renderer)
     sources = sources if sources is not None else [build_source(s) for s in src_cfgs]
     own = client is None
     if client is None and cfg.backend == "transformers":
         from prime_rl.inference.local_client import TransformersClient
+
+        if not Path(cfg.model.name).is_dir():
+            raise FileNotFoundError(f"model.name = {cfg.model.name!r}: no such model folder (backend = transformers "
+                                    "loads a local Hugging Face folder, e.g. outputs/demo/sft/weights/step_N)")
 
         log.info("sampling in this process with transformers (backend = transformers): %s", cfg.model.name)
         client = TransformersClient(cfg.model.name, max_batch=cfg.local.max_batch, seed=cfg.seed,
@@ -86,6 +86,15 @@ async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=N
             check_served_model(cfg.model.name, await client.served_models())
         except BaseException:
             await client.aclose()
+            raise
+    if renderer is None:  # after the server check: a wrong model.name is named there, not in a hub download
+        from prime_rl.models.renderer import load_tokenizer, make_renderer
+
+        try:
+            renderer = make_renderer(load_tokenizer(cfg.model.name), cfg.renderer)
+        except BaseException:
+            if own:
+                await client.aclose()
             raise
     try:
         for s in sources:
