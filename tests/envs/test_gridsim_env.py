@@ -158,3 +158,15 @@ def test_cli_sft_data_and_baseline(tmp_path, capsys):
         main(["baseline", "--policy", "idle", "--out", str(tmp_path / "s.jsonl")])
     assert "mean 0.2000" in capsys.readouterr().out
     assert len((tmp_path / "s.jsonl").read_text().splitlines()) == 200
+
+
+def test_cli_baseline_default_output_names_the_data(tmp_path, monkeypatch, capsys):
+    """Synthetic and real-data scores get different default files, so one never overwrites the other."""
+    from prime_rl.envs.gridsim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["baseline", "--policy", "idle"])
+    out = tmp_path / "outputs/gridsim/baseline-idle-eval-synthetic.jsonl"
+    assert f"per-task scores: {out.relative_to(tmp_path)}" in capsys.readouterr().out
+    assert len(out.read_text().splitlines()) == 200 and not list(out.parent.glob("*.tmp*"))

@@ -42,14 +42,14 @@ def _baseline(args: argparse.Namespace) -> int:
     import numpy as np
 
     from prime_rl.envs.gridsim.baselines import run_baseline
+    from prime_rl.transport.atomic import atomic_write_text
 
     rows = run_baseline(_env(args), args.policy, args.split, seed=args.seed)
     scores = np.array([r["score"] for r in rows], dtype=float)
-    out = args.out or Path("outputs") / "gridsim" / f"baseline-{args.policy}-{args.split}.jsonl"
+    kind = "synthetic" if args.data_dir is None else "ercot"  # real and synthetic scores never share a file
+    out = args.out or Path("outputs") / "gridsim" / f"baseline-{args.policy}-{args.split}-{kind}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in rows))
     source = args.data_dir or "synthetic"
     print(
         f"policy {args.policy} split {args.split} data {source} tasks {len(rows)} "
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help="per-task scores JSONL (default outputs/gridsim/baseline-POLICY-SPLIT.jsonl)",
+        help="per-task scores JSONL (default outputs/gridsim/baseline-POLICY-SPLIT-{synthetic|ercot}.jsonl)",
     )
     _add_data_args(b)
     b.set_defaults(fn=_baseline)
