@@ -42,6 +42,17 @@ class GenerateResult:
     policy_version: int
 
 
+def completion_budget(prompt_ids: list[int], sampling: SamplingConfig, max_tokens: int | None) -> int:
+    """The most tokens one `generate` call may sample: `max_tokens`, else `sampling.max_completion_tokens`.
+    Raises ValueError on an empty prompt or a budget < 1 (shared by every generate client)."""
+    if not prompt_ids:
+        raise ValueError("generate: prompt_ids is empty")
+    n = sampling.max_completion_tokens if max_tokens is None else max_tokens
+    if n < 1:
+        raise ValueError(f"generate: max_tokens must be >= 1, got {n}")
+    return n
+
+
 class InferenceError(RuntimeError):
     """A request failed for good: a 4xx answer, or retries exhausted. The message names the server and route."""
 
@@ -127,11 +138,7 @@ class InferenceClient:
         also stops at the model's eos ids and `stop_token_ids`. Raises ValueError on an empty prompt or
         max_tokens < 1, InferenceError when the server refuses or stays unreachable.
         """
-        if not prompt_ids:
-            raise ValueError("generate: prompt_ids is empty")
-        n = sampling.max_completion_tokens if max_tokens is None else max_tokens
-        if n < 1:
-            raise ValueError(f"generate: max_tokens must be >= 1, got {n}")
+        n = completion_budget(prompt_ids, sampling, max_tokens)
         params: dict = {
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,

@@ -15,10 +15,7 @@ from pathlib import Path
 import torch
 
 from prime_rl.config.orchestrator import SamplingConfig
-from prime_rl.inference.client import GenerateResult, InferenceError
-from prime_rl.monitor.logger import get_logger
-
-log = get_logger("inference")
+from prime_rl.inference.client import GenerateResult, InferenceError, completion_budget
 
 
 @dataclass
@@ -67,9 +64,6 @@ class TransformersClient:
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
 
-    async def wait_healthy(self, timeout_s: float = 0.0) -> None:
-        """Nothing to wait for: the model is loaded in `__init__`."""
-
     async def generate(
         self,
         prompt_ids: list[int],
@@ -82,11 +76,7 @@ class TransformersClient:
         """Sample one completion of `prompt_ids`; stops at the model's eos ids, `stop_token_ids` and `max_tokens`
         (default `sampling.max_completion_tokens`). Raises ValueError on an empty prompt or max_tokens < 1,
         InferenceError when transformers fails."""
-        if not prompt_ids:
-            raise ValueError("generate: prompt_ids is empty")
-        n = sampling.max_completion_tokens if max_tokens is None else max_tokens
-        if n < 1:
-            raise ValueError(f"generate: max_tokens must be >= 1, got {n}")
+        n = completion_budget(prompt_ids, sampling, max_tokens)
         loop = asyncio.get_running_loop()
         req = _Request(list(prompt_ids), sampling, n, tuple(sorted(set(stop_token_ids or []))), loop.create_future())
         if self._worker is None or self._worker.done():
