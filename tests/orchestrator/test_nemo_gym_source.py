@@ -17,8 +17,8 @@ from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.main import Orchestrator
-from prime_rl.orchestrator.nemo_gym_source import NemoGymSource
 from prime_rl.orchestrator.sources import InProcessSource
+from prime_rl.orchestrator.sources.nemo_gym import NemoGymSource
 from prime_rl.transport.atomic import atomic_write_dir
 from prime_rl.transport.batch import read_batch
 

@@ -19,7 +19,7 @@ from prime_rl.envs.base import Task, VerifyResult
 from prime_rl.envs.nemo_gym.client import NemoGymClient, NemoGymError, Session
 from prime_rl.envs.nemo_gym.rows import read_rows, row_to_task
 from prime_rl.monitor.logger import get_logger
-from prime_rl.orchestrator.sources import AsyncEpisode, EnvError, TaskSource
+from prime_rl.orchestrator.sources.base import AsyncEpisode, EnvError, TaskSource
 
 log = get_logger("orchestrator.nemo_gym")
 

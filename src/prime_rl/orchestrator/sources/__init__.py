@@ -1,0 +1,33 @@
+"""Task sources: where a rollout's task and episode come from.
+
+A source gives tasks by split and opens async episodes; every kind looks the same to the agent loop
+(`base.TaskSource`, `base.AsyncEpisode`). Kinds, one module each: `inprocess` (a built-in environment, `env.id`) and
+`nemo_gym` (rows played against a NeMo Gym resources server, `env.taskset`). `build_source` picks the kind a
+`[[...source]]` entry names; `capacity.CapacityGate` enforces each source's concurrency cap.
+"""
+
+from __future__ import annotations
+
+from prime_rl.config.orchestrator import EnvConfig, SourceConfig
+from prime_rl.envs.base import load_env
+from prime_rl.orchestrator.sources.base import AsyncEpisode, EnvError, TaskSource
+from prime_rl.orchestrator.sources.capacity import CapacityGate
+from prime_rl.orchestrator.sources.inprocess import InProcessEpisode, InProcessSource
+from prime_rl.orchestrator.sources.nemo_gym import NemoGymSource
+
+__all__ = [
+    "AsyncEpisode", "CapacityGate", "EnvError", "InProcessEpisode", "InProcessSource", "NemoGymSource", "TaskSource",
+    "build_source",
+]
+
+
+def build_source(cfg: SourceConfig) -> TaskSource:
+    """The source a `[[...source]]` entry names: a built-in environment or a NeMo Gym taskset."""
+    env: EnvConfig = cfg.env
+    source: TaskSource
+    if env.id is not None:
+        source = InProcessSource(cfg.name, load_env(env.id, **env.args), ratio=cfg.ratio)
+    else:
+        source = NemoGymSource(cfg.name, env.taskset, ratio=cfg.ratio)
+    source.max_turns = env.agent.max_turns
+    return source
