@@ -9,7 +9,8 @@ import pytest
 
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.plots import eval_curve, plot_rewards, train_curve
-from prime_rl.monitor.summary import load_scores, main, mean_se, paired, table
+from prime_rl.monitor.stats import mean_se, paired
+from prime_rl.monitor.summary import load_scores, main, table
 
 
 def write_rows(path, rows):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.monitor.rundir import RunDir
+from prime_rl.monitor.stats import mean_se
 
 
 def train_curve(run_dir: Path, key: str = "reward") -> list[tuple[int, float]]:
@@ -23,8 +24,6 @@ def train_curve(run_dir: Path, key: str = "reward") -> list[tuple[int, float]]:
 
 def eval_curve(run_dir: Path) -> list[tuple[int, float, float]]:
     """`(step, mean, standard error)` of the per-task `avg` in each `eval/step_N.jsonl`."""
-    from prime_rl.monitor.summary import mean_se
-
     out = []
     ev = RunDir(Path(run_dir)).eval
     files = sorted((int(p.stem[5:]), p) for p in ev.glob("step_*.jsonl") if p.stem[5:].isdigit()) if ev.is_dir() else []

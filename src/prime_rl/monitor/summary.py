@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
+
+from prime_rl.monitor.plots import plot_rewards
+from prime_rl.monitor.stats import mean_se, paired
 
 
 def load_scores(path: Path) -> dict[str, float]:
@@ -40,34 +42,6 @@ def load_scores(path: Path) -> dict[str, float]:
     if not out:
         raise ValueError(f"{path}: no row has a numeric `score` or `avg`")
     return out
-
-
-@dataclass(frozen=True)
-class Stat:
-    n: int
-    mean: float
-    se: float  # standard error of the mean; 0 for n < 2
-
-    def fmt(self) -> str:
-        return f"{self.mean:.4f} ± {self.se:.4f}"
-
-
-def mean_se(values: list[float]) -> Stat:
-    """Mean and standard error `s / sqrt(n)` with the sample std `s` (ddof = 1)."""
-    n = len(values)
-    if n == 0:
-        return Stat(0, float("nan"), float("nan"))
-    m = sum(values) / n
-    if n < 2:
-        return Stat(n, m, 0.0)
-    var = sum((v - m) ** 2 for v in values) / (n - 1)
-    return Stat(n, m, math.sqrt(var / n))
-
-
-def paired(a: dict[str, float], b: dict[str, float]) -> Stat:
-    """Mean and standard error of `a[t] - b[t]` over the tasks both scored."""
-    common = sorted(set(a) & set(b))
-    return mean_se([a[t] - b[t] for t in common])
 
 
 def table(entries: list[tuple[str, dict[str, float]]], compare: list[tuple[str, str]] = ()) -> str:
@@ -116,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(text)
         print(f"summary written to {out}")
     if a.run is not None:
-        from prime_rl.monitor.plots import plot_rewards
-
         refs = {name: mean_se(list(s.values())).mean for name, s in entries
                 if name.lower() in ("idle", "greedy", "optimum", "optimal")}
         png = plot_rewards(a.run, a.plot or a.run / "plots" / "reward.png", references=refs)
