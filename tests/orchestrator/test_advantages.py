@@ -6,6 +6,7 @@ import pytest
 
 from prime_rl.config.orchestrator import AdvantageConfig
 from prime_rl.orchestrator.advantages import compute_advantages, get_advantage_fn, register_advantage
+from prime_rl.registry import RegistryError
 
 
 def test_grpo_hand_worked():
@@ -48,5 +49,5 @@ def test_rloo_hand_worked():
 def test_registry():
     register_advantage("const", lambda r, m, c: [1.0] * len(r))
     assert compute_advantages([0, 0], [True, False], AdvantageConfig(type="const")) == [1.0, 0.0]
-    with pytest.raises(KeyError, match="orchestrator.advantage.type"):
+    with pytest.raises(RegistryError, match="orchestrator.advantage.type = 'nope': unknown advantage estimator; choose one of: .*grpo, rloo"):
         get_advantage_fn("nope")

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from prime_rl.registry import import_path
 
-def load_impl(module: str, attr: str, part: str) -> Callable[..., Any]:
-    """Import `module.attr` lazily; exit 2 with a clear message when that part of prime-rl is not built yet."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name and (e.name == module or module.startswith(e.name + ".")) and e.name.startswith("prime_rl"):
-            print(f"error: {part} is not built yet in this version of prime-rl (missing module {module})", file=sys.stderr)
-            raise SystemExit(2) from None
-        raise
-    return getattr(mod, attr)
+
+def load_impl(path: str) -> Callable[..., Any]:
+    """The function at `package.module:function` that a command runs, imported only after its config parsed (so
+    `--help` and config errors never import torch or vLLM). Raises RegistryError when it does not import."""
+    return import_path(path, "entry point")
 
 
 def dry_run(cfg: BaseModel, run_dir: Path, name: str) -> None:

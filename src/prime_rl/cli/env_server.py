@@ -8,7 +8,7 @@ from prime_rl.cli._common import load_impl
 
 
 def main(argv: list[str] | None = None) -> None:
-    load_impl("prime_rl.envs.nemo_gym.cli", "main", "the NeMo Gym resources server")(sys.argv[1:] if argv is None else argv)
+    load_impl("prime_rl.envs.nemo_gym.cli:main")(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

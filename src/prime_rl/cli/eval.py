@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None, prog: str = "eval") -> None:
         raise SystemExit(2) from None
     if cfg.dry_run:
         dry_run(cfg, cfg.output_dir, "eval")
-    load_impl("prime_rl.orchestrator.eval_cmd", "run", "eval")(cfg)
+    load_impl("prime_rl.orchestrator.eval_cmd:run")(cfg)
 
 
 if __name__ == "__main__":

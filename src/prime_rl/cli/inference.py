@@ -11,7 +11,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(InferenceConfig, argv, prog="inference")
     if cfg.dry_run:
         dry_run(cfg, cfg.output_dir, "inference")
-    load_impl("prime_rl.inference.server", "run", "the inference server")(cfg)
+    load_impl("prime_rl.inference.server:run")(cfg)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(OrchestratorConfig, argv, prog="orchestrator")
     if cfg.dry_run:
         dry_run(cfg, cfg.output_dir, "orchestrator")
-    load_impl("prime_rl.orchestrator.main", "run", "the orchestrator")(cfg)
+    load_impl("prime_rl.orchestrator.main:run")(cfg)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> None:
 
         eval_main(args[1:], prog="prime-rl eval")
         return
-    load_impl("prime_rl.models.cli", "main", "the prime-rl utilities")(args)
+    load_impl("prime_rl.models.cli:main")(args)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, path in write_resolved(cfg).items():
             print(f"resolved {name} config written to {path}")
         raise SystemExit(0)
-    load_impl("prime_rl.launcher.rl", "run", "the rl launcher")(cfg)
+    load_impl("prime_rl.launcher.rl:run")(cfg)
 
 
 if __name__ == "__main__":

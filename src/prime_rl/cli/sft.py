@@ -11,7 +11,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(SFTConfig, argv, prog="sft")
     if cfg.dry_run:
         dry_run(cfg, cfg.output_dir, "sft")
-    load_impl("prime_rl.trainer.sft", "run", "SFT")(cfg)
+    load_impl("prime_rl.trainer.sft:run")(cfg)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(TrainerConfig, argv, prog="trainer")
     if cfg.dry_run:
         dry_run(cfg, cfg.output_dir, "trainer")
-    load_impl("prime_rl.trainer.rl", "run", "the RL trainer")(cfg)
+    load_impl("prime_rl.trainer.rl:run")(cfg)
 
 
 if __name__ == "__main__":

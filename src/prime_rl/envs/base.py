@@ -5,11 +5,12 @@ An environment owns its reward: the orchestrator only sees tasks, tool results a
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from prime_rl.registry import Registry
 
 
 @dataclass
@@ -72,31 +73,25 @@ class Environment(ABC):
         raise NotImplementedError(f"environment {self.name!r} has no demonstrations")
 
 
-_REGISTRY: dict[str, str | Callable[..., Environment]] = {
+ENVS: Registry[Callable[..., Environment]] = Registry("environment", "env.id", {
     "gridsim": "prime_rl.envs.gridsim.env:GridSimEnv",
     "reverse-text": "prime_rl.envs.reverse_text.env:ReverseTextEnv",
-}
+})
 
 
 def register_env(name: str, factory: str | Callable[..., Environment]) -> None:
     """Register a built-in environment by name: a callable or an import path `module:attr`."""
-    _REGISTRY[name] = factory
+    ENVS.register(name, factory)
 
 
 def list_envs() -> list[str]:
-    return sorted(_REGISTRY)
+    return ENVS.names()
 
 
 def load_env(name: str, **kwargs: Any) -> Environment:
     """Build a registered environment (or one given as `module:attr`) with its keyword arguments.
 
     Raises:
-        KeyError: unknown name (lists the known ones).
+        RegistryError: unknown name (lists the known ones) or an import path that does not import.
     """
-    factory = _REGISTRY.get(name, name if ":" in name else None)
-    if factory is None:
-        raise KeyError(f"unknown environment {name!r}; built in: {', '.join(list_envs())} (or give module:attr)")
-    if isinstance(factory, str):
-        mod, attr = factory.split(":")
-        factory = getattr(importlib.import_module(mod), attr)
-    return factory(**kwargs)
+    return ENVS.get(name)(**kwargs)

@@ -11,7 +11,6 @@ and ranks and logs `numerator / denominator`, so every logged mean is exact over
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +18,7 @@ import torch
 from torch import Tensor
 
 from prime_rl.config.trainer import LossConfig
+from prime_rl.registry import Registry
 
 
 @dataclass
@@ -45,39 +45,21 @@ class LossOutput:
 
 
 LossFn = Callable[[LossInputs, LossConfig], LossOutput]
-LOSSES: dict[str, LossFn] = {}
+LOSSES: Registry[LossFn] = Registry("loss", "trainer.loss.type")
 
 
 def register_loss(name: str) -> Callable[[LossFn], LossFn]:
     """Decorator: make `fn` selectable as `[trainer.loss] type = name`."""
-
-    def deco(fn: LossFn) -> LossFn:
-        LOSSES[name] = fn
-        return fn
-
-    return deco
+    return LOSSES.register(name)
 
 
 def get_loss_fn(type_: str) -> LossFn:
     """Resolve a registered name or an import path `module:function`.
 
     Raises:
-        ValueError: unknown name or unimportable path (names `loss.type` and the choices).
+        RegistryError (a ValueError): unknown name or unimportable path (names `trainer.loss.type` and the choices).
     """
-    if type_ in LOSSES:
-        return LOSSES[type_]
-    if ":" in type_:
-        module, _, attr = type_.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"loss.type = {type_!r}: cannot import {attr!r} from {module!r} ({e})") from e
-        if not callable(fn):
-            raise ValueError(f"loss.type = {type_!r} is not callable")
-        return fn
-    raise ValueError(
-        f"loss.type = {type_!r} is unknown; choose one of {sorted(LOSSES)} or give an import path `module:function`"
-    )
+    return LOSSES.get(type_)
 
 
 def _frac(mask: Tensor, over: Tensor) -> tuple[Tensor, Tensor]:

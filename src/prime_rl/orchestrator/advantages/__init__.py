@@ -7,40 +7,31 @@ shape [G] and is 0.0 at masked positions. Masked rollouts never enter the baseli
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 
 from prime_rl.config.orchestrator import AdvantageConfig
+from prime_rl.registry import Registry
 
 AdvantageFn = Callable[[Sequence[float], Sequence[bool], AdvantageConfig], list[float]]
 
-_REGISTRY: dict[str, str | AdvantageFn] = {
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", "orchestrator.advantage.type", {
     "grpo": "prime_rl.orchestrator.advantages.grpo:grpo_advantages",
     "rloo": "prime_rl.orchestrator.advantages.rloo:rloo_advantages",
-}
+})
 
 
 def register_advantage(name: str, fn: str | AdvantageFn) -> None:
     """Register an algorithm under `name` (a callable or an import path `module:function`)."""
-    _REGISTRY[name] = fn
+    ADVANTAGES.register(name, fn)
 
 
 def get_advantage_fn(name: str) -> AdvantageFn:
     """The algorithm registered as `name`, or `module:function`.
 
     Raises:
-        KeyError: unknown name (lists the registered ones).
+        RegistryError: unknown name (lists the registered ones) or an import path that does not import.
     """
-    fn = _REGISTRY.get(name, name if ":" in name else None)
-    if fn is None:
-        raise KeyError(
-            f"unknown advantage type {name!r} (orchestrator.advantage.type); registered: {', '.join(sorted(_REGISTRY))}"
-            " or give module:function"
-        )
-    if isinstance(fn, str):
-        mod, attr = fn.split(":")
-        fn = getattr(importlib.import_module(mod), attr)
-    return fn
+    return ADVANTAGES.get(name)
 
 
 def compute_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: AdvantageConfig) -> list[float]:
