@@ -20,8 +20,16 @@ def write_resolved(cfg: RLConfig) -> dict[str, str]:
     return out
 
 
+def _args(argv: list[str] | None) -> list[str]:
+    import sys
+
+    return list(sys.argv[1:] if argv is None else argv)
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(RLConfig, argv, prog="rl")
+    if cfg.slurm is not None:  # render output_dir/slurm/rl.sbatch and submit it (or only write it: --dry-run)
+        raise SystemExit(load_impl("prime_rl.launcher.slurm", "submit_rl", "Slurm submission")(cfg, _args(argv)))
     if cfg.dry_run:
         for name, path in write_resolved(cfg).items():
             print(f"resolved {name} config written to {path}")

@@ -12,21 +12,13 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
+from prime_rl.config.deployment import DeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.inference import InferenceConfig
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.trainer import TrainerConfig
 
 SHARED_FIELDS = ("model", "max_steps", "seq_len", "output_dir", "ckpt", "wandb")
 SECTIONS = ("trainer", "orchestrator", "inference")
-
-
-class DeploymentConfig(BaseConfig):
-    """Device split. On GPU: trainer on the first `num_train_gpus`, inference on the next `num_infer_gpus`.
-    On CPU both share the cores and these only scale data-parallel degrees down to 1."""
-
-    num_train_gpus: int = Field(1, gt=0)
-    num_infer_gpus: int = Field(1, gt=0)
-    cpu_train_procs: int = Field(1, gt=0, description="CPU only: trainer ranks (torchrun processes, gloo).")
 
 
 class EnvServerLaunchConfig(BaseConfig):
@@ -38,15 +30,25 @@ class EnvServerLaunchConfig(BaseConfig):
     masked_as_error: bool = True
     idle_timeout_s: float | None = Field(120.0, gt=0)
     max_concurrent: int = Field(96, gt=0)
+    host: str | None = Field(
+        None, description="Bind address; None = the host of the source's resources_url (multi-node: deployment.bind_host)."
+    )
+    token: str | None = Field(
+        None,
+        description="Bearer token the server requires (sources get it as task.token). A multi-node server bound to a "
+        "non-loopback address gets a random one when unset.",
+    )
 
 
 class RLConfig(BaseConfig):
-    """`rl @ config`: one run directory, one inference server, one orchestrator, one trainer (torchrun)."""
+    """`rl @ config`: one run directory; inference replica(s), one orchestrator, one trainer (torchrun); on one host,
+    or on several Slurm nodes (`[deployment] type = "multi-node"` with `[slurm]`)."""
 
     trainer: TrainerConfig = TrainerConfig()
     orchestrator: OrchestratorConfig = OrchestratorConfig()
     inference: InferenceConfig = InferenceConfig()
     deployment: DeploymentConfig = DeploymentConfig()
+    slurm: SlurmConfig | None = Field(None, description="Submit the run as a Slurm batch job (see docs/scaling.md).")
     env_server: EnvServerLaunchConfig = EnvServerLaunchConfig()
     log: LogConfig = LogConfig()
 
@@ -66,7 +68,22 @@ class RLConfig(BaseConfig):
     finish_timeout_s: float = Field(
         1800.0, gt=0, description="Once trainer or orchestrator finished, how long the other may take to exit."
     )
-    dry_run: bool = Field(False, description="Write the resolved configs to output_dir/configs/ and exit.")
+    dry_run: bool = Field(
+        False, description="Write the resolved configs to output_dir/configs/ (with [slurm]: also slurm/rl.sbatch) and exit."
+    )
+
+    @model_validator(mode="after")
+    def _check_deployment(self) -> RLConfig:
+        dep = self.deployment
+        check_slurm_nodes(self.slurm, dep.num_nodes, "deployment.num_infer_nodes + deployment.num_train_nodes"
+                          if dep.type == "multi-node" else "a single-node deployment's node count")
+        default_urls = type(self.orchestrator.client)().base_url
+        if dep.type == "multi-node" and self.orchestrator.client.base_url != default_urls:
+            raise ValueError(
+                "orchestrator.client.base_url is set, but a multi-node run points the orchestrator at the replicas it "
+                "starts on the inference nodes; leave base_url unset (ports: deployment.port_base)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

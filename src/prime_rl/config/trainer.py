@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, LoRAConfig, ModelConfig, WandbConfig
+from prime_rl.config.deployment import SFTDeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.orchestrator import RendererConfig
 
 
@@ -125,4 +126,16 @@ class SFTConfig(BaseConfig):
     seq_len: int = Field(2048, gt=0)
     seed: int = 0
     threads: int | None = Field(None, gt=0)
-    dry_run: bool = False
+    deployment: SFTDeploymentConfig = SFTDeploymentConfig()
+    slurm: SlurmConfig | None = Field(None, description="Submit as a Slurm batch job (multi-node torchrun).")
+    dry_run: bool = Field(False, description="Write the resolved config (with [slurm]: also slurm/sft.sbatch) and exit.")
+
+    @model_validator(mode="after")
+    def _check_nodes(self) -> SFTConfig:
+        check_slurm_nodes(self.slurm, self.deployment.num_nodes, "deployment.num_nodes")
+        if self.deployment.num_nodes > 1 and self.slurm is None:
+            raise ValueError(
+                f"deployment.num_nodes = {self.deployment.num_nodes} needs a [slurm] section (sft starts several "
+                f"nodes only through Slurm)"
+            )
+        return self

@@ -138,4 +138,28 @@ def serve_spec(cfg: RLConfig, plan: EnvServerPlan, log: Path, name: str = "env-s
         argv.append("--masked-as-error")
     if es.idle_timeout_s is not None:
         argv += ["--idle-timeout", f"{es.idle_timeout_s:g}"]
+    if es.token is not None:
+        argv += ["--token", es.token]
     return ChildSpec(name=name, argv=argv, log=log)
+
+
+def apply_token(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
+    """Give every source played against a server rl starts the server's bearer token (`env_server.token`).
+
+    Raises:
+        PreflightError: a source already has a different `task.token`.
+    """
+    token = cfg.env_server.token
+    if token is None:
+        return
+    urls = {p.url.rstrip("/") for p in plans}
+    for path, src in nemo_sources(cfg):
+        task = src.env.taskset.task
+        if task.resources_url.rstrip("/") not in urls:
+            continue
+        if task.token not in (None, token):
+            raise PreflightError(
+                f"{path}.env.taskset.task.token differs from env_server.token, which the server rl starts requires; "
+                f"set one of them"
+            )
+        task.token = token

@@ -27,6 +27,16 @@ class Placement:
     def env_for(self, name: str) -> dict[str, str]:
         return dict(self.env.get(name, {}))
 
+    def replica_env(self, local_index: int, per_node: int) -> dict[str, str]:
+        """The environment of inference replica `local_index` of `per_node` on this node: on GPU its own equal
+        slice of the inference GPUs, on CPU the shared inference environment."""
+        env = self.env_for("inference")
+        gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+        if self.device == "cuda" and gpus:
+            per = len(gpus) // per_node
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[local_index * per : (local_index + 1) * per])
+        return env
+
 
 def visible_gpus() -> list[str]:
     """GPU ids this process may use: `CUDA_VISIBLE_DEVICES` when set, else `nvidia-smi -L` (no torch import)."""
@@ -83,14 +93,22 @@ def place(cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = Non
             f"deployment.num_train_gpus ({nt}) + deployment.num_infer_gpus ({ni}) = {nt + ni} GPUs, but only "
             f"{len(gpus)} are visible ({','.join(gpus)}); lower them or expose more GPUs (CUDA_VISIBLE_DEVICES)"
         )
+    rpn = dep.infer_replicas_per_node
+    if ni % rpn:
+        raise PreflightError(
+            f"deployment.num_infer_gpus ({ni}) must be a multiple of deployment.infer_replicas_per_node ({rpn}): "
+            f"each replica gets the same number of GPUs"
+        )
+    per = ni // rpn
     vllm = cfg.inference.vllm
-    if vllm.tensor_parallel_size * vllm.data_parallel_size != ni:
+    if vllm.tensor_parallel_size * vllm.data_parallel_size != per:
         if vllm.tensor_parallel_size == 1 and vllm.data_parallel_size == 1:
-            vllm.data_parallel_size = ni
+            vllm.data_parallel_size = per
         else:
             raise PreflightError(
                 f"inference.vllm.tensor_parallel_size ({vllm.tensor_parallel_size}) x data_parallel_size "
-                f"({vllm.data_parallel_size}) must equal deployment.num_infer_gpus ({ni})"
+                f"({vllm.data_parallel_size}) must equal the GPUs of one replica: deployment.num_infer_gpus ({ni}) / "
+                f"deployment.infer_replicas_per_node ({rpn}) = {per}"
             )
     cfg.orchestrator.num_train_ranks = nt
     return Placement(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prime_rl.config.rl import RLConfig
-from prime_rl.launcher import envserver, preflight, resume
+from prime_rl.launcher import envserver, preflight, replicas, resume
 from prime_rl.launcher.console import StepView
 from prime_rl.launcher.errors import Interrupted, LaunchError, PreflightError
 from prime_rl.launcher.health import wait_healthy
@@ -57,13 +57,11 @@ def build_specs(cfg: RLConfig, run: RunDir, placement: Placement, plans: list[en
         specs[name] = envserver.serve_spec(cfg, plan, run.log_file(f"{name}.console"), name=name)
         specs[name].env.update(placement.env_for("env-server"))
         health[name] = plan.health_url
-    specs["inference"] = ChildSpec(
-        "inference", module_argv("prime_rl.cli.inference", run.configs / "inference.toml"),
-        run.log_file("inference.console"), placement.env_for("inference"),
-    )
-    s = cfg.inference.server
-    host = "127.0.0.1" if s.host in ("0.0.0.0", "", "localhost") else s.host
-    health["inference"] = f"http://{host}:{s.port}/health"
+    for rep in replicas.local_replicas(cfg):
+        specs[rep.name] = replicas.replica_spec(
+            run, rep, placement.replica_env(rep.index, cfg.deployment.infer_replicas_per_node)
+        )
+        health[rep.name] = rep.health_url
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(placement.trainer_procs),
                 "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     specs["trainer"] = ChildSpec(
@@ -86,6 +84,33 @@ def align_checkpoint_retention(cfg: RLConfig) -> None:
         o.keep_last = max(o.keep_last, t.keep_last + cfg.orchestrator.max_async_level + 1)
 
 
+def resume_or_clean(cfg: RLConfig, run: RunDir) -> int:
+    """`--resume`: the newest complete checkpoint (later step folders removed, both sections told to resume);
+    `--clean`: a previous run's artifacts removed. Returns the step the run starts after (0 when fresh).
+
+    Raises:
+        PreflightError: no checkpoint to resume, or a previous run is there and neither flag was given.
+    """
+    align_checkpoint_retention(cfg)
+    if cfg.resume:
+        start_step = resume.latest_checkpoint(run)
+        gone = resume.drop_steps_after(run, start_step)
+        cfg.trainer.ckpt.resume_step = start_step
+        cfg.orchestrator.ckpt.resume_step = start_step
+        log.info(f"resuming from checkpoint step {start_step}" + (f" (removed {len(gone)} later step folders)" if gone else ""))
+        return start_step
+    leftovers = resume.previous_run(run)
+    if leftovers and cfg.clean:
+        resume.clean(run)
+        log.info(f"--clean: removed the previous run's artifacts in {run.root}")
+    elif leftovers:
+        raise PreflightError(
+            f"output_dir {run.root} already holds a run ({leftovers[0]}); pass --resume to continue it, "
+            f"--clean to start over there, or choose another output_dir"
+        )
+    return 0
+
+
 def prepare(cfg: RLConfig) -> Launch:
     """Pre-flight checks, resume/clean, placement, rows and resolved configs. Starts no long-lived process.
 
@@ -101,28 +126,12 @@ def prepare(cfg: RLConfig) -> Launch:
     preflight.check_model(cfg)
     preflight.check_client(cfg)
     plans = envserver.plan_env_servers(cfg)
+    envserver.apply_token(cfg, plans)
     preflight.check_data(cfg, plans)
     preflight.check_capacity(cfg, plans)
     preflight.check_ports(cfg, plans)
 
-    align_checkpoint_retention(cfg)
-    start_step = 0
-    if cfg.resume:
-        start_step = resume.latest_checkpoint(run)
-        gone = resume.drop_steps_after(run, start_step)
-        cfg.trainer.ckpt.resume_step = start_step
-        cfg.orchestrator.ckpt.resume_step = start_step
-        log.info(f"resuming from checkpoint step {start_step}" + (f" (removed {len(gone)} later step folders)" if gone else ""))
-    else:
-        leftovers = resume.previous_run(run)
-        if leftovers and cfg.clean:
-            resume.clean(run)
-            log.info(f"--clean: removed the previous run's artifacts in {run.root}")
-        elif leftovers:
-            raise PreflightError(
-                f"output_dir {run.root} already holds a run ({leftovers[0]}); pass --resume to continue it, "
-                f"--clean to start over there, or choose another output_dir"
-            )
+    start_step = resume_or_clean(cfg, run)
     placement = place(cfg)
     log.info(
         f"placement: {placement.device}, trainer {placement.trainer_procs} rank(s)"
@@ -133,6 +142,7 @@ def prepare(cfg: RLConfig) -> Launch:
             log.info(f"rows missing: writing them with `env-server write {cfg.env_server.env} {plan.write_root}`")
             envserver.write_rows(cfg, plan, run.log_file("env-server-write"), cfg.startup_timeout_s)
     write_resolved(cfg)
+    replicas.write_replica_configs(cfg, run, replicas.local_replicas(cfg))
     launch = build_specs(cfg, run, placement, plans)
     launch.start_step = start_step
     return launch

@@ -8,6 +8,8 @@ after `max_steps`. With `ckpt.resume_step` set, continues at the step after the 
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 
 import torch
@@ -19,6 +21,11 @@ from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss_fn
 from prime_rl.trainer.shared_prefix import regroup
 from prime_rl.transport.batch import BatchFormatError, MicroBatch, wait_for_batch
+
+
+def node_name() -> str:
+    """The Slurm node this process runs on (SLURMD_NODENAME), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def run(cfg: TrainerConfig) -> dict[str, float] | None:
@@ -38,7 +45,7 @@ def run(cfg: TrainerConfig) -> dict[str, float] | None:
         engine.maybe_resume()
         rank, world = engine.dist.rank, engine.dist.world_size
         engine.log.info(
-            f"trainer rank {rank}/{world} on {engine.dist.device}, starting at step {engine.step + 1}"
+            f"trainer rank {rank}/{world} on {engine.dist.device}, node {node_name()}, starting at step {engine.step + 1}"
             f" (max_steps={cfg.max_steps})"
         )
         step = engine.step + 1
