@@ -8,24 +8,17 @@ after `max_steps`. With `ckpt.resume_step` set, continues at the step after the 
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 
 import torch
 
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.monitor.logger import setup_logging
-from prime_rl.trainer.dist import all_reduce_max
+from prime_rl.trainer.dist import all_reduce_max, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss_fn
 from prime_rl.trainer.shared_prefix import regroup
 from prime_rl.transport.batch import BatchFormatError, MicroBatch, wait_for_batch
-
-
-def node_name() -> str:
-    """The Slurm node this process runs on (SLURMD_NODENAME), else the host name."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def run(cfg: TrainerConfig) -> dict[str, float] | None:

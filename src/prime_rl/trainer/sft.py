@@ -16,6 +16,7 @@ import math
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.logger import setup_logging
+from prime_rl.trainer.dist import node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import sft_loss
 from prime_rl.trainer.sft_data import (
@@ -66,6 +67,7 @@ def run(cfg: SFTConfig) -> dict[str, float] | None:
     last = None
     try:
         engine.maybe_resume()
+        log.info(f"sft rank {engine.dist.rank}/{engine.dist.world_size} on {engine.dist.device}, node {node_name()}")
         for step in range(engine.step + 1, steps + 1):
             idx = step_indices(step, cfg.data.batch_size, len(samples), cfg.seed, cfg.data.shuffle)
             batch = [samples[i] for i in idx]
