@@ -29,7 +29,7 @@ def _args(argv: list[str] | None) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(RLConfig, argv, prog="rl")
     if cfg.slurm is not None:  # render output_dir/slurm/rl.sbatch and submit it (or only write it: --dry-run)
-        raise SystemExit(load_impl("prime_rl.launcher.slurm", "submit_rl", "Slurm submission")(cfg, _args(argv)))
+        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_rl")(cfg, _args(argv)))
     if cfg.dry_run:
         for name, path in write_resolved(cfg).items():
             print(f"resolved {name} config written to {path}")

@@ -10,7 +10,7 @@ from prime_rl.config.rl import RLConfig
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(RLConfig, argv, prog="rl_node")
-    raise SystemExit(load_impl("prime_rl.launcher.multinode", "run_node", "the multi-node launcher")(cfg))
+    raise SystemExit(load_impl("prime_rl.launcher.multinode:run_node")(cfg))
 
 
 if __name__ == "__main__":

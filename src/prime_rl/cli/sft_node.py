@@ -10,7 +10,7 @@ from prime_rl.config.trainer import SFTConfig
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(SFTConfig, argv, prog="sft_node")
-    raise SystemExit(load_impl("prime_rl.launcher.slurm", "run_sft_node", "the multi-node launcher")(cfg))
+    raise SystemExit(load_impl("prime_rl.launcher.slurm:run_sft_node")(cfg))
 
 
 if __name__ == "__main__":
