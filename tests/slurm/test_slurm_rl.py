@@ -167,3 +167,32 @@ def test_scancel_stops_cleanly_then_resume(slurm_cluster, tmp_path, tiny):
     after = [r["step"] for r in rows if r["time"] >= t_resume]
     assert sorted(after) == list(range(resumed + 1, steps + 1))  # the resumed job did only the rest
     assert wait_no_leftovers(str(tmp_path)) == []
+
+
+def test_a_dead_trainer_rank_fails_the_job_naming_node_and_process(slurm_cluster, tmp_path, tiny):
+    import os
+    import signal
+
+    import psutil
+
+    env = job_env(slurm_cluster)
+    cfg = write_config(tmp_path, tiny, steps=20)
+    run = tmp_path / "run"
+    job, _ = submit([str(BIN / "rl"), "@", str(cfg)], env)
+    job_log = run / "slurm" / f"job_{job}.log"
+    deadline = time.monotonic() + 400
+    while not (run / "weights/step_1/STABLE").is_file():
+        assert time.monotonic() < deadline, "no policy version 1 in time:\n" + tail(job_log)
+        time.sleep(0.5)
+    ranks = [p for p in psutil.process_iter(["cmdline", "environ"])
+             if "prime_rl.cli.trainer" in " ".join(p.info["cmdline"] or []) and str(run) in " ".join(p.info["cmdline"] or [])
+             and "torch.distributed.run" not in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+    victim = next(p for p in ranks if (p.info["environ"] or {}).get("SLURMD_NODENAME") == "node3")
+    os.kill(victim.pid, signal.SIGKILL)
+    state = wait_job(job, env, job_log, timeout_s=180)
+    assert state[0] == "FAILED" and state[1] != "0:0", (state, tail(job_log))
+    log = job_log.read_text()
+    assert re.search(r"trainer on node 2 \(node3\) died \(exit code \d+\)", log), tail(job_log)
+    assert "Last lines of" in log and "trainer.node2.console.log" in log
+    assert wait_no_leftovers(str(tmp_path)) == []
+    assert not (run / "weights/step_20/STABLE").exists()
