@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from prime_rl.cli._common import load_impl
-from prime_rl.config.loader import parse_config
-from prime_rl.config.rl import RLConfig
+from typing import TYPE_CHECKING
+
+from prime_rl.cli.command import Command
+
+if TYPE_CHECKING:
+    from prime_rl.config.rl import RLConfig
 
 
 def write_resolved(cfg: RLConfig) -> dict[str, str]:
@@ -20,14 +23,16 @@ def write_resolved(cfg: RLConfig) -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(RLConfig, argv, prog="rl")
-    if cfg.dry_run:
-        for name, path in write_resolved(cfg).items():
-            print(f"resolved {name} config written to {path}")
-        raise SystemExit(0)
-    load_impl("prime_rl.launcher.rl:run")(cfg)
+def dry_run(cfg: RLConfig, name: str = "rl") -> None:
+    """`rl --dry-run`: write every section's resolved config (`write_resolved`), say where, exit 0."""
+    for section, path in write_resolved(cfg).items():
+        print(f"resolved {section} config written to {path}")
+    raise SystemExit(0)
 
+
+main = Command("rl", "prime_rl.config.rl:RLConfig", "prime_rl.launcher.rl:run",
+               "launch inference, orchestrator and trainer (and env servers) in one run directory",
+               dry_run="prime_rl.cli.rl:dry_run")  # fmt: skip
 
 if __name__ == "__main__":
     main()
