@@ -77,7 +77,8 @@ class NemoGymClient:
         request_timeout: seconds for a request once connected (read/write/pool).
         connect_timeout: seconds to connect.
         retry_deadline_s: total seconds a call keeps retrying what is safe to retry (see the module docstring).
-        close_deadline_s: the same for `close` (default: min(retry_deadline_s, 10)); a shutdown waits on it.
+        close_deadline_s: the same for `close` (default: min(retry_deadline_s, 5)): a shutdown waits on it, and
+            `rl` gives the orchestrator 10 s after SIGTERM.
         token: bearer token (server started with `--token`).
         max_connections: connections in all (>= the rollouts you run at once).
         shards: independent connection pools the connections are split over (default: one per 4 connections, at
@@ -106,7 +107,7 @@ class NemoGymClient:
         self._http = self._pools[0]
         self._next = 0
         self.retry_deadline_s, self.backoff_s, self.max_backoff_s = retry_deadline_s, backoff_s, max_backoff_s
-        self.close_deadline_s = min(retry_deadline_s, 10.0) if close_deadline_s is None else close_deadline_s
+        self.close_deadline_s = min(retry_deadline_s, 5.0) if close_deadline_s is None else close_deadline_s
 
     async def __aenter__(self) -> NemoGymClient:
         return self
