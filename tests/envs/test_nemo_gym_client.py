@@ -24,7 +24,7 @@ from prime_rl.envs.nemo_gym.rows import task_to_row
 from prime_rl.envs.nemo_gym.server import ServerState, serve_in_thread
 from prime_rl.models.renderer import make_renderer
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
-from prime_rl.orchestrator.nemo_gym_source import NemoGymSource
+from prime_rl.orchestrator.sources.nemo_gym import NemoGymSource
 from prime_rl.ports import free_port
 
 

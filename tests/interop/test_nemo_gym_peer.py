@@ -31,7 +31,7 @@ from prime_rl.envs.nemo_gym.rows import read_rows, row_to_task, task_to_row, wri
 from prime_rl.envs.nemo_gym.server import ServerState, serve_in_thread
 from prime_rl.models.renderer import make_renderer
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
-from prime_rl.orchestrator.nemo_gym_source import NemoGymSource
+from prime_rl.orchestrator.sources.nemo_gym import NemoGymSource
 
 SCHED = [1, 1, 1, 1] + [0] * 16 + [-1, -1, -1, -1]
 
