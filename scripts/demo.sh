@@ -52,7 +52,7 @@ phase "6/6 eval table and reward plot"
 FIRST=$(ls "$OUT"/rl/eval/step_*.jsonl | sed 's#.*/step_\([0-9]*\)\.jsonl#\1#' | sort -n | head -1)
 LAST=$(ls "$OUT"/rl/eval/step_*.jsonl | sed 's#.*/step_\([0-9]*\)\.jsonl#\1#' | sort -n | tail -1)
 EVAL_T=$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["eval"]["sampling"]["temperature"])' "$OUT/rl/configs/orchestrator.toml")
-python -m prime_rl.monitor.summary --run "$OUT/rl" \
+prime-rl summary --run "$OUT/rl" \
   --title "GridSim eval ($( [ -n "${DATA_DIR:-}" ] && echo "ERCOT days" || echo "synthetic days" ), tiny model ${HIDDEN}x${LAYERS}, RL step $LAST, models sampled at temperature $EVAL_T)" \
   --entry "idle=$OUT/baselines/idle.jsonl" --entry "greedy=$OUT/baselines/greedy.jsonl" \
   --entry "SFT (step $FIRST)=$OUT/rl/eval/step_$FIRST.jsonl" --entry "RL (step $LAST)=$OUT/rl/eval/step_$LAST.jsonl" \

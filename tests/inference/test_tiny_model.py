@@ -157,7 +157,7 @@ def test_hermes_parser_recovers_rendered_calls(tok):
 
 
 def test_cli_tiny_model(tmp_path, capsys):
-    from prime_rl.models.cli import main
+    from prime_rl.cli.prime_rl import main
 
     main(["tiny-model", str(tmp_path / "m"), "--hidden", "64", "--layers", "1", "--seed", "3"])
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())

@@ -7,10 +7,11 @@ import math
 
 import pytest
 
+from prime_rl.cli.prime_rl import main
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.plots import eval_curve, plot_rewards, train_curve
 from prime_rl.monitor.stats import mean_se, paired
-from prime_rl.monitor.summary import load_scores, main, table
+from prime_rl.monitor.summary import load_scores, table
 
 
 def write_rows(path, rows):
@@ -48,7 +49,7 @@ def test_table_and_cli(tmp_path, capsys):
     assert train_curve(tmp_path / "run") == [(1, 0.3), (2, 0.45)]  # last row of a step wins; nan and trainer skipped
     ev = eval_curve(tmp_path / "run")
     assert [s for s, _, _ in ev] == [0, 4] and ev[1][1] == pytest.approx(0.6)
-    main(["--run", str(tmp_path / "run"), "--entry", f"idle={tmp_path / 'idle.jsonl'}",
+    main(["summary", "--run", str(tmp_path / "run"), "--entry", f"idle={tmp_path / 'idle.jsonl'}",
           "--entry", f"SFT={tmp_path / 'run/eval/step_0.jsonl'}", "--entry", f"RL={tmp_path / 'run/eval/step_4.jsonl'}",
           "--compare", "RL:SFT"])
     md = (tmp_path / "run/eval/summary.md").read_text()

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from prime_rl.cli._common import dry_run, load_impl
-from prime_rl.config.inference import InferenceConfig
-from prime_rl.config.loader import parse_config
+from prime_rl.cli.command import Command
 
-
-def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(InferenceConfig, argv, prog="inference")
-    if cfg.dry_run:
-        dry_run(cfg, cfg.output_dir, "inference")
-    load_impl("prime_rl.inference.server:run")(cfg)
-
+main = Command("inference", "prime_rl.config.inference:InferenceConfig", "prime_rl.inference.server:run", "the inference server (vLLM with the prime-rl worker extension)")
 
 if __name__ == "__main__":
     main()

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from prime_rl.cli._common import dry_run, load_impl
-from prime_rl.config.loader import parse_config
-from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.cli.command import Command
 
-
-def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(OrchestratorConfig, argv, prog="orchestrator")
-    if cfg.dry_run:
-        dry_run(cfg, cfg.output_dir, "orchestrator")
-    load_impl("prime_rl.orchestrator.main:run")(cfg)
-
+main = Command("orchestrator", "prime_rl.config.orchestrator:OrchestratorConfig", "prime_rl.orchestrator.main:run", "the orchestrator (rollouts, advantages, packing, eval)")
 
 if __name__ == "__main__":
     main()

