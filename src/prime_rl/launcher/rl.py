@@ -157,6 +157,9 @@ def supervise(cfg: RLConfig, launch: Launch, console_view: bool = True) -> None:
     """
     specs = launch.specs
     with Supervisor(grace_s=cfg.stop_grace_s) as sup:
+        replica_names = {n for n in specs if n == "inference" or n.startswith("inference-")}
+        if len(replica_names) > 1:
+            sup.expendable = replica_names
         servers = [n for n in specs if n not in FINISHERS]
         for name in servers:
             sup.start(specs[name])
