@@ -17,7 +17,8 @@ log = get_logger("orchestrator.weights")
 
 class WeightWatcher:
     """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` calls `client.update_weights(path, N)`, then
-    records version N in `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped
+    records version N in `policy` (only once `update_weights` returned: every replica that is up loaded it) and
+    awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped
     when several arrive at once."""
 
     def __init__(
@@ -55,7 +56,11 @@ class WeightWatcher:
         return n
 
     async def run(self) -> None:
-        """Poll forever (cancel to stop). Errors of the update route propagate: the run cannot go on without them."""
+        """Poll forever (cancel to stop). Errors of the update route propagate, and so does the client's report that
+        every inference replica is down: the run cannot go on without them."""
         while True:
+            check = getattr(self.client, "check_alive", None)
+            if check is not None:
+                check()
             await self.poll_once()
             await asyncio.sleep(self.poll_s)
