@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.integration.stack import leftovers
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "local-slurm.sh"
@@ -105,18 +106,6 @@ def wait_job(job_id: str, env: dict[str, str], job_log: Path, timeout_s: float =
 
 def tail(path: Path, n: int = 6000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else f"({path} missing)"
-
-
-def leftovers(marker: str) -> list[str]:
-    """Live processes whose command line mentions `marker` (every process of a run names its directory)."""
-    out = []
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
-                out.append(f"{p.pid}: {' '.join(p.info['cmdline'])[:150]}")
-        except psutil.Error:
-            pass
-    return out
 
 
 def wait_no_leftovers(marker: str, timeout_s: float = 30) -> list[str]:

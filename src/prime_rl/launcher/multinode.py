@@ -328,8 +328,7 @@ def run_node(cfg: RLConfig) -> int:
             specs, own, needs = node_specs(cfg, node, plan, run)
             supervise_node(cfg, node, jobdir, specs, own, needs)
     except Interrupted as e:
-        name = "SIGINT" if e.signum == 2 else "SIGTERM" if e.signum == 15 else f"signal {e.signum}"
-        log.warning(f"node {node.index} ({node.name}): {name} received: stopped every process of this node")
+        log.warning(f"node {node.index} ({node.name}): {e.signal_name} received: stopped every process of this node")
         return 128 + e.signum
     except LaunchError as e:
         log.error(str(e))

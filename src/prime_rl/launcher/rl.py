@@ -197,8 +197,7 @@ def launch_and_wait(cfg: RLConfig, prepare_fn=prepare) -> int:
             log.info(f"run directory {launch.run.root}; logs in {launch.run.logs}")
             supervise(cfg, launch, console_view=True)
     except Interrupted as e:
-        name = "SIGINT" if e.signum == 2 else "SIGTERM" if e.signum == 15 else f"signal {e.signum}"
-        log.warning(f"{name} received: stopped every process of the run")
+        log.warning(f"{e.signal_name} received: stopped every process of the run")
         return 128 + e.signum
     except LaunchError as e:
         log.error(str(e))

@@ -249,7 +249,7 @@ def run_sft_node(cfg: SFTConfig) -> int:
                     jobdir.mark_failed(node, "sft", f"died ({describe_exit(e.code)})", str(e.log))
                     raise LaunchError(f"sft on node {node.index} ({node.name}) died ({describe_exit(e.code)}). {e}") from None
     except Interrupted as e:
-        log.warning(f"node {node.index} ({node.name}): signal {e.signum} received: stopped sft on this node")
+        log.warning(f"node {node.index} ({node.name}): {e.signal_name} received: stopped sft on this node")
         return 128 + e.signum
     except LaunchError as e:
         log.error(str(e))
