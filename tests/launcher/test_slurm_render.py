@@ -151,3 +151,19 @@ def test_allocation_smaller_than_deployment(tmp_path, monkeypatch, capsys):
     assert run_node(cfg) == 2
     err = capsys.readouterr().err
     assert "the allocation has 2 node(s) but deployment.num_infer_nodes (1) + deployment.num_train_nodes (2) = 3" in err
+
+
+def test_gpu_placement_per_node_role():
+    from prime_rl.launcher.errors import PreflightError
+    from prime_rl.launcher.placement import place
+
+    cfg = parse_config(RLConfig, ["--deployment.type", "multi-node", "--deployment.num-train-gpus", "8",
+                                  "--deployment.num-infer-gpus", "8", "--deployment.infer-replicas-per-node", "2"])  # fmt: skip
+    gpus = [str(i) for i in range(8)]
+    t = place(cfg, gpus=gpus, roles={"trainer"})
+    assert t.env_for("trainer")["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and t.trainer_procs == 8
+    i = place(cfg, gpus=gpus, roles={"inference", "orchestrator"})
+    assert [i.replica_env(j, 2)["CUDA_VISIBLE_DEVICES"] for j in (0, 1)] == ["0,1,2,3", "4,5,6,7"]
+    assert cfg.inference.vllm.data_parallel_size == 4  # each replica: data parallel over its 4 GPUs
+    with pytest.raises(PreflightError, match=r"deployment.num_train_gpus \+ deployment.num_infer_gpus = 16 GPUs"):
+        place(cfg, gpus=gpus)  # both roles on one 8-GPU node do not fit

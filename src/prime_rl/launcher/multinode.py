@@ -149,7 +149,7 @@ def prepare_head(cfg: RLConfig, node: SlurmNode) -> dict:
             log.info(f"rows missing: writing them with `env-server write {cfg.env_server.env} {plan.write_root}`")
             envserver.write_rows(cfg, plan, run.log_file("env-server-write"), cfg.startup_timeout_s)
     plan_env(cfg, node, plans)
-    placement = place(cfg)
+    placement = place(cfg, roles=set(layout(cfg.deployment)[node.index].roles))
     dep = cfg.deployment
     cfg.orchestrator.num_train_ranks = placement.trainer_procs * dep.num_train_nodes
     reps = all_replicas(dep, node.addrs)
@@ -171,7 +171,7 @@ def node_specs(cfg: RLConfig, node: SlurmNode, plan: dict, run: RunDir) -> tuple
     orchestrator needs before it starts."""
     dep = cfg.deployment
     me = layout(dep)[node.index]
-    placement = place(cfg)
+    placement = place(cfg, roles=set(me.roles))
     sfx = f".node{node.index}"
     specs: dict[str, ChildSpec] = {}
     own: dict[str, str] = {}
@@ -206,6 +206,12 @@ def node_specs(cfg: RLConfig, node: SlurmNode, plan: dict, run: RunDir) -> tuple
         needs.update({f"env server {p['url']}": p["url"] + "/health" for p in plan["env_servers"]})
     for spec in specs.values():
         spec.env.setdefault("PRIME_RL_NODE", node.name)
+    wanted = [(reps[r].bind_host, reps[r].port, f"inference replica {r} (deployment.port_base)") for r in me.replicas]
+    if "env-server" in me.roles:
+        wanted += [(p["host"], p["port"], f"env server {p['url']} (deployment.port_base)") for p in plan["env_servers"]]
+    if me.train_rank == 0:
+        wanted.append((node.addr, rendezvous_port(dep), "torchrun c10d rendezvous (deployment.port_base)"))
+    preflight.check_free(wanted)
     return specs, own, needs
 
 

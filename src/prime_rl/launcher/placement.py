@@ -60,9 +60,12 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def place(cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = None) -> Placement:
+def place(
+    cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = None, roles: set[str] | None = None
+) -> Placement:
     """Decide the placement and apply what it implies to `cfg` in place (`orchestrator.num_train_ranks`,
-    `trainer.threads` on CPU, vLLM data parallel size on GPU).
+    `trainer.threads` on CPU, vLLM data parallel size on GPU). `roles`: the roles of this node in a multi-node run
+    (a trainer node needs only `num_train_gpus`, an inference node only `num_infer_gpus`); None = every role here.
 
     Raises:
         PreflightError: fewer GPUs than `num_train_gpus + num_infer_gpus`, or vLLM parallel sizes that do not
@@ -88,11 +91,17 @@ def place(cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = Non
             },
         )
     nt, ni = dep.num_train_gpus, dep.num_infer_gpus
-    if nt + ni > len(gpus):
+    want_t = roles is None or "trainer" in roles
+    want_i = roles is None or "inference" in roles
+    need = (nt if want_t else 0) + (ni if want_i else 0)
+    if need > len(gpus):
+        fields = " + ".join(f for f, w in (("deployment.num_train_gpus", want_t), ("deployment.num_infer_gpus", want_i)) if w)
         raise PreflightError(
-            f"deployment.num_train_gpus ({nt}) + deployment.num_infer_gpus ({ni}) = {nt + ni} GPUs, but only "
-            f"{len(gpus)} are visible ({','.join(gpus)}); lower them or expose more GPUs (CUDA_VISIBLE_DEVICES)"
+            f"{fields} = {need} GPUs, but only {len(gpus)} are visible on this node ({','.join(gpus)}); lower them or "
+            f"expose more GPUs (CUDA_VISIBLE_DEVICES)"
         )
+    t_gpus = gpus[:nt] if want_t else []
+    i_gpus = gpus[len(t_gpus) : len(t_gpus) + ni] if want_i else []
     rpn = dep.infer_replicas_per_node
     if ni % rpn:
         raise PreflightError(
@@ -115,8 +124,8 @@ def place(cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = Non
         device="cuda",
         trainer_procs=nt,
         env={
-            "trainer": {"CUDA_VISIBLE_DEVICES": ",".join(gpus[:nt])},
-            "inference": {"CUDA_VISIBLE_DEVICES": ",".join(gpus[nt : nt + ni])},
+            "trainer": {"CUDA_VISIBLE_DEVICES": ",".join(t_gpus)},
+            "inference": {"CUDA_VISIBLE_DEVICES": ",".join(i_gpus)},
             "orchestrator": {"CUDA_VISIBLE_DEVICES": ""},
             "env-server": {"CUDA_VISIBLE_DEVICES": ""},
         },
