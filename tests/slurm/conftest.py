@@ -77,14 +77,18 @@ def submit(cmd: list[str], env: dict[str, str]) -> tuple[str, str]:
 
 
 def job_state(job_id: str, env: dict[str, str]) -> tuple[str, str] | None:
-    """(State, ExitCode) from `sacct` once the job has ended, else None."""
+    """(State, ExitCode) from `sacct` once the job has left the queue, else None. The local cluster keeps job
+    records in a text file (`sacct -c`); the newest record of the id counts (ids restart with a fresh state dir)."""
+    if squeue_state(job_id, env):
+        return None
     r = subprocess.run(["sacct", "-c", "-j", job_id, "-n", "-P", "-o", "JobID,State,ExitCode"], capture_output=True,
                        text=True, timeout=30, env=env)
+    found = None
     for line in r.stdout.splitlines():
         jid, state, code = line.split("|")
         if jid == job_id:
-            return state, code
-    return None
+            found = state, code
+    return found
 
 
 def squeue_state(job_id: str, env: dict[str, str]) -> str:
