@@ -92,7 +92,7 @@ def job_state(job_id: str, env: dict[str, str]) -> tuple[str, str] | None:
 
 
 def squeue_state(job_id: str, env: dict[str, str]) -> str:
-    r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30, env=env)
+    r = subprocess.run(["squeue", "-h", "-j", job_id, "-t", "PENDING,CONFIGURING,RUNNING,COMPLETING,SUSPENDED", "-o", "%T"], capture_output=True, text=True, timeout=30, env=env)
     return r.stdout.strip()
 
 
