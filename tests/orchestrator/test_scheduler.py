@@ -10,9 +10,10 @@ from tests.orchestrator.fakes import DelayClient, EchoEnv, tiny_tokenizer
 from prime_rl.config.orchestrator import AdvantageConfig, RendererConfig, SamplingConfig
 from prime_rl.models.renderer import make_renderer
 from prime_rl.orchestrator.agent import AgentLimits
-from prime_rl.orchestrator.scheduler import PolicyVersion, Scheduler, off_policy
+from prime_rl.orchestrator.scheduler import Scheduler, off_policy
 from prime_rl.orchestrator.sources import InProcessSource
 from prime_rl.orchestrator.stream import TaskStream
+from prime_rl.orchestrator.types import PolicyVersion
 from prime_rl.orchestrator.weights import WeightWatcher
 from prime_rl.transport.atomic import atomic_write_dir
 
@@ -31,7 +32,7 @@ async def _run(renderer, tmp_path, *, async_level, max_off, steps, train_s, dela
     watcher = WeightWatcher(tmp_path / "weights", client, policy, poll_s=0.005)
     sched = Scheduler(
         sources=[src], stream=TaskStream([src], seed=0), client=client, renderer=renderer, sampling=SamplingConfig(),
-        limits=AgentLimits(2, 1024, 32), advantage=AdvantageConfig(), policy=policy, group_size=group_size,
+        limits=AgentLimits(1024, 32), advantage=AdvantageConfig(), policy=policy, group_size=group_size,
         batch_size=batch_size, max_inflight=max_inflight, max_async_level=async_level, max_off_policy_steps=max_off,
         weights_timeout_s=30,
     )

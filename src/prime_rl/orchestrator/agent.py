@@ -18,7 +18,7 @@ import asyncio
 import hashlib
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prime_rl.config.orchestrator import SamplingConfig
@@ -40,9 +40,9 @@ class GenerateClient(Protocol):
 
 @dataclass
 class AgentLimits:
-    """Per-rollout budgets: `max_turns` model turns, `seq_len` tokens per sample, `max_completion_tokens` per turn."""
+    """Per-rollout token budgets: `seq_len` tokens per sample, `max_completion_tokens` per turn. (The turn cap is
+    the source's: `TaskSource.max_turns`, its `env.agent.max_turns`.)"""
 
-    max_turns: int
     seq_len: int
     max_completion_tokens: int
 
@@ -103,19 +103,17 @@ async def run_rollout(
     rollout_id: str | None = None,
     group_id: int = 0,
 ) -> Rollout:
-    """Play one episode of `task` (see the module docstring). `source.max_turns`, when set (its
-    `env.agent.max_turns`), overrides `limits.max_turns`. Never raises for environment, model or inference
-    failures (those mask the rollout); re-raises cancellation after closing the episode."""
+    """Play one episode of `task` (see the module docstring), at most `source.max_turns` model turns (its
+    `env.agent.max_turns`). Never raises for environment, model or inference failures (those mask the rollout);
+    re-raises cancellation after closing the episode."""
     t0 = time.monotonic()
-    if source.max_turns is not None and source.max_turns != limits.max_turns:
-        limits = replace(limits, max_turns=source.max_turns)
     r = Rollout(task=task, source=source.name, group_id=group_id, temperature=sampling.temperature)
     r.messages = [dict(m) for m in task.messages]
     tools = task.tools or None
     episode: AsyncEpisode | None = None
     try:
         episode = await source.open(task)
-        await _loop(r, episode, client, renderer, sampling, limits, tools, rollout_id)
+        await _loop(r, episode, client, renderer, sampling, limits, source.max_turns, tools, rollout_id)
     except EnvError as e:
         r.masked, r.error = True, f"env/{e}"
     except asyncio.CancelledError:
@@ -141,6 +139,7 @@ async def _loop(
     renderer: Any,
     sampling: SamplingConfig,
     limits: AgentLimits,
+    max_turns: int,
     tools: list[dict] | None,
     rollout_id: str | None,
 ) -> None:
@@ -149,7 +148,7 @@ async def _loop(
     sample = Sample()
     sample.extend(prompt_ids, sampled=False)
     final_text: str | None = None
-    for turn in range(limits.max_turns):
+    for turn in range(max_turns):
         budget = min(limits.max_completion_tokens, limits.seq_len - len(sample))
         if budget <= 0:
             r.truncated = True
@@ -184,7 +183,7 @@ async def _loop(
                 text = malformed_call_message(str(tc.status), tc.raw)
             tool_msgs.append({"role": "tool", "name": tc.name or "", "content": text})
         r.messages.extend(tool_msgs)
-        if turn + 1 >= limits.max_turns:
+        if turn + 1 >= max_turns:
             r.turn_capped = True
             break
         bridged = renderer.bridge_to_next_turn(prompt_ids, completion, tool_msgs, tools=tools)

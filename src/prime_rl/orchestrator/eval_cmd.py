@@ -99,9 +99,8 @@ async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=N
     try:
         for s in sources:
             await s.start()
-        max_turns = src_cfgs[0].env.agent.max_turns if src_cfgs else 8
         res = await run_eval(
-            sources, client, renderer, cfg.eval.sampling, AgentLimits(max_turns, cfg.seq_len, cfg.eval.sampling.max_completion_tokens),
+            sources, client, renderer, cfg.eval.sampling, AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens),
             num_examples=cfg.eval.num_examples, rollouts_per_example=cfg.eval.rollouts_per_example,
             pass_threshold=cfg.eval.pass_threshold, max_inflight=cfg.concurrency.max_inflight, gate=CapacityGate(),
         )

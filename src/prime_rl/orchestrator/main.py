@@ -26,11 +26,11 @@ from prime_rl.orchestrator.agent import AgentLimits
 from prime_rl.orchestrator.checkpoint import load_orchestrator_checkpoint, save_orchestrator_checkpoint
 from prime_rl.orchestrator.eval import run_eval, write_eval_rows
 from prime_rl.orchestrator.packing import PackItem, pack_step, write_step
-from prime_rl.orchestrator.scheduler import CutBatch, PolicyVersion, Scheduler
+from prime_rl.orchestrator.scheduler import CutBatch, Scheduler
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource, build_source
 from prime_rl.orchestrator.stats import step_line, step_metrics
 from prime_rl.orchestrator.stream import TaskStream
-from prime_rl.orchestrator.types import Rollout
+from prime_rl.orchestrator.types import PolicyVersion, Rollout
 from prime_rl.orchestrator.weights import WeightWatcher
 from prime_rl.transport.atomic import atomic_write_text
 
@@ -100,10 +100,8 @@ class Orchestrator:
         self.sem = asyncio.Semaphore(self.max_inflight)
         self.gate = CapacityGate()
         self.stream = TaskStream(train_sources, seed=cfg.seed)
-        self.limits = AgentLimits(cfg.train.source[0].env.agent.max_turns, cfg.seq_len, cfg.train.sampling.max_completion_tokens)
-        self.eval_limits = AgentLimits(
-            (cfg.eval.source or cfg.train.source)[0].env.agent.max_turns, cfg.seq_len, cfg.eval.sampling.max_completion_tokens
-        )
+        self.limits = AgentLimits(cfg.seq_len, cfg.train.sampling.max_completion_tokens)
+        self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens)
         self.watcher = WeightWatcher(self.run_dir.weights, client, self.policy, poll_s=poll_s, on_loaded=self._on_loaded)
         self.evaluated: list[int] = []
         self.start_step = 1

@@ -27,43 +27,9 @@ from prime_rl.orchestrator.advantages import compute_advantages
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.stream import TaskStream
-from prime_rl.orchestrator.types import Rollout
+from prime_rl.orchestrator.types import PolicyVersion, Rollout
 
 log = get_logger("orchestrator.scheduler")
-
-
-class PolicyVersion:
-    """The policy version the inference server serves now, with a wake-up for waiters."""
-
-    def __init__(self, version: int = 0):
-        self.version = version
-        self.listeners: list[asyncio.Event] = []
-
-    def set(self, version: int) -> None:
-        self.version = version
-        for ev in self.listeners:
-            ev.set()
-
-    async def wait_for(self, version: int, timeout_s: float, where: str = "weights/") -> None:
-        """Block until `self.version >= version`. Raises TimeoutError naming the version and where it comes from."""
-        ev = asyncio.Event()
-        self.listeners.append(ev)
-        try:
-            deadline = time.monotonic() + timeout_s
-            while self.version < version:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(
-                        f"policy version {version} not loaded after {timeout_s:.0f} s (have {self.version}); is the "
-                        f"trainer running and publishing {where}step_{version}/STABLE? see logs/trainer.log"
-                    )
-                ev.clear()
-                try:
-                    await asyncio.wait_for(ev.wait(), left)
-                except TimeoutError:
-                    pass
-        finally:
-            self.listeners.remove(ev)
 
 
 def off_policy(group: list[Rollout], step: int) -> int:

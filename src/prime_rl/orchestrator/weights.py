@@ -9,7 +9,7 @@ from typing import Any
 
 from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.rundir import step_dirs
-from prime_rl.orchestrator.scheduler import PolicyVersion
+from prime_rl.orchestrator.types import PolicyVersion
 from prime_rl.transport.atomic import STABLE
 
 log = get_logger("orchestrator.weights")
