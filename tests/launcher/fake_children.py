@@ -46,9 +46,9 @@ def fake_launch(run_dir: str, port: int, trainer: list[str], orchestrator: list[
     orchestrator. Extra argv for each is appended."""
     from pathlib import Path
 
-    from prime_rl.launcher.process import ChildSpec
     from prime_rl.launcher.rl import Launch
     from prime_rl.monitor.rundir import RunDir
+    from prime_rl.process import ChildSpec
 
     run = RunDir(Path(run_dir))
     me = [sys.executable, os.path.abspath(__file__)]

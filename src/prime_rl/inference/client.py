@@ -8,7 +8,8 @@ policy the trainer's importance ratio needs (DESIGN invariant 2).
 
 Several servers (data-parallel inference) sit behind one client: requests go round robin, and every request of
 one `rollout_id` goes to the same server (its prefix cache holds the earlier turns). Transport errors and 5xx
-answers are retried `max_retries` times with exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s).
+answers are retried `max_retries` times with exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s; tenacity's
+`wait_exponential`); a 4xx answer is not retried.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import httpx
+import tenacity
 
 from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
 
@@ -55,6 +57,14 @@ def completion_budget(prompt_ids: list[int], sampling: SamplingConfig, max_token
 
 class InferenceError(RuntimeError):
     """A request failed for good: a 4xx answer, or retries exhausted. The message names the server and route."""
+
+
+class _ServerError(InferenceError):
+    """A 5xx answer (retried)."""
+
+
+async def _sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
 
 
 def _version(v: str | None) -> int:
@@ -102,25 +112,30 @@ class InferenceClient:
         return url
 
     async def _post(self, url: str, route: str, body: dict) -> dict:
-        last: Exception | None = None
-        for attempt in range(self.cfg.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
-            try:
-                r = await self._http.post(url + route, json=body)
-            except httpx.TransportError as e:
-                last = e
-                continue
-            if r.status_code >= 500:
-                last = InferenceError(f"{url}{route} answered {r.status_code}: {r.text[:500]}")
-                continue
-            if r.status_code >= 400:
-                raise InferenceError(f"{url}{route} answered {r.status_code}: {r.text[:1000]}")
-            return r.json()
-        raise InferenceError(
-            f"{url}{route} failed after {self.cfg.max_retries + 1} attempts (client.max_retries): "
-            f"{type(last).__name__}: {last}"
+        """POST `body` as JSON, retried per the module docstring (tenacity). Raises InferenceError on a 4xx answer
+        at once, and after `client.max_retries` retries of transport errors and 5xx answers."""
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.cfg.max_retries + 1),
+            wait=tenacity.wait_exponential(multiplier=0.5, max=8.0),  # 0.5 s, 1 s, 2 s, ... capped at 8 s
+            retry=tenacity.retry_if_exception_type((httpx.TransportError, _ServerError)),
+            sleep=_sleep,
         )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    r = await self._http.post(url + route, json=body)
+                    if r.status_code >= 500:
+                        raise _ServerError(f"{url}{route} answered {r.status_code}: {r.text[:500]}")
+                    if r.status_code >= 400:
+                        raise InferenceError(f"{url}{route} answered {r.status_code}: {r.text[:1000]}")
+                    return r.json()
+        except tenacity.RetryError as e:
+            last = e.last_attempt.exception()
+            raise InferenceError(
+                f"{url}{route} failed after {self.cfg.max_retries + 1} attempts (client.max_retries): "
+                f"{type(last).__name__}: {last}"
+            ) from last
+        raise AssertionError("unreachable: tenacity either returned, raised or gave up")
 
     # -- API -----------------------------------------------------------------------------------------------------
     async def generate(

@@ -17,9 +17,8 @@ from pathlib import Path
 from prime_rl.config.orchestrator import SourceConfig
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import PreflightError
-from prime_rl.launcher.health import http_ok
-from prime_rl.launcher.process import ChildSpec
 from prime_rl.ports import is_local, url_host_port
+from prime_rl.process import ChildSpec, http_ok
 
 
 @dataclass
@@ -123,7 +122,7 @@ def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) 
         except subprocess.TimeoutExpired:
             raise PreflightError(f"`env-server write` did not finish within {timeout_s:.0f} s; see {log}") from None
     if proc.returncode != 0:
-        from prime_rl.launcher.process import tail_file
+        from prime_rl.process import tail_file
 
         raise PreflightError(f"`env-server write` failed (exit code {proc.returncode}); last lines of {log}:\n"
                              + tail_file(log, 15))

@@ -7,8 +7,8 @@ from pathlib import Path
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.envserver import EnvServerPlan, nemo_sources
 from prime_rl.launcher.errors import PreflightError
-from prime_rl.launcher.health import http_json
 from prime_rl.ports import port_free, port_holder, url_host_port
+from prime_rl.process import http_json
 
 
 def check_run_dirs(cfg: RLConfig) -> Path:

@@ -22,11 +22,11 @@ from prime_rl.launcher.console import StepView
 from prime_rl.launcher.errors import Interrupted, LaunchError, PreflightError
 from prime_rl.launcher.health import wait_healthy
 from prime_rl.launcher.placement import Placement, place
-from prime_rl.launcher.process import ChildSpec
 from prime_rl.launcher.supervisor import Supervisor, handle_signals
 from prime_rl.monitor.logger import setup_logging
 from prime_rl.monitor.rundir import RunDir
 from prime_rl.ports import free_port
+from prime_rl.process import ChildSpec
 
 log = logging.getLogger("prime_rl.rl")
 
