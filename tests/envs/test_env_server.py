@@ -16,7 +16,9 @@ from prime_rl.envs.gridsim.baselines import greedy
 from prime_rl.envs.gridsim.env import GridSimEnv
 from prime_rl.envs.nemo_gym.client import NemoGymClient, NemoGymError, Session
 from prime_rl.envs.nemo_gym.rows import read_rows, row_to_task, task_to_row, write_server
-from prime_rl.envs.nemo_gym.server import ServerState, serve_in_thread
+from prime_rl.envs.nemo_gym.server import COOKIE_PREFIX, ServerState, serve_in_thread
+
+COOKIE = COOKIE_PREFIX + "prime_rl"  # ServerState.name defaults to prime_rl
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -57,12 +59,14 @@ async def test_full_episode_matches_in_process(env, rows, url):
             s = await c.seed(row)
             text = await c.call_tool(s, "submit_schedule", {"schedule": sched})
             assert text.startswith("profit ")
-            out = await c.verify(s, row, response={"output": [{"type": "message", "content": [
-                {"type": "output_text", "text": "done"}]}]})  # fmt: skip
+            response = {"output": [{"type": "message", "content": [{"type": "output_text", "text": "done"}]}]}
+            out = await c.verify(s, row, response=response)
             want = expected(env, row, sched)
             assert out["reward"] == want.reward and out["mask_sample"] is False and out["failure_kind"] is None
             assert out["metrics"] == pytest.approx(want.metrics)
             assert out["task_id"] == row["task_id"] and out["responses_create_params"] == row["responses_create_params"]
+            assert out["response"] == response  # echoed, as NeMo Gym's verify response model requires
+            assert out["profit"] == out["metrics"]["profit"]  # metrics also top-level, NeMo Gym's convention
             assert (await c.verify(s, row))["reward"] == want.reward  # a second verify answers the same
             await c.close(s)
             await c.close(s)  # idempotent
@@ -95,12 +99,12 @@ async def test_96_concurrent_sessions_never_mix(env, rows, url):
 
 async def test_masked_default_and_close(rows, url):
     async with NemoGymClient(url) as c:
-        out = await c.verify(Session("forged.0000"), rows[0], "x")
-        assert out["mask_sample"] is True and out["reward"] == 0.0 and out["failure_kind"] == "unknown_session"
+        out = await c.verify(Session({COOKIE: "forged.0000"}), rows[0], "x")
+        assert out["mask_sample"] is True and out["reward"] == 0.0 and out["failure_kind"] == "session_lost"
         s = await c.seed(rows[0])
         await c.close(s)
         out = await c.verify(s, rows[0], "x")
-        assert out["mask_sample"] is True and out["failure_kind"] == "closed_session"
+        assert out["mask_sample"] is True and out["failure_kind"] == "session_lost" and "closed" in out["failure_reason"]
         assert "masked" in await c.call_tool(s, "submit_schedule", {"schedule": [0] * 24})
 
 
@@ -123,26 +127,26 @@ async def test_idle_timeout_reaps(env, rows):
             h = await c.health()
             assert h["live_sessions"] == 0 and h["idle_timeout_s"] == 0.3
             out = await c.verify(s, rows[0], "x")
-            assert out["mask_sample"] is True and out["failure_kind"] == "expired_session"
+            assert out["mask_sample"] is True and out["failure_kind"] == "session_expired"
 
 
 async def test_masked_as_error_answers_503(env, rows):
     with serve_in_thread(ServerState(env=env, masked_as_error=True)) as u:
         async with httpx.AsyncClient(base_url=u) as h:
-            r = await h.post("/verify", json=rows[0], headers={"cookie": "session=nope.abc"})
-            assert r.status_code == 503 and r.json()["failure_kind"] == "unknown_session"
+            r = await h.post("/verify", json=rows[0], headers={"cookie": f"{COOKIE}=nope.abc"})
+            assert r.status_code == 503 and r.json()["failure_kind"] == "session_lost"
             r = await h.post("/submit_schedule", json={"schedule": [0] * 24})
             assert r.status_code == 503 and "Retry-After" not in r.headers
         async with NemoGymClient(u, retry_deadline_s=5) as c:  # not retried: answered at once, masked
-            out = await c.verify(Session("x.y"), rows[0], "x")
-            assert out["mask_sample"] is True and out["failure_kind"] == "unknown_session"
+            out = await c.verify(Session({COOKIE: "x.y"}), rows[0], "x")
+            assert out["mask_sample"] is True and out["failure_kind"] == "session_lost"
             with pytest.raises(NemoGymError) as e:
-                await c.call_tool(Session("x.y"), "submit_schedule", {})
-            assert e.value.kind == "unknown_session"
+                await c.call_tool(Session({COOKIE: "x.y"}), "submit_schedule", {})
+            assert e.value.kind == "session_lost"
 
 
 async def test_capacity_answers_503_with_retry_after(env, rows):
-    with serve_in_thread(ServerState(env=env, max_concurrent=2)) as u:
+    with serve_in_thread(ServerState(env=env, max_concurrent=2, at_capacity="reject")) as u:
         async with NemoGymClient(u, retry_deadline_s=0.5) as c:
             a, _ = await c.seed(rows[0]), await c.seed(rows[1])
             async with httpx.AsyncClient(base_url=u) as h:
@@ -183,7 +187,7 @@ def fuzz_bodies(rng: random.Random, row: dict) -> list[tuple[str, bytes | None, 
     out = []
     for _ in range(1000):
         body = rng.choice(junk) if rng.random() < 0.8 else bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 64)))
-        cookies = rng.choice([{}, {"cookie": "session=garbage"}, {"cookie": "session=a.b"}])
+        cookies = rng.choice([{}, {"cookie": f"{COOKIE}=garbage"}, {"cookie": f"{COOKIE}=a.b"}])
         out.append((rng.choice(paths), body, cookies))
     return out
 
@@ -200,10 +204,12 @@ async def test_fuzz_1000_malformed_requests_no_5xx(rows, url):
                 assert r.json()["detail"][0]["loc"][0] == "body"
     assert statuses.get(422, 0) > 100
     async with httpx.AsyncClient(base_url=url) as h:
-        r = await h.post("/seed_session", json={**rows[0], "task_id": 5})
-        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "task_id"]
-        r = await h.post("/seed_session", json={"task_id": "x"})
-        assert r.json()["detail"][0]["loc"] == ["body", "responses_create_params"]
+        r = await h.post("/seed_session", json={**rows[0], "index": "x"})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "index"]
+        r = await h.post("/seed_session", json={"task_id": "x"})  # nothing to rebuild the episode from
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "info"]
+        r = await h.post("/seed_session", json={**rows[0], "responses_create_params": {"tools": []}})
+        assert r.json()["detail"][0]["loc"] == ["body", "responses_create_params", "input"]
 
 
 async def test_reverse_text_over_http():

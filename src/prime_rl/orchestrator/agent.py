@@ -78,13 +78,17 @@ def _turn_sampling(sampling: SamplingConfig, rollout_id: str | None, turn: int) 
     return sampling.model_copy(update={"seed": (sampling.seed + h) % 2**31})
 
 
-def _assistant_message(parsed: Any) -> dict[str, Any]:
+def _call_id(turn: int, k: int) -> str:
+    return f"call_{turn}_{k}"
+
+
+def _assistant_message(parsed: Any, turn: int) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": parsed.content or ""}
     if parsed.reasoning_content:
         msg["reasoning_content"] = parsed.reasoning_content
     calls = [
-        {"type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
-        for tc in parsed.tool_calls
+        {"id": _call_id(turn, k), "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+        for k, tc in enumerate(parsed.tool_calls)
         if str(tc.status) == "ok"
     ]
     if calls:
@@ -168,20 +172,22 @@ async def _loop(
         r.policy_versions.append(int(res.policy_version))
         r.num_turns = turn + 1
         parsed = renderer.parse_response(completion, prompt_ids=prompt_ids)
-        r.messages.append(_assistant_message(parsed))
+        r.messages.append(_assistant_message(parsed, turn))
         final_text = parsed.content
         if res.finish_reason == "length":
             r.truncated = True
         if not parsed.tool_calls or r.truncated:
             break
         tool_msgs = []
-        for tc in parsed.tool_calls:
+        for k, tc in enumerate(parsed.tool_calls):
+            msg = {"role": "tool", "name": tc.name or ""}
             if str(tc.status) == "ok":
                 text = await episode.call_tool(tc.name, tc.arguments if tc.arguments is not None else {})
+                msg["tool_call_id"] = _call_id(turn, k)
             else:
                 r.malformed_tool_calls += 1
                 text = malformed_call_message(str(tc.status), tc.raw)
-            tool_msgs.append({"role": "tool", "name": tc.name or "", "content": text})
+            tool_msgs.append({**msg, "content": text})
         r.messages.extend(tool_msgs)
         if turn + 1 >= max_turns:
             r.turn_capped = True
@@ -209,7 +215,7 @@ async def _loop(
         prompt_ids = next_prompt
     if sample.num_loss_tokens:
         r.samples.append(sample)
-    result = await episode.verify(final_text)
+    result = await episode.verify(final_text, r.messages[len(r.task.messages) :])
     r.reward = float(result.reward)
     r.env_metrics = dict(result.metrics or {})
     if result.masked:

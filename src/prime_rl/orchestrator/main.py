@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -269,12 +270,43 @@ async def _main(cfg: OrchestratorConfig) -> None:
         await client.aclose()
 
 
+def run_until_terminated(main: Any) -> bool:
+    """`asyncio.run(main)`, where SIGTERM (what `rl` sends to stop a run) cancels `main` instead of killing the
+    process, so every `finally` runs: running rollouts are cancelled and close their episodes (their sessions on
+    a resources server), sources and clients close. Returns True when SIGTERM stopped it."""
+    stopped = False
+
+    async def runner() -> None:
+        nonlocal stopped
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+
+        def on_term() -> None:
+            nonlocal stopped
+            stopped = True
+            log.warning("SIGTERM: stopping; closing the open episodes")
+            task.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, on_term)
+        try:
+            await main
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        asyncio.run(runner())
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+    return stopped
+
+
 def run(cfg: OrchestratorConfig) -> None:
-    """Entry point of the `orchestrator` command."""
+    """Entry point of the `orchestrator` command. Exits 143 after a SIGTERM (once the open episodes are closed)."""
     run_dir = Path(cfg.output_dir)
     setup_logging("orchestrator", run_dir, cfg.log.level)
     try:
-        asyncio.run(_main(cfg))
+        if run_until_terminated(_main(cfg)):
+            sys.exit(128 + signal.SIGTERM)
     except KeyboardInterrupt:
         sys.exit(130)
     except (TimeoutError, FileNotFoundError, ValueError, KeyError) as e:

@@ -1,13 +1,25 @@
-"""NeMo Gym rows: a task as `{"responses_create_params": {"input", "tools"}, "task_id", "split", "index", "info"}`.
+"""NeMo Gym rows: the JSONL format tasks travel in between prime-rl, NeMo Gym and verifiers.
 
-`responses_create_params` follows the OpenAI Responses API: `input` holds the chat messages (system, user) and
-`tools` the function tools in the Responses form `{"type": "function", "name", "description", "parameters",
-"strict": false}` (strict must be off: Responses defaults it on). `info` carries what the environment needs to
-rebuild the episode (GridSim: date, point, prices), so a row alone suffices to seed a session.
+A row is one JSON object per line:
 
-`env-server write ENV OUT` lays out `OUT/resources_servers/<ENV>_v1/`:
-`server.json` (our serve config), `configs/<ENV>_v1.yaml` (NeMo Gym's config form), `data/train.jsonl`,
-`data/eval.jsonl`.
+    {"responses_create_params": {"input": [messages...], "tools": [function tools...]},
+     "task_id": "gridsim-eval-0", "split": "eval", "index": 0, "info": {...}}
+
+- `responses_create_params` (required to play a row) follows the OpenAI Responses API: `input` holds the chat
+  messages (system/developer, user) or one string, `tools` the function tools in the Responses form
+  `{"type": "function", "name", "description", "parameters", "strict": false}` (strict off: Responses defaults it
+  on, and our environments validate arguments themselves).
+- Every other field is for the environment's verifier and is passed through untouched (NeMo Gym's example rows
+  carry e.g. `expected_count`, `initial_count`). Rows we write add `task_id` (unique within the environment),
+  `split`, `index` and `info` (what rebuilds the episode: GridSim's date, hub and prices), so a row alone
+  suffices to seed a session. All four are optional when reading: a row without `task_id` gets
+  `<file stem>-<line index>` from `read_tasks`.
+
+`env-server write ENV OUT` lays out `OUT/resources_servers/<ENV>_v1/` the way NeMo Gym lays out a resources
+server: `configs/<ENV>_v1.yaml` (a config NeMo Gym's own validation accepts: domain, datasets with a license),
+`app.py` (the entrypoint NeMo Gym's tooling starts as `python app.py`, reading host and port from NeMo Gym's
+config in the environment), `data/train.jsonl`, `data/eval.jsonl`, and `server.json` (what `env-server serve`
+reads: the built-in environment and its arguments).
 """
 
 from __future__ import annotations
@@ -54,11 +66,12 @@ def task_to_row(task: Task) -> dict[str, Any]:
     }
 
 
-def row_to_task(row: dict[str, Any]) -> Task:
-    """The task of a row (tools back in Chat Completions form).
+def row_to_task(row: dict[str, Any], default_task_id: str | None = None) -> Task:
+    """The task of a row (tools back in Chat Completions form). A row without `task_id` takes `default_task_id`.
 
     Raises:
-        ValueError: the row lacks `responses_create_params.input` (a list) or `task_id` (names the field).
+        ValueError: the row lacks `responses_create_params.input` (a list or a string), or has neither a string
+            `task_id` nor a `default_task_id` (names the field).
     """
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
@@ -71,9 +84,11 @@ def row_to_task(row: dict[str, Any]) -> Task:
     tools = params.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise ValueError("row.responses_create_params.tools must be a list of function tools")
-    task_id = row.get("task_id")
+    task_id = row.get("task_id", default_task_id)
+    if isinstance(task_id, int) and not isinstance(task_id, bool):
+        task_id = str(task_id)
     if not isinstance(task_id, str):
-        raise ValueError("row.task_id must be a string")
+        raise ValueError("row.task_id must be a string (or leave it out and give the row a default id)")
     info = row.get("info") or {}
     if not isinstance(info, dict):
         raise ValueError("row.info must be an object")
@@ -86,6 +101,26 @@ def row_to_task(row: dict[str, Any]) -> Task:
         tools=[to_chat_tool(t) for t in tools],
         info=info,
     )
+
+
+def read_tasks(path: str | Path, split: str) -> list[tuple[Task, dict[str, Any]]]:
+    """(task, row) of every row of a JSONL file, as `split`; a row without `task_id` is `<file stem>-<line index>`.
+
+    Raises:
+        ValueError: a bad row (names the file and line) or two rows with the same `task_id`.
+    """
+    out, seen = [], set()
+    for i, row in enumerate(read_rows(path)):
+        try:
+            task = row_to_task(row, default_task_id=f"{Path(path).stem}-{i}")
+        except ValueError as e:
+            raise ValueError(f"{path}: row {i}: {e}") from None
+        if task.task_id in seen:
+            raise ValueError(f"{path}: row {i}: task_id {task.task_id!r} repeats an earlier row's")
+        seen.add(task.task_id)
+        task.split = split
+        out.append((task, row))
+    return out
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -119,8 +154,11 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def write_server(env_name: str, out: str | Path, env_args: dict[str, Any] | None = None,
-                 env: Environment | None = None) -> Path:  # fmt: skip
+                 env: Environment | None = None, license: str = "Apache 2.0") -> Path:  # fmt: skip
     """Write `out/resources_servers/<env>_v1/` (config and train/eval rows) for built-in environment `env_name`.
+
+    `license` is the datasets' license in NeMo Gym's vocabulary (it requires one for train and validation data;
+    the rows are generated by prime-rl, Apache 2.0 like the project).
 
     Returns:
         the server directory (what `env-server serve` takes).
@@ -136,14 +174,43 @@ def write_server(env_name: str, out: str | Path, env_args: dict[str, Any] | None
         _atomic_write(root / "data" / f"{split}.jsonl", "\n".join(lines) + "\n")
     cfg = {"format": FORMAT_VERSION, "env": env_name, "env_args": env_args}
     _atomic_write(root / SERVER_CONFIG, json.dumps(cfg, indent=2, default=str) + "\n")
-    yaml = (
-        f"{name}:\n  resources_servers:\n    {name}:\n      entrypoint: prime_rl.envs.nemo_gym.server\n"
-        f"      domain: other\n      description: prime-rl built-in environment {env_name}\n"
-        f"      datasets:\n      - name: train\n        type: train\n        jsonl_fpath: data/train.jsonl\n"
-        f"      - name: eval\n        type: validation\n        jsonl_fpath: data/eval.jsonl\n"
-    )
-    _atomic_write(root / "configs" / f"{name}.yaml", yaml)
+    _atomic_write(root / "configs" / f"{name}.yaml", nemo_gym_config(name, env_name, license=license))
+    _atomic_write(root / "app.py", APP_PY)
     return root
+
+
+APP_PY = '''"""NeMo Gym entrypoint of a prime-rl resources server (written by `env-server write`).
+
+NeMo Gym's tooling starts it as `python app.py` in this folder, with its merged config in $NEMO_GYM_CONFIG_DICT
+and this server's key in $NEMO_GYM_CONFIG_PATH; it serves this folder on the host and port given there. The
+interpreter needs prime-rl installed. Without those variables, use `env-server serve .` instead.
+"""
+
+import sys
+from pathlib import Path
+
+from prime_rl.envs.nemo_gym.cli import serve_nemo_gym_entrypoint
+
+if __name__ == "__main__":
+    sys.exit(serve_nemo_gym_entrypoint(Path(__file__).resolve().parent))
+'''
+
+
+def nemo_gym_config(name: str, env_name: str, license: str = "Apache 2.0") -> str:
+    """NeMo Gym's YAML config of server `name`: one resources server (entrypoint `app.py`, domain, description)
+    with its train and validation datasets (NeMo Gym requires a `license` on both; their paths are relative to
+    `OUT`, laid out like NeMo Gym's own root)."""
+    import yaml
+
+    server = {
+        "entrypoint": "app.py", "domain": "agent" if env_name == "gridsim" else "other", "verified": False,
+        "description": f"prime-rl built-in environment {env_name}",
+        "datasets": [
+            {"name": "train", "type": "train", "jsonl_fpath": f"resources_servers/{name}/data/train.jsonl", "license": license},
+            {"name": "eval", "type": "validation", "jsonl_fpath": f"resources_servers/{name}/data/eval.jsonl", "license": license},
+        ],
+    }  # fmt: skip
+    return yaml.safe_dump({name: {"resources_servers": {name: server}}}, sort_keys=False)
 
 
 def load_server_config(path: str | Path) -> tuple[Path, dict[str, Any]]:

@@ -1,100 +1,104 @@
 """A NeMo Gym resources server for any built-in environment (FastAPI; run by `env-server serve`).
 
-Routes (JSON bodies; the session rides in a signed `session` cookie):
+Speaks the protocol as nemo-gym 0.7 defines it (`nemo_gym.base_resources_server.SimpleResourcesServer`); the
+bodies are in `prime_rl.envs.nemo_gym.protocol`, the sessions in `prime_rl.envs.nemo_gym.sessions`.
 
-- `POST /seed_session`, body = a row: starts the episode, answers `{}` + `Set-Cookie: session=...`. Past
-  `max_concurrent` live sessions: `503` + `Retry-After`.
-- `POST /<tool>`, body = the tool's JSON arguments: answers the tool's result text (`text/plain`). Bad arguments
-  get the tool's own error text (200), so the model sees it.
-- `POST /verify`, body = the row plus the model's final `response` (a Responses API object, or a string): answers
-  the row plus `reward`, `mask_sample`, `failure_kind`, `failure_reason` and `metrics`. Ends the episode (a second
-  verify answers the same result).
-- `POST /close_session`: ends the episode; idempotent.
-- `GET /health`: `{status, env, live_sessions, max_concurrent, idle_timeout_s}` (no token needed: no secrets).
+- `POST /seed_session`, body = a row (answers `{}`) or 0.7's `{resources_session_id, episode_id, task_id,
+  task_data}` (answers `{resources_session_id}`); either way a signed session cookie named
+  `PrimeRLResourcesServer___<server name>` (NeMo Gym names its cookies `<ServerClass>___<name>`). At
+  `max_concurrent` unverified episodes the seed waits up to `seed_wait_s` for a slot; past that the session is
+  admitted without an episode and its verify answers masked (`provider_quota_exhausted`), so clients that do not
+  retry still get one answer per rollout. `at_capacity="reject"` answers `503` + `Retry-After` instead.
+- `POST /<tool>`, body = the tool's JSON arguments: answers `{"output": <the tool's result text>}`. Bad arguments
+  get the tool's own error text, so the model sees it.
+- `POST /verify`, body = the row plus `response` (a Responses API object of the trajectory): answers the row,
+  `response`, `reward`, `mask_sample`, `failure_kind`, `failure_reason`, `metrics`, and each metric again as a
+  top-level number (NeMo Gym's aggregate metrics read top-level fields) unless a row field has its name. The first
+  verify freezes the episode and frees its capacity slot; a repeated verify answers the same result, and a tool
+  call after it changes nothing (and says so).
+- `POST /close_session`, body `{resources_session_id, episode_id}` (0.7) or `{}`: ends the session the body or the
+  cookie names; idempotent; a closed 0.7 session id cannot be seeded again.
+- `POST /aggregate_metrics` (NeMo Gym's `AggregateMetrics`), `GET /reverify_mode` (`"unsupported"`: verify reads
+  session state), `GET /health` (`live_sessions`, `active_episodes`, `max_concurrent`; no token needed).
 
-An episode that cannot be measured (no/unknown/expired session, crashed episode, verify after close) is masked:
-`200 {reward: 0, mask_sample: true, failure_kind, failure_reason}`, or with `masked_as_error` a `503` carrying
-the same `failure_kind` / `failure_reason` (clients must not retry those: only a 503 without `failure_kind` is
-back-pressure). A malformed body gets `422 {"detail": [{"loc": ["body", field...], "msg"}]}`. With a token,
-requests without `Authorization: Bearer <token>` get 401. Sessions live in memory; nothing is pickled.
+An episode that cannot be measured (no/unknown/expired/closed session, crashed or unmeasurable episode, a reward
+that is not a finite number, no capacity slot) is masked: `200 {reward: 0, mask_sample: true, failure_kind,
+failure_reason}` with NeMo Gym's registered failure kinds, or with `masked_as_error` a `503` carrying the same
+`failure_kind` (clients must not retry those: only a 503 without `failure_kind` is back-pressure). A malformed
+body gets FastAPI's `422` naming the field. With a token, requests without `Authorization: Bearer <token>` get 401.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import json
-import secrets
+import math
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import FastAPI, Request
-from fastapi.responses import PlainTextResponse, Response
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
 
-from prime_rl.envs.base import Environment, Episode
-from prime_rl.envs.nemo_gym.rows import row_to_task
+from prime_rl.envs.base import Environment, Task
+from prime_rl.envs.nemo_gym.aggregate import aggregate_metrics
+from prime_rl.envs.nemo_gym.protocol import (
+    PROVIDER_QUOTA_EXHAUSTED,
+    SESSION_LOST,
+    VERIFIER_ERROR,
+    VERIFY_KEYS,
+    AggregateBody,
+    CloseBody,
+    Row,
+    SessionSeed,
+    VerifyBody,
+)  # fmt: skip
+from prime_rl.envs.nemo_gym.responses import final_text
+from prime_rl.envs.nemo_gym.rows import to_chat_tool
+from prime_rl.envs.nemo_gym.sessions import Session, SessionStore
 
-COOKIE = "session"
-_TOMBSTONES = 100_000
-
-
-class BodyError(ValueError):
-    def __init__(self, loc: list[str | int], msg: str):
-        super().__init__(msg)
-        self.loc, self.msg = loc, msg
-
-
-@dataclass
-class Session:
-    episode: Episode
-    last_seen: float
-    result: dict[str, Any] | None = None
-    crashed: str | None = None
+COOKIE_PREFIX = "PrimeRLResourcesServer___"
 
 
 @dataclass
 class ServerState:
+    """The server's settings, environment and sessions.
+
+    Args:
+        env: the environment whose episodes are served.
+        name: the server's name (its directory name, e.g. `gridsim_v1`); names the session cookie.
+        masked_as_error: answer unmeasurable episodes with 503 + `failure_kind` instead of 200 + `mask_sample`.
+        idle_timeout_s: end sessions idle this many seconds (None: never).
+        max_concurrent: unverified episodes at once.
+        at_capacity: `queue` (wait up to `seed_wait_s` for a slot, then admit a masked session) or `reject` (503).
+        token: require `Authorization: Bearer <token>` on every route but `/health`.
+    """
+
     env: Environment
+    name: str = "prime_rl"
     masked_as_error: bool = False
     idle_timeout_s: float | None = 120.0
     max_concurrent: int = 96
+    at_capacity: Literal["queue", "reject"] = "queue"
+    seed_wait_s: float = 30.0
     token: str | None = None
-    key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
-    live: dict[str, Session] = field(default_factory=dict)
-    ended: OrderedDict[str, tuple[str, dict[str, Any] | None]] = field(default_factory=OrderedDict)
+    store: SessionStore = field(init=False)
 
-    def sign(self, sid: str) -> str:
-        return f"{sid}.{hmac.new(self.key, sid.encode(), hashlib.sha256).hexdigest()[:32]}"
+    def __post_init__(self) -> None:
+        self.store = SessionStore(self.max_concurrent, self.idle_timeout_s)
 
-    def unsign(self, cookie: str | None) -> str | None:
-        if not cookie or "." not in cookie:
-            return None
-        sid, _, sig = cookie.rpartition(".")
-        return sid if hmac.compare_digest(self.sign(sid), cookie) else None
+    @property
+    def cookie_name(self) -> str:
+        return COOKIE_PREFIX + self.name
 
-    def end(self, sid: str, kind: str) -> None:
-        sess = self.live.pop(sid, None)
-        if sess is not None:
-            try:
-                sess.episode.close()
-            except Exception:  # noqa: BLE001 - closing must not fail the request
-                pass
-            self.ended[sid] = (kind, sess.result)
-            while len(self.ended) > _TOMBSTONES:
-                self.ended.popitem(last=False)
-
-    def reap(self, now: float) -> int:
-        if self.idle_timeout_s is None:
-            return 0
-        old = [sid for sid, s in self.live.items() if now - s.last_seen > self.idle_timeout_s]
-        for sid in old:
-            self.end(sid, "expired")
-        return len(old)
+    @property
+    def live(self) -> dict[str, Session]:
+        return self.store.live
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -102,79 +106,223 @@ def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) ->
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def _unprocessable(e: BodyError) -> Response:
-    return _json({"detail": [{"loc": ["body", *e.loc], "msg": e.msg, "type": "value_error"}]}, 422)
+def _state(request: Request) -> ServerState:
+    return request.app.state.server
 
 
-async def _body_object(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
-        raise BodyError([], "body must be a JSON object, got an empty body")
+def require_token(request: Request, state: ServerState = Depends(_state)) -> None:
+    """401 unless the request carries `Authorization: Bearer <state.token>` (no token configured: anything)."""
+    if state.token is None:
+        return
+    if not hmac.compare_digest(request.headers.get("authorization", "").encode(), f"Bearer {state.token}".encode()):
+        raise HTTPException(401, "missing or wrong bearer token (Authorization: Bearer <token>)",
+                            headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+
+
+def _parse(model: type[BaseModel], body: dict[str, Any], at: tuple[str, ...] = ()) -> Any:
+    """`model.model_validate(body)`, or FastAPI's own 422 with the field's location under `body`."""
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BodyError([], f"body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise BodyError([], f"body must be a JSON object, got {type(body).__name__}")
-    return body
+        return model.model_validate(body)
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", *at, *err["loc"])} for err in e.errors(include_url=False,
+                                      include_context=False)]) from None  # fmt: skip
 
 
-def _validate_row(body: dict[str, Any]) -> None:
-    params = body.get("responses_create_params")
-    if not isinstance(params, dict):
-        raise BodyError(["responses_create_params"], "required: an object with `input` (messages) and `tools`")
-    inp = params.get("input")
-    if not isinstance(inp, list | str):
-        raise BodyError(["responses_create_params", "input"], "required: a list of messages")
-    if isinstance(inp, list):
-        for i, m in enumerate(inp):
-            if not isinstance(m, dict):
-                raise BodyError(["responses_create_params", "input", i], "each message must be an object")
-    tools = params.get("tools", [])
-    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
-        raise BodyError(["responses_create_params", "tools"], "must be a list of function tool objects")
-    if not isinstance(body.get("task_id"), str):
-        raise BodyError(["task_id"], "required: a string")
-    if "info" in body and body["info"] is not None and not isinstance(body["info"], dict):
-        raise BodyError(["info"], "must be an object")
-    if "index" in body and (isinstance(body["index"], bool) or not isinstance(body["index"], int)):
-        raise BodyError(["index"], "must be an integer")
-    if "split" in body and not isinstance(body["split"], str):
-        raise BodyError(["split"], "must be a string")
+def _task(row: Row) -> Task:
+    params = row.responses_create_params
+    messages = ([{"role": "user", "content": params.input}] if isinstance(params.input, str) else params.input) if params else []
+    return Task(
+        task_id="" if row.task_id is None else str(row.task_id), split=row.split or "train", index=row.index or 0,
+        messages=messages, tools=[to_chat_tool(t) for t in (params.tools or [])] if params else [], info=row.info or {},
+    )  # fmt: skip
 
 
-def final_text(response: Any) -> str | None:
-    """The model's final assistant text from a Responses API object (last `message` item's `output_text`
-    parts), a chat message `{content}`, or a plain string. Raises BodyError for other shapes."""
-    if response is None or isinstance(response, str):
-        return response
-    if not isinstance(response, dict):
-        raise BodyError(["response"], "must be a Responses API object, a message object or a string")
-    if isinstance(response.get("output_text"), str):
-        return response["output_text"]
-    output = response.get("output")
-    if isinstance(output, list):
-        text = None
-        for item in output:
-            if isinstance(item, dict) and item.get("type", "message") == "message":
-                content = item.get("content")
-                if isinstance(content, str):
-                    text = content
-                elif isinstance(content, list):
-                    text = "".join(
-                        p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-                    )
-        return text
-    if isinstance(response.get("content"), str):
-        return response["content"]
-    if "output" in response:
-        raise BodyError(["response", "output"], "must be a list of output items")
-    return None
+def _masked(state: ServerState, kind: str, reason: str, row: dict[str, Any] | None = None) -> Response:
+    if state.masked_as_error:
+        return _json({"detail": reason, "failure_kind": kind, "failure_reason": reason}, 503)
+    return _json({**(row or {}), **_masked_result(kind, reason)})
+
+
+def _masked_result(kind: str, reason: str) -> dict[str, Any]:
+    return {"reward": 0.0, "mask_sample": True, "failure_kind": kind, "failure_reason": reason, "metrics": {}}
+
+
+def _verdict(sess: Session, text: str | None) -> dict[str, Any]:
+    """Score `sess` (once): its result, or a masked one for a crashed/unavailable episode or a bad reward."""
+    if sess.unavailable is not None:
+        return _masked_result(PROVIDER_QUOTA_EXHAUSTED, sess.unavailable)
+    if sess.crashed is not None:
+        return _masked_result(VERIFIER_ERROR, sess.crashed)
+    try:
+        res = sess.episode.verify(text)
+        reward = float(res.reward)
+        metrics = {k: float(v) for k, v in res.metrics.items() if math.isfinite(float(v))}
+    except Exception as e:  # noqa: BLE001 - a crashed episode is masked, never a 500
+        return _masked_result(VERIFIER_ERROR, f"verify raised {type(e).__name__}: {e}")
+    if not math.isfinite(reward):
+        return _masked_result(VERIFIER_ERROR, f"the environment's reward is not finite ({reward})")
+    if res.masked:
+        return _masked_result(VERIFIER_ERROR, res.reason or "the environment could not measure this episode")
+    return {"reward": reward, "mask_sample": False, "failure_kind": None, "failure_reason": None, "metrics": metrics}
+
+
+router = APIRouter()
+guarded = APIRouter(dependencies=[Depends(require_token)])
+
+
+@router.get("/health")
+async def health(state: ServerState = Depends(_state)) -> Response:
+    return _json({"status": "ok", "env": state.env.name, "name": state.name, **state.store.stats(),
+                  "max_concurrent": state.max_concurrent, "idle_timeout_s": state.idle_timeout_s})  # fmt: skip
+
+
+@guarded.get("/reverify_mode")
+async def reverify_mode() -> Response:
+    return _json("unsupported")
+
+
+@guarded.post("/aggregate_metrics")
+async def aggregate(body: AggregateBody) -> Response:
+    return _json(aggregate_metrics(body.verify_responses))
+
+
+@guarded.post("/seed_session")
+async def seed_session(request: Request, body: dict[str, Any] = Body(...), state: ServerState = Depends(_state)) -> Response:
+    store = state.store
+    answer: dict[str, Any] = {}
+    if "resources_session_id" in body:  # NeMo Gym 0.7's session seed
+        seed = _parse(SessionSeed, body)
+        sid, identity = "r:" + seed.resources_session_id, (seed.episode_id, seed.task_id)
+        answer = {"resources_session_id": seed.resources_session_id}
+        if sid in store.ended:
+            raise HTTPException(409, f"resources session {seed.resources_session_id!r} was already closed")
+        if sid in store.live:
+            if store.live[sid].identity != identity:
+                raise HTTPException(409, "resources_session_id is already bound to another episode or task")
+            return _with_cookie(state, _json(answer), sid)
+        row = _parse(Row, seed.task_data, ("task_data",))
+    else:
+        row, sid, identity = _parse(Row, body), store.new_sid(), None
+    sess = Session(sid, None, time.monotonic(), identity=identity)
+    if state.at_capacity == "reject" and store.active >= state.max_concurrent:
+        store.reap(time.monotonic())
+        if store.active >= state.max_concurrent:
+            return _json({"detail": f"at capacity ({state.max_concurrent} episodes); retry later"}, 503, {"Retry-After": "1"})
+    if await store.acquire_slot(state.seed_wait_s if state.at_capacity == "queue" else 0.0):
+        sess.holds_slot = True
+        try:
+            sess.episode = state.env.episode(_task(row))
+        except (KeyError, ValueError, TypeError) as e:
+            store.release_slot(sess)
+            raise RequestValidationError([{"loc": ("body", "info"), "msg": f"cannot start an episode of this row: {e}",
+                                           "type": "value_error"}]) from None  # fmt: skip
+    else:
+        sess.unavailable = (f"no capacity: {state.max_concurrent} episodes stayed busy for the {state.seed_wait_s:g} s "
+                            "seed deadline")  # fmt: skip
+    if sid in store.live:  # a concurrent 0.7 seed of the same id won the race while this one waited
+        store.release_slot(sess)
+        return _with_cookie(state, _json(answer), sid)
+    store.add(sess)
+    return _with_cookie(state, _json(answer), sid)
+
+
+def _with_cookie(state: ServerState, resp: Response, sid: str) -> Response:
+    resp.set_cookie(state.cookie_name, state.store.sign(sid), httponly=True, samesite="lax")
+    return resp
+
+
+def _cookie_sid(state: ServerState, request: Request) -> str | None:
+    return state.store.unsign(request.cookies.get(state.cookie_name))
+
+
+@guarded.post("/verify")
+async def verify(request: Request, body: dict[str, Any] = Body(...), state: ServerState = Depends(_state)) -> Response:
+    vb = _parse(VerifyBody, body)
+    response = vb.response if "response" in body else vb.final_response
+    try:
+        text = final_text(response)
+    except ValueError as e:
+        raise RequestValidationError([{"loc": ("body", "response"), "msg": str(e), "type": "value_error"}]) from None
+    row = {k: v for k, v in body.items() if k not in ("response", "final_response")}
+    row["response"] = response
+    sid = _cookie_sid(state, request)
+    sess, (kind, reason) = state.store.get(sid)
+    if sess is None:
+        tomb = state.store.ended.get(sid) if sid else None
+        if tomb is not None and tomb.result is not None:  # verified, then closed: the same answer again
+            return _answer(state, row, tomb.result)
+        return _masked(state, kind, reason, row)
+    if sess.result is None:
+        sess.result = _verdict(sess, text)
+        state.store.release_slot(sess)
+    return _answer(state, row, sess.result)
+
+
+def _answer(state: ServerState, row: dict[str, Any], result: dict[str, Any]) -> Response:
+    if result["mask_sample"] and state.masked_as_error:
+        return _masked(state, result["failure_kind"], result["failure_reason"])
+    flat = {k: v for k, v in result["metrics"].items() if k not in row and k not in VERIFY_KEYS}
+    return _json({**row, **flat, **result})
+
+
+@guarded.post("/close_session")
+async def close_session(request: Request, body: dict[str, Any] | None = Body(None), state: ServerState = Depends(_state)) -> Response:
+    cb = _parse(CloseBody, body or {})
+    store, closed = state.store, False
+    sid = _cookie_sid(state, request)
+    if cb.resources_session_id is not None:
+        named = store.live.get("r:" + cb.resources_session_id)
+        if named is not None and cb.episode_id is not None and named.identity and named.identity[0] != cb.episode_id:
+            raise HTTPException(409, "episode_id does not match the seeded resources session")
+    named_sid = "r:" + cb.resources_session_id if cb.resources_session_id is not None else None
+    for s in (sid, named_sid):
+        if s is not None and (s in store.live or s == named_sid):  # a never-seeded 0.7 id is closed for good too
+            closed |= s in store.live
+            store.end(s, SESSION_LOST, "session was closed")
+    if cb.resources_session_id is not None:
+        return _json({"resources_session_id": cb.resources_session_id})
+    return _json({"closed": closed})
+
+
+@guarded.post("/{tool}")
+async def tool(tool: str, request: Request, state: ServerState = Depends(_state)) -> Response:
+    raw = await request.body()
+    try:
+        args = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestValidationError([{"loc": ("body",), "msg": "body must be UTF-8 JSON (the tool's arguments)",
+                                       "type": "value_error"}]) from None  # fmt: skip
+    sid = _cookie_sid(state, request)
+    sess, (kind, reason) = state.store.get(sid)
+    if sess is None:
+        tomb = state.store.ended.get(sid) if sid else None
+        if tomb is not None and tomb.result is not None:
+            return _json({"output": "error: the episode was already verified; this call changed nothing"})
+        if state.masked_as_error:
+            return _masked(state, kind, reason)
+        return _json({"output": f"error: {reason}; this episode's verify will be masked", "failure_kind": kind})
+    if sess.result is not None:
+        return _json({"output": "error: the episode was already verified; this call changed nothing"})
+    problem = sess.unavailable or sess.crashed
+    if problem is None:
+        try:
+            return _json({"output": sess.episode.call_tool(tool, args)})
+        except Exception as e:  # noqa: BLE001 - a crashed episode is masked, never a 500
+            problem = sess.crashed = f"tool {tool!r} raised {type(e).__name__}: {e}"
+    kind = PROVIDER_QUOTA_EXHAUSTED if sess.unavailable else VERIFIER_ERROR
+    if state.masked_as_error:
+        return _masked(state, kind, problem)
+    return _json({"output": f"error: {problem}; this episode's verify will be masked", "failure_kind": kind})
+
+
+async def _unprocessable(request: Request, exc: RequestValidationError) -> Response:
+    """FastAPI's 422 (`detail`: [{loc, msg, type}]) without echoing the input (which may hold NaN, not JSON)."""
+    return _json({"detail": [{k: e[k] for k in ("loc", "msg", "type") if k in e} for e in exc.errors()]}, 422)
 
 
 def create_app(state: ServerState) -> FastAPI:
-    """The FastAPI app serving `state.env`. The idle reaper runs while the app's lifespan is active."""
-    from contextlib import asynccontextmanager
+    """The FastAPI app serving `state.env`. The idle reaper runs while the app's lifespan is active; at shutdown
+    every open session ends (`shutdown`)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -182,145 +330,20 @@ def create_app(state: ServerState) -> FastAPI:
             period = max(0.05, min(1.0, (state.idle_timeout_s or 1.0) / 4))
             while True:
                 await asyncio.sleep(period)
-                state.reap(time.monotonic())
+                state.store.reap(time.monotonic())
 
         task = asyncio.create_task(reaper()) if state.idle_timeout_s is not None else None
         yield
         if task is not None:
             task.cancel()
-        for sid in list(state.live):
-            state.end(sid, "closed")
+        state.store.shutdown()
 
     app = FastAPI(title=f"prime-rl resources server: {state.env.name}", lifespan=lifespan, docs_url=None,
                   redoc_url=None, openapi_url=None)  # fmt: skip
-
-    def unauthorized(request: Request) -> Response | None:
-        if state.token is None:
-            return None
-        auth = request.headers.get("authorization", "")
-        if hmac.compare_digest(auth.encode(), f"Bearer {state.token}".encode()):
-            return None
-        return _json({"detail": "missing or wrong bearer token (Authorization: Bearer <token>)"}, 401)
-
-    def masked(kind: str, reason: str, row: dict[str, Any] | None = None) -> Response:
-        if state.masked_as_error:
-            return _json({"detail": reason, "failure_kind": kind, "failure_reason": reason}, 503)
-        out = dict(row or {})
-        out.update(reward=0.0, mask_sample=True, failure_kind=kind, failure_reason=reason, metrics={})
-        return _json(out)
-
-    def lookup(request: Request) -> tuple[str | None, Session | None, tuple[str, str]]:
-        sid = state.unsign(request.cookies.get(COOKIE))
-        if sid is None:
-            why = ("no session cookie" if COOKIE not in request.cookies else
-                   "session cookie not signed by this server process (restarted since the session was seeded?)")  # fmt: skip
-            return None, None, ("unknown_session", f"{why}; call /seed_session first")
-        sess = state.live.get(sid)
-        if sess is None:
-            kind = state.ended.get(sid, ("unknown", None))[0]
-            reasons = {"expired": "session expired (idle timeout)", "closed": "session was closed"}
-            return sid, None, (f"{kind}_session", reasons.get(kind, "unknown session"))
-        sess.last_seen = time.monotonic()
-        return sid, sess, ("", "")
-
-    @app.get("/health")
-    async def health() -> Response:
-        return _json({"status": "ok", "env": state.env.name, "live_sessions": len(state.live),
-                      "max_concurrent": state.max_concurrent, "idle_timeout_s": state.idle_timeout_s})  # fmt: skip
-
-    @app.post("/seed_session")
-    async def seed_session(request: Request) -> Response:
-        if (r := unauthorized(request)) is not None:
-            return r
-        try:
-            body = await _body_object(request)
-            _validate_row(body)
-        except BodyError as e:
-            return _unprocessable(e)
-        if len(state.live) >= state.max_concurrent:
-            state.reap(time.monotonic())
-            if len(state.live) >= state.max_concurrent:
-                return _json({"detail": f"at capacity ({state.max_concurrent} live sessions); retry later"}, 503,
-                             {"Retry-After": "1"})  # fmt: skip
-        try:
-            episode = state.env.episode(row_to_task(body))
-        except (KeyError, ValueError, TypeError) as e:
-            return _unprocessable(BodyError(["info"], f"cannot start an episode of this row: {e}"))
-        sid = secrets.token_urlsafe(18)
-        state.live[sid] = Session(episode, time.monotonic())
-        resp = _json({})
-        resp.set_cookie(COOKIE, state.sign(sid), httponly=True, samesite="lax")
-        return resp
-
-    @app.post("/verify")
-    async def verify(request: Request) -> Response:
-        if (r := unauthorized(request)) is not None:
-            return r
-        try:
-            body = await _body_object(request)
-            text = final_text(body.get("response", body.get("final_response")))
-        except BodyError as e:
-            return _unprocessable(e)
-        row = {k: v for k, v in body.items() if k not in ("response", "final_response")}
-        sid, sess, (kind, reason) = lookup(request)
-        if sess is None:
-            done = state.ended.get(sid) if sid else None
-            if done is not None and done[1] is not None:  # verified, then closed: answer the same result again
-                return _json({**row, **done[1]})
-            return masked(kind, reason, row)
-        if sess.result is None:
-            if sess.crashed:
-                state.end(sid, "closed")
-                return masked("episode_error", sess.crashed, row)
-            try:
-                res = sess.episode.verify(text)
-            except Exception as e:  # noqa: BLE001 - a crashed episode is masked, never a 500
-                state.end(sid, "closed")
-                return masked("episode_error", f"verify raised {type(e).__name__}: {e}", row)
-            sess.result = {
-                "reward": float(res.reward),
-                "mask_sample": bool(res.masked),
-                "failure_kind": "unmeasurable" if res.masked else None,
-                "failure_reason": res.reason if res.masked else None,
-                "metrics": {k: float(v) for k, v in res.metrics.items()},
-            }
-            state.end(sid, "closed")
-        return _json({**row, **sess.result})
-
-    @app.post("/close_session")
-    async def close_session(request: Request) -> Response:
-        if (r := unauthorized(request)) is not None:
-            return r
-        sid = state.unsign(request.cookies.get(COOKIE))
-        was_live = sid is not None and sid in state.live
-        if was_live:
-            state.end(sid, "closed")
-        return _json({"closed": was_live})
-
-    @app.post("/{tool}")
-    async def tool(tool: str, request: Request) -> Response:
-        if (r := unauthorized(request)) is not None:
-            return r
-        raw = await request.body()
-        try:
-            args: dict[str, Any] | str = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return _unprocessable(BodyError([], "body must be UTF-8 JSON (the tool's arguments)"))
-        sid, sess, (kind, reason) = lookup(request)
-        if sess is None:
-            if state.masked_as_error:
-                return masked(kind, reason)
-            return PlainTextResponse(f"error: {reason}; this episode will be masked")
-        if sess.result is not None:
-            return PlainTextResponse("error: the episode is already verified")
-        try:
-            return PlainTextResponse(sess.episode.call_tool(tool, args))
-        except Exception as e:  # noqa: BLE001 - a crashed episode is masked, never a 500
-            sess.crashed = f"tool {tool!r} raised {type(e).__name__}: {e}"
-            if state.masked_as_error:
-                return masked("episode_error", sess.crashed)
-            return PlainTextResponse(f"error: the environment failed ({sess.crashed}); this episode will be masked")
-
+    app.state.server = state
+    app.add_exception_handler(RequestValidationError, _unprocessable)
+    app.include_router(router)
+    app.include_router(guarded)
     return app
 
 
@@ -351,3 +374,4 @@ def serve_in_thread(state: ServerState, host: str = "127.0.0.1", port: int = 0,
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+

@@ -30,8 +30,10 @@ class AsyncEpisode(ABC):
         """Result text of a tool call. Raises EnvError when the environment (not the model) failed."""
 
     @abstractmethod
-    async def verify(self, final_response: str | None) -> VerifyResult:
-        """Reward (or masked + reason). Raises EnvError when the environment failed."""
+    async def verify(self, final_response: str | None, trajectory: list[dict[str, Any]] | None = None) -> VerifyResult:
+        """Reward (or masked + reason). `trajectory`: the chat messages the episode added after the task's prompt
+        (assistant turns with `tool_calls` carrying `id`, tool results with `tool_call_id`), for environments that
+        score the whole trajectory. Raises EnvError when the environment failed."""
 
     @abstractmethod
     async def close(self) -> None:

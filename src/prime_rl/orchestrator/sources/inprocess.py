@@ -22,7 +22,7 @@ class InProcessEpisode(AsyncEpisode):
         except Exception as e:
             raise EnvError("tool_crash", f"{type(e).__name__}: {e}") from e
 
-    async def verify(self, final_response: str | None) -> VerifyResult:
+    async def verify(self, final_response: str | None, trajectory: list[dict[str, Any]] | None = None) -> VerifyResult:
         try:
             return self.episode.verify(final_response)
         except Exception as e:

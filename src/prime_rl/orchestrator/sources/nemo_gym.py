@@ -1,14 +1,19 @@
 """The `nemo-gym` taskset: rows from a JSONL file, played over HTTP against a NeMo Gym resources server.
 
-Wraps `prime_rl.envs.nemo_gym.client.NemoGymClient` (seed / tool / verify / close with the session cookie, 503 and
-transport retries with backoff up to `retry_deadline_s`, connect and request timeouts separate) and
-`prime_rl.envs.nemo_gym.rows` (rows <-> tasks; tools back in chat-completions form, the form in-process
-environments use, so both render alike). A client error (`NemoGymError`) becomes `EnvError`, which masks the
-rollout. The server's capacity (`max_concurrent` in `/health`) caps concurrent episodes of this source.
+Wraps `prime_rl.envs.nemo_gym.client.NemoGymClient` (seed / tool / verify / close with the server's cookies,
+retrying only what cannot run twice, connect and request timeouts separate) and `prime_rl.envs.nemo_gym.rows`
+(rows <-> tasks, rows without `task_id` included; tools back in chat-completions form, the form in-process
+environments use, so both render alike). `/verify` gets the rollout's whole trajectory as a Responses-API object
+(messages, function calls and their outputs), as NeMo Gym's own agents send it.
+
+A client error (`NemoGymError`) becomes `EnvError`, which masks the rollout. So does a verify answer whose
+`reward` is missing, null, not a number or not finite (DESIGN invariant 7: never trained as 0.0); it is logged
+with the task. The server's capacity (`max_concurrent` in `/health`) caps concurrent episodes of this source.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +22,8 @@ import httpx
 from prime_rl.config.orchestrator import TasksetConfig
 from prime_rl.envs.base import Task, VerifyResult
 from prime_rl.envs.nemo_gym.client import NemoGymClient, NemoGymError, Session
-from prime_rl.envs.nemo_gym.rows import read_rows, row_to_task
+from prime_rl.envs.nemo_gym.responses import trajectory_response
+from prime_rl.envs.nemo_gym.rows import read_tasks
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.sources.base import AsyncEpisode, EnvError, TaskSource
 
@@ -27,8 +33,8 @@ log = get_logger("orchestrator.nemo_gym")
 class NemoGymEpisode(AsyncEpisode):
     """One seeded session on a resources server."""
 
-    def __init__(self, client: NemoGymClient, row: dict[str, Any], session: Session):
-        self.client, self.row, self.session = client, row, session
+    def __init__(self, client: NemoGymClient, row: dict[str, Any], session: Session, task_id: str = ""):
+        self.client, self.row, self.session, self.task_id = client, row, session, task_id
         self._closed = False
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> str:
@@ -39,19 +45,35 @@ class NemoGymEpisode(AsyncEpisode):
                 return f"Error: {e}"
             raise EnvError(e.kind, str(e)) from e
 
-    async def verify(self, final_response: str | None) -> VerifyResult:
+    async def verify(self, final_response: str | None, trajectory: list[dict[str, Any]] | None = None) -> VerifyResult:
+        messages = trajectory if trajectory is not None else [{"role": "assistant", "content": final_response or ""}]
+        tools = (self.row.get("responses_create_params") or {}).get("tools")
         try:
-            out = await self.client.verify(self.session, self.row, response=final_response or "")
+            out = await self.client.verify(self.session, self.row, response=trajectory_response(messages, tools=tools))
         except NemoGymError as e:
             raise EnvError(e.kind, str(e)) from e
-        metrics = {k: float(v) for k, v in (out.get("metrics") or {}).items() if isinstance(v, int | float)}
-        reason = out.get("failure_reason") or out.get("failure_kind")
-        return VerifyResult(float(out.get("reward") or 0.0), metrics, bool(out.get("mask_sample", False)), reason)
+        return verify_result(out, self.task_id)
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
             await self.client.close(self.session)
+
+
+def verify_result(out: dict[str, Any], task_id: str = "") -> VerifyResult:
+    """The VerifyResult of a `/verify` answer. Masked when the server says so (`mask_sample`) or when `reward` is
+    missing, null, not a number or not finite; the reason names the field and the task."""
+    metrics = {k: float(v) for k, v in (out.get("metrics") or {}).items()
+               if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}  # fmt: skip
+    if out.get("mask_sample") is True:
+        return VerifyResult(0.0, metrics, True, out.get("failure_reason") or out.get("failure_kind") or "mask_sample")
+    reward = out.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+        what = "no `reward`" if "reward" not in out else f"reward {reward!r}"
+        reason = f"verify answered {what} for task {task_id!r} (expected a finite number)"
+        log.warning("%s; the rollout is masked", reason)
+        return VerifyResult(0.0, metrics, True, reason)
+    return VerifyResult(float(reward), metrics, False, out.get("failure_reason"))
 
 
 class NemoGymSource(TaskSource):
@@ -82,9 +104,7 @@ class NemoGymSource(TaskSource):
             if not path.is_file():
                 raise FileNotFoundError(f"rows file {path} not found (env.taskset.dataset / eval_dataset); `env-server write` makes one")
             tasks = []
-            for row in read_rows(path):
-                task = row_to_task(row)
-                task.split = split
+            for task, row in read_tasks(path, split):
                 self._rows[(split, task.task_id)] = row
                 tasks.append(task)
             self._tasks[split] = tasks
@@ -107,7 +127,7 @@ class NemoGymSource(TaskSource):
             session = await self.client.seed(row)
         except NemoGymError as e:
             raise EnvError(f"seed/{e.kind}", str(e)) from e
-        return NemoGymEpisode(self.client, row, session)
+        return NemoGymEpisode(self.client, row, session, task.task_id)
 
     async def aclose(self) -> None:
         await self.client.aclose()
