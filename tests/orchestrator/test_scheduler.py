@@ -29,7 +29,7 @@ async def _run(renderer, tmp_path, *, async_level, max_off, steps, train_s, dela
     src = InProcessSource("echo", env)
     client = DelayClient(renderer._tokenizer, lambda p, k: f"r{k % 4}", delay_fn)
     policy = PolicyVersion(0)
-    watcher = WeightWatcher(tmp_path / "weights", client, policy, poll_s=0.005)
+    watcher = WeightWatcher(tmp_path / "weights", client.update_weights, policy, poll_s=0.005)
     sched = Scheduler(
         sources=[src], stream=TaskStream([src], seed=0), client=client, renderer=renderer, sampling=SamplingConfig(),
         limits=AgentLimits(1024, 32), advantage=AdvantageConfig(), policy=policy, group_size=group_size,

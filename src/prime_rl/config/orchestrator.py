@@ -128,6 +128,11 @@ class OrchestratorConfig(BaseConfig):
     """`orchestrator @ config`: plays rollouts, scores groups, packs batches for the trainer."""
 
     model: ModelConfig = ModelConfig()
+    backend: str = Field(
+        "server",
+        description="Inference backend (prime_rl.inference.backend): server = the inference server(s) at "
+        "client.base_url. It must load new policy versions; `transformers` cannot (eval only).",
+    )
     client: ClientConfig = ClientConfig()
     renderer: RendererConfig = RendererConfig()
     concurrency: ConcurrencyConfig = ConcurrencyConfig()
@@ -170,10 +175,11 @@ class EvalCommandConfig(BaseConfig):
     """`eval @ config`: evaluate a model on environments' eval splits, with a results table."""
 
     model: ModelConfig = ModelConfig()
-    backend: Literal["server", "transformers"] = Field(
+    backend: str = Field(
         "server",
-        description="server: the inference server(s) at client.base_url serve model.name; transformers: load "
-        "model.name in this process and sample with transformers generate (no server; slower per token).",
+        description="Inference backend (prime_rl.inference.backend): server = the inference server(s) at "
+        "client.base_url serve model.name; transformers = load model.name in this process and sample with "
+        "transformers generate (no server; slower per token); or a registered name / module:Class.",
     )
     local: LocalBackendConfig = LocalBackendConfig()
     client: ClientConfig = ClientConfig()

@@ -17,46 +17,22 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import tenacity
 
 from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
+from prime_rl.inference.backend import GenerateResult, InferenceError, completion_budget
+from prime_rl.monitor.logger import get_logger
+
+if TYPE_CHECKING:
+    from prime_rl.config.orchestrator import EvalCommandConfig, OrchestratorConfig
+
+log = get_logger("inference.client")
 
 _STICKY_MAX = 100_000
-
-
-@dataclass
-class GenerateResult:
-    """One sampled completion.
-
-    prompt_ids: the prompt as sent; completion_ids: sampled ids (the stop token included when one ended it);
-    logprobs: one per completion token, log_softmax(logits / T) of the sampled token (natural log);
-    finish_reason: "stop" | "length" | "abort"; policy_version: the oldest weight version that sampled any of its
-    tokens (0 = the base model).
-    """
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    policy_version: int
-
-
-def completion_budget(prompt_ids: list[int], sampling: SamplingConfig, max_tokens: int | None) -> int:
-    """The most tokens one `generate` call may sample: `max_tokens`, else `sampling.max_completion_tokens`.
-    Raises ValueError on an empty prompt or a budget < 1 (shared by every generate client)."""
-    if not prompt_ids:
-        raise ValueError("generate: prompt_ids is empty")
-    n = sampling.max_completion_tokens if max_tokens is None else max_tokens
-    if n < 1:
-        raise ValueError(f"generate: max_tokens must be >= 1, got {n}")
-    return n
-
-
-class InferenceError(RuntimeError):
-    """A request failed for good: a 4xx answer, or retries exhausted. The message names the server and route."""
 
 
 class _ServerError(InferenceError):
@@ -76,8 +52,22 @@ def _version(v: str | None) -> int:
         raise InferenceError(f"server reported a non-integer weight version {v!r}") from None
 
 
+def check_served_model(name: str, served: dict[str, list[str]]) -> None:
+    """Raise ValueError unless every server serves `name` (the same string, or the same folder by path): the
+    tokenizer and results table come from `model.name`, the samples from what the server serves."""
+    for url, ids in served.items():
+        if not any(i == name or Path(i).resolve() == Path(name).resolve() for i in ids):
+            raise ValueError(
+                f"model.name = {name!r}, but the inference server at {url} serves {ids}: pass --model.name "
+                f"{ids[0] if ids else '<the served model>'} or start `inference --model.name {name}`"
+            )
+
+
 class InferenceClient:
-    """Async, connection-pooled client for one or more prime-rl inference servers (see module docstring)."""
+    """Async, connection-pooled client for one or more prime-rl inference servers (see module docstring): the
+    `server` inference backend (`prime_rl.inference.backend`)."""
+
+    loads_weights = True
 
     def __init__(
         self, cfg: ClientConfig, model: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None
@@ -97,6 +87,11 @@ class InferenceClient:
         self._rr = itertools.count()
         self._sticky: OrderedDict[str, str] = OrderedDict()
         self._known_version: dict[str, int] = dict.fromkeys(self.urls, 0)
+
+    @classmethod
+    def from_config(cls, cfg: OrchestratorConfig | EvalCommandConfig) -> InferenceClient:
+        """The client of `cfg.client` (server URLs, timeouts, retries)."""
+        return cls(cfg.client)
 
     # -- routing -------------------------------------------------------------------------------------------------
     def server_for(self, rollout_id: str | None) -> str:
@@ -219,8 +214,12 @@ class InferenceClient:
         if errors:
             raise InferenceError(f"update_weights({path}, version={version}) failed on: " + "; ".join(errors))
 
-    async def wait_healthy(self, timeout_s: float) -> None:
-        """Poll GET /health on every server every 0.5 s until all answer 200; TimeoutError names the others."""
+    async def wait_healthy(self, timeout_s: float | None = None) -> None:
+        """Poll GET /health on every server every 0.5 s until all answer 200 (at most `timeout_s`, default
+        `client.health_timeout_s`); TimeoutError names the others."""
+        timeout_s = self.cfg.health_timeout_s if timeout_s is None else timeout_s
+        log.info("waiting for inference at %s (client.health_timeout_s = %.0f s; start one with `inference "
+                 "--model.name ...`)", ", ".join(self.urls), timeout_s)  # fmt: skip
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         pending = list(self.urls)
@@ -256,6 +255,11 @@ class InferenceClient:
                 raise InferenceError(f"{u}/v1/models answered {r.status_code}: {r.text[:300]}")
             out[u] = [m["id"] for m in r.json().get("data", [])]
         return out
+
+    async def check_model(self, name: str) -> None:
+        """Raise ValueError unless every server serves `name` (`check_served_model`), InferenceError when one
+        does not answer GET /v1/models."""
+        check_served_model(name, await self.served_models())
 
     async def aclose(self) -> None:
         await self._http.aclose()

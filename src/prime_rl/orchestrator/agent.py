@@ -19,10 +19,11 @@ import hashlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from prime_rl.config.orchestrator import SamplingConfig
 from prime_rl.envs.base import Task
+from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.sources import AsyncEpisode, EnvError, TaskSource
 from prime_rl.orchestrator.types import Rollout, Sample
@@ -30,12 +31,6 @@ from prime_rl.orchestrator.types import Rollout, Sample
 log = get_logger("orchestrator.agent")
 
 TOOL_FORMAT_HINT = '<tool_call>\n{"name": "<function-name>", "arguments": {<args-json-object>}}\n</tool_call>'
-
-
-class GenerateClient(Protocol):
-    """The part of `prime_rl.inference.client.InferenceClient` the agent loop uses."""
-
-    async def generate(self, prompt_ids, sampling, *, rollout_id=None, stop_token_ids=None, max_tokens=None): ...
 
 
 @dataclass
@@ -99,7 +94,7 @@ def _assistant_message(parsed: Any, turn: int) -> dict[str, Any]:
 async def run_rollout(
     task: Task,
     source: TaskSource,
-    client: GenerateClient,
+    client: InferenceBackend,
     renderer: Any,
     sampling: SamplingConfig,
     limits: AgentLimits,
@@ -139,7 +134,7 @@ async def run_rollout(
 async def _loop(
     r: Rollout,
     episode: AsyncEpisode,
-    client: GenerateClient,
+    client: InferenceBackend,
     renderer: Any,
     sampling: SamplingConfig,
     limits: AgentLimits,

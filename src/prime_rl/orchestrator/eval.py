@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.config.orchestrator import SamplingConfig
+from prime_rl.inference.backend import InferenceBackend
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.types import Rollout
@@ -57,7 +58,7 @@ def summarize(rollouts_by_task: list[list[Rollout]], k: int, threshold: float) -
 
 async def run_eval(
     sources: list[TaskSource],
-    client: Any,
+    client: InferenceBackend,
     renderer: Any,
     sampling: SamplingConfig,
     limits: AgentLimits,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.inference.backend import InferenceBackend, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.rundir import RunDir
@@ -79,7 +80,7 @@ class Orchestrator:
         self,
         cfg: OrchestratorConfig,
         *,
-        client: Any,
+        client: InferenceBackend,
         renderer: Any,
         train_sources: list[TaskSource],
         eval_sources: list[TaskSource] | None = None,
@@ -103,7 +104,8 @@ class Orchestrator:
         self.stream = TaskStream(train_sources, seed=cfg.seed)
         self.limits = AgentLimits(cfg.seq_len, cfg.train.sampling.max_completion_tokens)
         self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens)
-        self.watcher = WeightWatcher(self.run_dir.weights, client, self.policy, poll_s=poll_s, on_loaded=self._on_loaded)
+        self.watcher = WeightWatcher(self.run_dir.weights, client.update_weights, self.policy, poll_s=poll_s,
+                                     on_loaded=self._on_loaded)
         self.evaluated: list[int] = []
         self.start_step = 1
         random.seed(cfg.seed)
@@ -251,16 +253,15 @@ def _tuple_state(s: list) -> tuple:
 
 
 async def _main(cfg: OrchestratorConfig) -> None:
-    from prime_rl.inference.client import InferenceClient
     from prime_rl.models.renderer import load_tokenizer, make_renderer
 
     tok = load_tokenizer(cfg.model.name)
     renderer = make_renderer(tok, cfg.renderer)
     train_sources = [build_source(s) for s in cfg.train.source]
     eval_sources = [build_source(s) for s in cfg.eval.source] if cfg.eval.source else train_sources
-    client = InferenceClient(cfg.client)
+    client = build_backend(cfg, loads_weights=True)
     try:
-        await client.wait_healthy(cfg.client.health_timeout_s)
+        await client.wait_healthy()
         orch = Orchestrator(cfg, client=client, renderer=renderer, train_sources=train_sources,
                             eval_sources=eval_sources, pad_id=tok.pad_token_id or 0)
         await orch.run()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prime_rl.config.orchestrator import AdvantageConfig, SamplingConfig
+from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.advantages import compute_advantages
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
@@ -67,7 +68,7 @@ class Scheduler:
         *,
         sources: list[TaskSource],
         stream: TaskStream,
-        client: Any,
+        client: InferenceBackend,
         renderer: Any,
         sampling: SamplingConfig,
         limits: AgentLimits,

@@ -1,11 +1,10 @@
-"""The weight watcher: follows `weights/step_N/STABLE` and has the inference server load each new policy version."""
+"""The weight watcher: follows `weights/step_N/STABLE` and has the inference backend load each new policy version."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.rundir import step_dirs
@@ -16,21 +15,21 @@ log = get_logger("orchestrator.weights")
 
 
 class WeightWatcher:
-    """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` calls `client.update_weights(path, N)`, then
-    records version N in `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped
-    when several arrive at once."""
+    """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` awaits `load(path, N)` (an inference
+    backend's `update_weights`), then records version N in `policy` and awaits `on_loaded(N)` (e.g. an eval).
+    Intermediate versions are skipped when several arrive at once."""
 
     def __init__(
         self,
         weights_dir: Path,
-        client: Any,
+        load: Callable[[str, int], Awaitable[None]],
         policy: PolicyVersion,
         *,
         poll_s: float = 0.1,
         on_loaded: Callable[[int], Awaitable[None]] | None = None,
     ):
         self.dir = Path(weights_dir)
-        self.client = client
+        self.load = load
         self.policy = policy
         self.poll_s = poll_s
         self.on_loaded = on_loaded
@@ -46,7 +45,7 @@ class WeightWatcher:
         if found is None or found[0] <= self.policy.version:
             return None
         n, path = found
-        await self.client.update_weights(str(path), n)
+        await self.load(str(path), n)
         log.info("loaded policy version %d from %s", n, path)
         self.loaded.append(n)
         self.policy.set(n)
