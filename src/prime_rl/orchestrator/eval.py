@@ -11,9 +11,7 @@ Tasks whose rollouts are all masked count in `error` and are left out of the ave
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prime_rl.config.orchestrator import SamplingConfig
@@ -21,7 +19,6 @@ from prime_rl.inference.backend import InferenceBackend
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.types import Rollout
-from prime_rl.transport.atomic import atomic_write_text
 
 
 @dataclass
@@ -29,6 +26,13 @@ class EvalResult:
     rows: list[dict[str, Any]]  # one per task
     metrics: dict[str, float]  # eval/<source>/avg@k ... and eval/avg@k over all sources
     by_source: dict[str, dict[str, float]]
+
+
+def eval_due(version: int, interval: int | None, max_steps: int | None, evaluated: list[int]) -> bool:
+    """Whether policy `version` gets evaluated: every `interval` versions (version 0, the base policy, included)
+    and the final one (`max_steps`: the trained policy is always evaluated), once each; never without an interval."""
+    final = version == max_steps
+    return interval is not None and (version % interval == 0 or final) and version not in evaluated
 
 
 def eval_tasks(source: TaskSource, num_examples: int | None) -> list:
@@ -122,8 +126,3 @@ async def run_eval(
         for name, v in by_source[sources[0].name].items():
             metrics[f"eval/{name}"] = v
     return EvalResult(rows=rows, metrics=metrics, by_source=by_source)
-
-
-def write_eval_rows(path: Path, step: int, rows: list[dict[str, Any]]) -> None:
-    """`eval/step_N.jsonl`: one JSON row per task, written atomically."""
-    atomic_write_text(Path(path), "".join(json.dumps({"step": step, **row}) + "\n" for row in rows))

@@ -21,7 +21,8 @@ from prime_rl.inference.backend import InferenceBackend, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.orchestrator.agent import AgentLimits
-from prime_rl.orchestrator.eval import EvalResult, run_eval, write_eval_rows
+from prime_rl.orchestrator.eval import EvalResult, run_eval
+from prime_rl.orchestrator.outputs import write_eval_rows
 from prime_rl.orchestrator.sources import CapacityGate, build_source
 
 log = get_logger("eval")
