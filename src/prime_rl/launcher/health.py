@@ -38,15 +38,24 @@ def wait_healthy(url: str, child: Child | None, timeout_s: float, what: str, int
         ChildFailed: `child` exited before becoming healthy (names it, its exit and the tail of its log).
         LaunchError: no 200 within `timeout_s` seconds (names the URL and the child's log).
     """
+    from prime_rl.monitor.progress import Progress
+
+    with Progress(f"starting {what}", total=round(timeout_s), unit="s (timeout)", show_eta=False) as bar:
+        return _wait(url, child, timeout_s, what, interval_s, bar)
+
+
+def _wait(url: str, child: Child | None, timeout_s: float, what: str, interval_s: float, bar) -> float:
     t0 = time.monotonic()
     while True:
         if http_ok(url, timeout_s=min(2.0, max(0.2, interval_s * 4))):
+            bar.update(round(time.monotonic() - t0))
             return time.monotonic() - t0
         if child is not None:
             code = child.poll()
             if code is not None:
                 raise ChildFailed(child.name, code, child.log, child.tail(), f"before {url} became healthy")
         waited = time.monotonic() - t0
+        bar.update(round(waited))
         if waited > timeout_s:
             where = f"; see its log {child.log}" if child is not None else ""
             state = f" ({describe_exit(child.poll())})" if child is not None else ""
