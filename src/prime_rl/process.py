@@ -22,6 +22,7 @@ import signal
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,8 +249,15 @@ class ChildExited(RuntimeError):
         self.code, self.url = code, url
 
 
-def wait_for_http(url: str, child: Child | subprocess.Popen | None, timeout_s: float, interval_s: float = 0.5) -> float:
-    """Poll `GET url` every `interval_s` until it answers 200; return the seconds waited.
+def wait_for_http(
+    url: str,
+    child: Child | subprocess.Popen | None,
+    timeout_s: float,
+    interval_s: float = 0.5,
+    on_tick: Callable[[float], None] | None = None,
+) -> float:
+    """Poll `GET url` every `interval_s` until it answers 200; return the seconds waited. `on_tick(seconds waited)`
+    is called after every poll (a progress bar).
 
     Raises:
         ChildExited: `child` (a `Child` or a `Popen`; None: no process to watch) exited first.
@@ -258,7 +266,11 @@ def wait_for_http(url: str, child: Child | subprocess.Popen | None, timeout_s: f
     t0 = time.monotonic()
     while True:
         if http_ok(url, timeout_s=min(2.0, max(0.2, interval_s * 4))):
+            if on_tick is not None:
+                on_tick(time.monotonic() - t0)
             return time.monotonic() - t0
+        if on_tick is not None:
+            on_tick(time.monotonic() - t0)
         code = child.poll() if child is not None else None
         if code is not None:
             raise ChildExited(code, url)

@@ -140,7 +140,7 @@ class Orchestrator:
         write_step(batches, step_dir)
         m["micro_batches_per_rank"] = len(batches[0].micro_batches)
         self.metrics.log(step, m)
-        line = step_line(step, m)
+        line = step_line(step, m, self.cfg.max_steps)
         log.info(line)
         if self.echo:
             print(line, flush=True)
