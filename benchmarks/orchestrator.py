@@ -54,7 +54,7 @@ class InstantClient:
         self.ids = [completion_ids(tok, 0), completion_ids(tok, 1)]
 
     async def generate(self, prompt_ids, sampling, *, rollout_id=None, stop_token_ids=None, max_tokens=None):
-        from prime_rl.inference.client import GenerateResult
+        from prime_rl.inference.backend import GenerateResult
 
         if self.latency_s:
             await asyncio.sleep(self.latency_s)

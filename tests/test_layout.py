@@ -1,4 +1,6 @@
-"""The house plan's module rules (DESIGN.md, "Module layout"), checked on the source text."""
+"""The house plan's module rules (DESIGN.md, "Module layout"), checked on the source text: which part may import
+which, no heavy imports in config/cli, small files, and no import circles in the module graph (function-level
+imports included, since those are how a circle hides)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,10 @@ FORBIDDEN = {
     "inference": {"trainer", "orchestrator", "envs", "launcher"},
 }
 HEAVY = {"torch", "vllm", "transformers", "peft"}
+# shared top-level modules (src/prime_rl/<name>.py) that every part may use; they use no part themselves
+SHARED = {"registry", "ports", "process"}
+# thin entry points: parse a config, then hand over by import path (prime_rl.cli.command.load_impl)
+CLI_MAY_IMPORT = {"config", "cli", "registry"}
 
 
 def _imports(path: Path, top_level_only: bool = False) -> set[str]:
@@ -58,3 +64,117 @@ def test_config_and_cli_import_nothing_heavy_at_module_level():
 def test_files_stay_small():
     big = [f"{p.relative_to(SRC)}: {n} lines" for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500]
     assert not big, big
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The prime_rl module an imported name lives in: `a.b.c` itself, else its longest module prefix."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> prime_rl modules it imports, from every import statement anywhere in the file (module level,
+    function level, `TYPE_CHECKING` blocks). `from pkg import sub` counts `pkg.sub` when that is a module."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for mod, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - (node.level - 1)]
+                    base = ".".join(pkg + ([base] if base else []))
+                names = [f"{base}.{a.name}" for a in node.names] + [base]
+            for name in names:
+                target = _resolve(name, modules) if name.startswith("prime_rl") else None
+                if target is not None and target != mod:
+                    out.add(target)
+        graph[mod] = out
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan 1972), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_circle_finder_finds_hidden_circles():
+    """The checker itself, on a hand-made graph: a 3-module loop and a 2-module loop are found, a chain is not."""
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d", "a"}, "f": {"a"}}
+    assert sorted(import_circles(g)) == [["a", "b", "c"], ["d", "e"]]
+    graph = import_graph()  # and the real graph sees function-level imports
+    assert "prime_rl.envs.gridsim.baselines" in graph["prime_rl.envs.gridsim.cli"]  # imported inside a function
+
+
+def test_no_import_circles():
+    circles = import_circles(import_graph())
+    assert not circles, "import circles (function-level imports included):\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_shared_modules_and_entry_points_stay_light():
+    """Shared top-level modules use no part of prime-rl; the cli imports only config, cli and registry (the rest by
+    import path after parsing); the orchestrator reaches inference only through its backend seam."""
+    bad = []
+    for mod, targets in import_graph().items():
+        bits = mod.split(".")
+        for t in targets:
+            tb = t.split(".")
+            if len(bits) == 2 and bits[1] in SHARED and tb[1] not in SHARED:
+                bad.append(f"{mod} (shared) imports {t}")
+            if bits[1] == "cli" and tb[1] not in CLI_MAY_IMPORT:
+                bad.append(f"{mod} (entry point) imports {t}")
+            if bits[1] == "orchestrator" and tb[1] == "inference" and t != "prime_rl.inference.backend":
+                bad.append(f"{mod} imports {t}: use prime_rl.inference.backend (the BACKENDS registry)")
+    assert not bad, "\n".join(bad)
+

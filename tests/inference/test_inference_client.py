@@ -129,6 +129,23 @@ async def test_retries_are_bounded_and_4xx_is_not_retried(monkeypatch):
     await c.aclose()
 
 
+async def test_retry_waits_double_from_half_a_second_up_to_8(monkeypatch):
+    """The documented backoff: 0.5, 1, 2, 4, 8, 8 s between 7 attempts (6 retries), then InferenceError."""
+    waits = []
+
+    async def record(s):
+        waits.append(s)
+
+    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", record)
+    fake = Fake([httpx.ConnectError("refused")] * 7)
+    c = make(fake, urls=("http://a:1",), retries=6)
+    with pytest.raises(InferenceError, match=r"after 7 attempts \(client.max_retries\): ConnectError: refused"):
+        await c.generate([1], SamplingConfig(max_completion_tokens=1))
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert [p for _, p, _ in fake.calls] == ["/inference/v1/generate"] * 7 + ["/health"]  # alive: not marked down
+    await c.aclose()
+
+
 async def test_misaligned_logprobs_rejected():
     bad = _gen_response([70, 71], [-1.0, -2.0])
     bad["choices"][0]["logprobs"]["content"].pop()

@@ -12,8 +12,8 @@ import pytest
 
 from prime_rl.launcher.errors import ChildFailed, LaunchError
 from prime_rl.launcher.health import wait_healthy
-from prime_rl.launcher.process import Child, ChildSpec, describe_exit, tail_file
 from prime_rl.ports import free_port
+from prime_rl.process import Child, ChildSpec, describe_exit, tail_file
 
 FAKE = str(Path(__file__).with_name("fake_children.py"))
 

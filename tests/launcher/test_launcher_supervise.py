@@ -17,10 +17,10 @@ from fake_children import fake_launch
 
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import ChildFailed, LaunchError
-from prime_rl.launcher.process import ChildSpec
 from prime_rl.launcher.rl import launch_and_wait, supervise
 from prime_rl.launcher.supervisor import Supervisor
 from prime_rl.ports import free_port
+from prime_rl.process import ChildSpec
 
 FAKE = str(Path(__file__).with_name("fake_children.py"))
 

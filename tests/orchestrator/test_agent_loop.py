@@ -45,7 +45,7 @@ async def test_multi_turn_reproduces_sampled_tokens(tok, renderer):
     src = InProcessSource("counter", env)
     client = ScriptedClient(tok, _three_turn_script, version=3)
     task = src.tasks("train")[2]
-    r = await run_rollout(task, src, client, renderer, SamplingConfig(temperature=0.7), AgentLimits(8, 4096, 256))
+    r = await run_rollout(task, src, client, renderer, SamplingConfig(temperature=0.7), AgentLimits(4096, 256))
     assert not r.masked, r.error
     assert r.num_turns == 3 and len(client.calls) == 3
     assert r.reward == 1.0  # "5" = 2 + 3 reached through two real tool calls
@@ -67,7 +67,7 @@ async def test_malformed_call_answered_with_error(tok, renderer):
     env = CounterEnv(4)
     src = InProcessSource("counter", env)
     client = ScriptedClient(tok, script)
-    r = await run_rollout(src.tasks("train")[1], src, client, renderer, SamplingConfig(), AgentLimits(8, 4096, 256))
+    r = await run_rollout(src.tasks("train")[1], src, client, renderer, SamplingConfig(), AgentLimits(4096, 256))
     assert not r.masked and r.malformed_tool_calls == 1 and r.num_turns == 3 and r.reward == 1.0
     assert "could not parse your tool call" in tok.decode(client.calls[1]["prompt_ids"])
     _check_token_path(r.samples[0], client.calls)
@@ -77,17 +77,19 @@ async def test_turn_cap_and_truncation(tok, renderer):
     loop = lambda p, k: tool_call_text("add", {"x": 1})  # noqa: E731 - never stops calling tools
     env = CounterEnv(4)
     src = InProcessSource("counter", env)
+    src.max_turns = 3
     client = ScriptedClient(tok, loop)
-    r = await run_rollout(src.tasks("train")[0], src, client, renderer, SamplingConfig(), AgentLimits(3, 4096, 256))
+    r = await run_rollout(src.tasks("train")[0], src, client, renderer, SamplingConfig(), AgentLimits(4096, 256))
     assert r.num_turns == 3 and r.turn_capped and env.episodes[0].total == 3  # last turn's call still ran
     # A per-turn budget of 5 tokens cuts the first reply: truncated, no more turns.
     client2 = ScriptedClient(tok, loop)
-    r2 = await run_rollout(src.tasks("train")[0], src, client2, renderer, SamplingConfig(), AgentLimits(3, 4096, 5))
+    r2 = await run_rollout(src.tasks("train")[0], src, client2, renderer, SamplingConfig(), AgentLimits(4096, 5))
     assert r2.truncated and r2.num_turns == 1 and r2.num_loss_tokens == 5
     # seq_len: the sample never exceeds it.
     client3 = ScriptedClient(tok, loop)
     prompt_len = len(renderer.render_ids(src.tasks("train")[0].messages, tools=[src.tasks("train")[0].tools[0]], add_generation_prompt=True))
-    r3 = await run_rollout(src.tasks("train")[0], src, client3, renderer, SamplingConfig(), AgentLimits(8, prompt_len + 100, 256))
+    src.max_turns = 8
+    r3 = await run_rollout(src.tasks("train")[0], src, client3, renderer, SamplingConfig(), AgentLimits(prompt_len + 100, 256))
     assert r3.truncated and all(len(s) <= prompt_len + 100 for s in r3.samples)
 
 
@@ -106,7 +108,7 @@ async def test_prefix_break_splits_samples(tok, renderer):
     env = CounterEnv(8)
     src = InProcessSource("counter", env)
     client = ScriptedClient(tok, script)
-    r = await run_rollout(src.tasks("train")[4], src, client, NoBridge(), SamplingConfig(), AgentLimits(8, 4096, 256))
+    r = await run_rollout(src.tasks("train")[4], src, client, NoBridge(), SamplingConfig(), AgentLimits(4096, 256))
     assert not r.masked and r.reward == 1.0
     assert r.prefix_breaks == 1 and len(r.samples) == 2
     _check_token_path(r.samples[0], client.calls[:1])
@@ -117,7 +119,7 @@ async def test_env_failure_masks_and_closes(tok, renderer):
     env = CounterEnv(4, crash_on_verify=True)
     src = InProcessSource("counter", env)
     client = ScriptedClient(tok, lambda p, k: "0")
-    r = await run_rollout(src.tasks("train")[0], src, client, renderer, SamplingConfig(), AgentLimits(8, 4096, 256))
+    r = await run_rollout(src.tasks("train")[0], src, client, renderer, SamplingConfig(), AgentLimits(4096, 256))
     assert r.masked and "verify_crash" in r.error and env.log == [("close", "counter-train-0")]
 
     class Boom(ScriptedClient):
@@ -126,7 +128,7 @@ async def test_env_failure_masks_and_closes(tok, renderer):
 
     env2 = CounterEnv(4)
     src2 = InProcessSource("counter", env2)
-    r2 = await run_rollout(src2.tasks("train")[0], src2, Boom(tok, None), renderer, SamplingConfig(), AgentLimits(8, 4096, 256))
+    r2 = await run_rollout(src2.tasks("train")[0], src2, Boom(tok, None), renderer, SamplingConfig(), AgentLimits(4096, 256))
     assert r2.masked and "inference down" in r2.error and env2.log == [("close", "counter-train-0")]
 
 
@@ -139,8 +141,10 @@ def test_seeded_sampling_differs_per_rollout_and_turn():
     assert _turn_sampling(SamplingConfig(), "x", 0).seed is None
 
 
-async def test_per_source_max_turns_overrides_limits(tok, renderer):
-    """Two sources of one run keep their own `env.agent.max_turns` (the limits only give the default)."""
+async def test_per_source_max_turns(tok, renderer):
+    """Two sources of one run keep their own `env.agent.max_turns`; a source built directly has the config's
+    default (8)."""
+    assert InProcessSource("x", CounterEnv(1)).max_turns == 8
     loop = lambda p, k: tool_call_text("add", {"x": 1})  # noqa: E731 - never stops calling tools
     cfgs = [SourceConfig(name=f"s{m}", env={"id": "tests.orchestrator.fakes:CounterEnv", "args": {"n": 4},
                                               "agent": {"max_turns": m}}) for m in (2, 5)]
@@ -148,5 +152,5 @@ async def test_per_source_max_turns_overrides_limits(tok, renderer):
         src = build_source(cfg)
         assert src.max_turns == want
         r = await run_rollout(src.tasks("train")[0], src, ScriptedClient(tok, loop), renderer, SamplingConfig(),
-                              AgentLimits(3, 4096, 256))
+                              AgentLimits(4096, 256))
         assert r.num_turns == want and r.turn_capped and src.env.episodes[0].total == want

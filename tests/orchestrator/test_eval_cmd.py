@@ -80,7 +80,7 @@ def test_prime_rl_eval_forwards_to_the_eval_command(tmp_path):
 
 
 def test_eval_refuses_a_model_name_the_server_does_not_serve(tmp_path):
-    from prime_rl.orchestrator.eval_cmd import check_served_model
+    from prime_rl.inference.client import check_served_model
 
     served = {"http://127.0.0.1:8000": ["outputs/demo/sft/weights/step_20"]}
     check_served_model("outputs/demo/sft/weights/step_20", served)

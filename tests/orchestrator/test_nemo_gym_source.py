@@ -57,8 +57,8 @@ async def test_remote_equals_in_process(tmp_path, tok):
                 ca._k = cb._k = 0
                 ca.calls = [None] * k0
                 cb.calls = [None] * k0
-                ra = await run_rollout(src.tasks("train")[i], src, ca, renderer, SamplingConfig(), AgentLimits(4, 2048, 64))
-                rb = await run_rollout(local.tasks("train")[i], local, cb, renderer, SamplingConfig(), AgentLimits(4, 2048, 64))
+                ra = await run_rollout(src.tasks("train")[i], src, ca, renderer, SamplingConfig(), AgentLimits(2048, 64))
+                rb = await run_rollout(local.tasks("train")[i], local, cb, renderer, SamplingConfig(), AgentLimits(2048, 64))
                 assert not ra.masked, ra.error
                 assert ra.reward == rb.reward == float(k0 == 0)  # the answer call has index k0 + 1
                 assert ra.samples[0].token_ids == rb.samples[0].token_ids  # same rendering either way

@@ -7,7 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from prime_rl.orchestrator.packing import PackItem, balance_bins, first_fit_decreasing, pack_step, write_step
+from prime_rl.orchestrator.outputs import write_step
+from prime_rl.orchestrator.packing import PackItem, balance_bins, first_fit_decreasing, pack_step
 from prime_rl.transport.batch import read_batch
 
 
@@ -90,3 +91,27 @@ def test_balance():
 def test_empty_step_still_writes_a_micro_batch():
     batches = pack_step([], step=1, seq_len=64, num_ranks=2)
     assert [len(b.micro_batches) for b in batches] == [1, 1] and all(b.total_loss_tokens == 0 for b in batches)
+
+
+def test_pack_items_takes_trainable_rollouts_only():
+    """Every sample of an unmasked, unfiltered rollout, with its rollout's advantage and temperature; masked and
+    filtered rollouts carry nothing (DESIGN invariant 3)."""
+    from prime_rl.envs.base import Task
+    from prime_rl.orchestrator.packing import pack_items
+    from prime_rl.orchestrator.types import Rollout, Sample
+
+    def rollout(n_samples, **kw):
+        r = Rollout(task=Task("t", "train", 0, []), source="s", **kw)
+        for k in range(n_samples):
+            s = Sample()
+            s.extend([1, 2], sampled=False)
+            s.extend([10 + k], sampled=True, logprobs=[-0.5])
+            r.samples.append(s)
+        return r
+
+    rs = [rollout(2, advantage=0.5, temperature=0.7), rollout(1, advantage=1.0, masked=True),
+          rollout(1, advantage=-1.0, filtered=True), rollout(1, advantage=-0.25)]  # fmt: skip
+    items = pack_items(rs)
+    assert [(it.input_ids, it.advantage, it.temperature) for it in items] == [
+        ([1, 2, 10], 0.5, 0.7), ([1, 2, 11], 0.5, 0.7), ([1, 2, 10], -0.25, 1.0)]
+    assert items[0].loss_mask == [False, False, True] and items[0].logprobs == [0.0, 0.0, -0.5]

@@ -7,12 +7,12 @@ import asyncio
 import pytest
 from tests.orchestrator.fakes import DelayClient, EchoEnv, tiny_tokenizer
 
-from prime_rl.config.orchestrator import AdvantageConfig, RendererConfig, SamplingConfig
+from prime_rl.config.orchestrator import OrchestratorConfig, RendererConfig
 from prime_rl.models.renderer import make_renderer
-from prime_rl.orchestrator.agent import AgentLimits
-from prime_rl.orchestrator.scheduler import PolicyVersion, Scheduler, off_policy
+from prime_rl.orchestrator.scheduler import Scheduler, off_policy
 from prime_rl.orchestrator.sources import InProcessSource
 from prime_rl.orchestrator.stream import TaskStream
+from prime_rl.orchestrator.types import PolicyVersion
 from prime_rl.orchestrator.weights import WeightWatcher
 from prime_rl.transport.atomic import atomic_write_dir
 
@@ -28,13 +28,14 @@ async def _run(renderer, tmp_path, *, async_level, max_off, steps, train_s, dela
     src = InProcessSource("echo", env)
     client = DelayClient(renderer._tokenizer, lambda p, k: f"r{k % 4}", delay_fn)
     policy = PolicyVersion(0)
-    watcher = WeightWatcher(tmp_path / "weights", client, policy, poll_s=0.005)
-    sched = Scheduler(
-        sources=[src], stream=TaskStream([src], seed=0), client=client, renderer=renderer, sampling=SamplingConfig(),
-        limits=AgentLimits(2, 1024, 32), advantage=AdvantageConfig(), policy=policy, group_size=group_size,
-        batch_size=batch_size, max_inflight=max_inflight, max_async_level=async_level, max_off_policy_steps=max_off,
-        weights_timeout_s=30,
+    watcher = WeightWatcher(tmp_path / "weights", client.update_weights, policy, poll_s=0.005)
+    cfg = OrchestratorConfig(
+        batch_size=batch_size, train={"group_size": group_size, "sampling": {"max_completion_tokens": 32}},
+        seq_len=1024, concurrency={"max_inflight": max_inflight}, max_async_level=async_level,
+        max_off_policy_steps=max_off, weights_timeout_s=30,
     )
+    sched = Scheduler(cfg, sources=[src], stream=TaskStream([src], seed=0), client=client, renderer=renderer,
+                      policy=policy)  # fmt: skip
     watch = asyncio.create_task(watcher.run())
 
     async def train(n):
@@ -104,3 +105,26 @@ def test_off_policy_hand_worked():
     g = [Rollout(t, "s", policy_versions=[3, 4]), Rollout(t, "s", policy_versions=[5]), Rollout(t, "s", masked=True)]
     assert off_policy(g, 7) == 3  # step 7 trains on top of version 6; oldest token from version 3
     assert off_policy([Rollout(t, "s", masked=True)], 7) == 0
+
+
+def test_max_inflight_lowered_to_what_the_sources_admit():
+    """The capacity clamp: only when every source reports one, to their sum."""
+    from prime_rl.orchestrator.scheduler import effective_max_inflight
+
+    a, b = InProcessSource("a", EchoEnv(2)), InProcessSource("b", EchoEnv(2))
+    assert effective_max_inflight(32, [a, b]) == 32  # no capacities known
+    a.capacity = 4
+    assert effective_max_inflight(32, [a, b]) == 32  # b admits any number
+    b.capacity = 6
+    assert effective_max_inflight(32, [a, b]) == 10 and effective_max_inflight(8, [a, b]) == 8
+
+
+def test_eval_due_rule():
+    """Every `interval` versions from the base policy (0), plus the final one, once each; never without interval."""
+    from prime_rl.orchestrator.eval import eval_due
+
+    due = [v for v in range(8) if eval_due(v, interval=3, max_steps=7, evaluated=[])]
+    assert due == [0, 3, 6, 7]
+    assert not eval_due(3, interval=3, max_steps=7, evaluated=[0, 3])
+    assert not any(eval_due(v, interval=None, max_steps=7, evaluated=[]) for v in range(8))
+

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from prime_rl.config.base import BaseConfig
 
@@ -17,7 +17,7 @@ class TinyModelConfig(BaseConfig):
     hidden: int = Field(128, description="Hidden size (a multiple of 32, the head size).")
     layers: int = Field(2, description="Decoder layers.")
     seed: int = Field(0, description="Weight-init seed.")
-    max_position_embeddings: int = Field(4096, gt=0)
+    max_position_embeddings: int = Field(4096, gt=0, description="Longest sequence the model accepts (RoPE table).")
 
 
 class SmolLMConfig(BaseConfig):
@@ -37,24 +37,16 @@ class SummaryConfig(BaseConfig):
         default_factory=list, description="NAME=PATH of a per-task scores JSONL, one per table row in order."
     )
     compare: list[str] = Field(default_factory=list, description="A:B to report A − B paired over common tasks.")
-    title: str = "Eval"
+    title: str = Field("Eval", description="Title of the table and the plot.")
     out: Path | None = Field(None, description="Markdown file (default RUN/eval/summary.md).")
     plot: Path | None = Field(None, description="PNG of train and eval reward by step (default RUN/plots/reward.png).")
 
-    @field_validator("entry")
+    @field_validator("entry", "compare")
     @classmethod
-    def _name_eq_path(cls, v: list[str]) -> list[str]:
-        for e in v:
-            name, _, path = e.partition("=")
-            if not name or not path:
-                raise ValueError(f"{e!r}: expected NAME=PATH")
-        return v
-
-    @field_validator("compare")
-    @classmethod
-    def _a_colon_b(cls, v: list[str]) -> list[str]:
-        for c in v:
-            a, _, b = c.partition(":")
-            if not a or not b:
-                raise ValueError(f"{c!r}: expected A:B (two entry names)")
+    def _pairs(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        sep, shape = ("=", "NAME=PATH") if info.field_name == "entry" else (":", "A:B (two entry names)")
+        for item in v:
+            left, _, right = item.partition(sep)
+            if not left or not right:
+                raise ValueError(f"{item!r}: expected {shape}")
         return v

@@ -9,57 +9,42 @@ policy the trainer's importance ratio needs (DESIGN invariant 2).
 Several servers (data-parallel inference replicas) sit behind one client (`prime_rl.inference.pool`): a
 rollout's first request goes to the replica with the fewest outstanding requests, its later turns to the same
 replica (its prefix cache holds the earlier turns). Transport errors and 5xx answers are retried `max_retries`
-times with exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s); a replica that still fails and no longer
-answers `/health` is marked down and the request goes to another replica. Weight updates go to every replica
-that is up and return only when all of them loaded the version.
+times with exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s; tenacity's `wait_exponential`); a 4xx answer
+is not retried. A replica that still fails and no longer answers `/health` is marked down (logged) and the
+request goes to another replica. Weight updates go to every replica that is up and return only when all of them
+loaded the version.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+import tenacity
 
 from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
+from prime_rl.inference.backend import GenerateResult, InferenceError, completion_budget
 from prime_rl.inference.pool import NoReplicaLeft as NoReplicaLeft
 from prime_rl.inference.pool import ReplicaPool
+from prime_rl.monitor.logger import get_logger
 
+if TYPE_CHECKING:
+    from prime_rl.config.orchestrator import EvalCommandConfig, OrchestratorConfig
 
-@dataclass
-class GenerateResult:
-    """One sampled completion.
+log = get_logger("inference.client")
 
-    prompt_ids: the prompt as sent; completion_ids: sampled ids (the stop token included when one ended it);
-    logprobs: one per completion token, log_softmax(logits / T) of the sampled token (natural log);
-    finish_reason: "stop" | "length" | "abort"; policy_version: the oldest weight version that sampled any of its
-    tokens (0 = the base model).
-    """
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    policy_version: int
-
-
-def completion_budget(prompt_ids: list[int], sampling: SamplingConfig, max_tokens: int | None) -> int:
-    """The most tokens one `generate` call may sample: `max_tokens`, else `sampling.max_completion_tokens`.
-    Raises ValueError on an empty prompt or a budget < 1 (shared by every generate client)."""
-    if not prompt_ids:
-        raise ValueError("generate: prompt_ids is empty")
-    n = sampling.max_completion_tokens if max_tokens is None else max_tokens
-    if n < 1:
-        raise ValueError(f"generate: max_tokens must be >= 1, got {n}")
-    return n
-
-
-class InferenceError(RuntimeError):
-    """A request failed for good: a 4xx answer, or retries exhausted. The message names the server and route."""
+class _ServerError(InferenceError):
+    """A 5xx answer (retried)."""
 
 
 class ServerUnavailable(InferenceError):
     """Transport errors or 5xx answers until the retries ran out."""
+
+
+async def _sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
 
 
 def _version(v: str | None) -> int:
@@ -71,8 +56,22 @@ def _version(v: str | None) -> int:
         raise InferenceError(f"server reported a non-integer weight version {v!r}") from None
 
 
+def check_served_model(name: str, served: dict[str, list[str]]) -> None:
+    """Raise ValueError unless every server serves `name` (the same string, or the same folder by path): the
+    tokenizer and results table come from `model.name`, the samples from what the server serves."""
+    for url, ids in served.items():
+        if not any(i == name or Path(i).resolve() == Path(name).resolve() for i in ids):
+            raise ValueError(
+                f"model.name = {name!r}, but the inference server at {url} serves {ids}: pass --model.name "
+                f"{ids[0] if ids else '<the served model>'} or start `inference --model.name {name}`"
+            )
+
+
 class InferenceClient:
-    """Async, connection-pooled client for one or more prime-rl inference servers (see module docstring)."""
+    """Async, connection-pooled client for one or more prime-rl inference servers (see module docstring): the
+    `server` inference backend (`prime_rl.inference.backend`)."""
+
+    loads_weights = True
 
     def __init__(
         self, cfg: ClientConfig, model: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None
@@ -91,6 +90,11 @@ class InferenceClient:
         )
         self.pool = ReplicaPool(self.urls)
         self._known_version: dict[str, int] = dict.fromkeys(self.urls, 0)
+
+    @classmethod
+    def from_config(cls, cfg: OrchestratorConfig | EvalCommandConfig) -> InferenceClient:
+        """The client of `cfg.client` (server URLs, timeouts, retries)."""
+        return cls(cfg.client)
 
     # -- routing -------------------------------------------------------------------------------------------------
     def server_for(self, rollout_id: str | None) -> str:
@@ -129,25 +133,30 @@ class InferenceClient:
                 tried.add(url)
 
     async def _post(self, url: str, route: str, body: dict) -> dict:
-        last: Exception | None = None
-        for attempt in range(self.cfg.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
-            try:
-                r = await self._http.post(url + route, json=body)
-            except httpx.TransportError as e:
-                last = e
-                continue
-            if r.status_code >= 500:
-                last = InferenceError(f"{url}{route} answered {r.status_code}: {r.text[:500]}")
-                continue
-            if r.status_code >= 400:
-                raise InferenceError(f"{url}{route} answered {r.status_code}: {r.text[:1000]}")
-            return r.json()
-        raise ServerUnavailable(
-            f"{url}{route} failed after {self.cfg.max_retries + 1} attempts (client.max_retries): "
-            f"{type(last).__name__}: {last}"
+        """POST `body` as JSON, retried per the module docstring (tenacity). Raises InferenceError on a 4xx answer
+        at once, and after `client.max_retries` retries of transport errors and 5xx answers."""
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.cfg.max_retries + 1),
+            wait=tenacity.wait_exponential(multiplier=0.5, max=8.0),  # 0.5 s, 1 s, 2 s, ... capped at 8 s
+            retry=tenacity.retry_if_exception_type((httpx.TransportError, _ServerError)),
+            sleep=_sleep,
         )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    r = await self._http.post(url + route, json=body)
+                    if r.status_code >= 500:
+                        raise _ServerError(f"{url}{route} answered {r.status_code}: {r.text[:500]}")
+                    if r.status_code >= 400:
+                        raise InferenceError(f"{url}{route} answered {r.status_code}: {r.text[:1000]}")
+                    return r.json()
+        except tenacity.RetryError as e:
+            last = e.last_attempt.exception()
+            raise ServerUnavailable(
+                f"{url}{route} failed after {self.cfg.max_retries + 1} attempts (client.max_retries): "
+                f"{type(last).__name__}: {last}"
+            ) from last
+        raise AssertionError("unreachable: tenacity either returned, raised or gave up")
 
     # -- API -----------------------------------------------------------------------------------------------------
     async def generate(
@@ -240,8 +249,12 @@ class InferenceClient:
             raise InferenceError(f"update_weights({path}, version={version}) failed on: " + "; ".join(errors))
         self.pool.check_alive()
 
-    async def wait_healthy(self, timeout_s: float) -> None:
-        """Poll GET /health on every server every 0.5 s until all answer 200; TimeoutError names the others."""
+    async def wait_healthy(self, timeout_s: float | None = None) -> None:
+        """Poll GET /health on every server every 0.5 s until all answer 200 (at most `timeout_s`, default
+        `client.health_timeout_s`); TimeoutError names the others."""
+        timeout_s = self.cfg.health_timeout_s if timeout_s is None else timeout_s
+        log.info("waiting for inference at %s (client.health_timeout_s = %.0f s; start one with `inference "
+                 "--model.name ...`)", ", ".join(self.urls), timeout_s)  # fmt: skip
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         pending = list(self.urls)
@@ -277,6 +290,11 @@ class InferenceClient:
                 raise InferenceError(f"{u}/v1/models answered {r.status_code}: {r.text[:300]}")
             out[u] = [m["id"] for m in r.json().get("data", [])]
         return out
+
+    async def check_model(self, name: str) -> None:
+        """Raise ValueError unless every server serves `name` (`check_served_model`), InferenceError when one
+        does not answer GET /v1/models."""
+        check_served_model(name, await self.served_models())
 
     async def aclose(self) -> None:
         await self._http.aclose()

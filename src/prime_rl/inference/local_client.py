@@ -1,4 +1,4 @@
-"""In-process sampling with transformers `generate`: the agent loop's generate client without an inference server.
+"""In-process sampling with transformers `generate`: the `transformers` inference backend (no server).
 
 `eval --backend transformers` uses it to score a checkpoint folder directly (no vLLM start-up, no port). Concurrent
 `generate` calls are batched: requests that wait while a batch runs are sampled together in the next
@@ -11,11 +11,18 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from prime_rl.config.orchestrator import SamplingConfig
-from prime_rl.inference.client import GenerateResult, InferenceError, completion_budget
+from prime_rl.inference.backend import GenerateResult, InferenceError, completion_budget
+from prime_rl.monitor.logger import get_logger
+
+if TYPE_CHECKING:
+    from prime_rl.config.orchestrator import EvalCommandConfig, OrchestratorConfig
+
+log = get_logger("inference.local")
 
 
 @dataclass
@@ -33,8 +40,8 @@ class _Request:
 
 
 class TransformersClient:
-    """Samples completions of token-id prompts with a local transformers model (same `generate` contract as
-    `prime_rl.inference.client.InferenceClient`).
+    """Samples completions of token-id prompts with a local transformers model (the `InferenceBackend` contract of
+    `prime_rl.inference.backend`; it cannot load new weights, so it serves evals, not training).
 
     Args:
         model_dir: a Hugging Face model folder (e.g. `outputs/.../weights/step_N`).
@@ -46,8 +53,12 @@ class TransformersClient:
     the trainer computes them. Raises OSError/ValueError from transformers when the folder is not a model.
     """
 
+    loads_weights = False
+
     def __init__(self, model_dir: str | Path, *, max_batch: int = 64, seed: int = 0, threads: int | None = None):
         from transformers import AutoModelForCausalLM
+
+        self.model_dir = Path(model_dir)
 
         if threads is not None:
             torch.set_num_threads(threads)
@@ -63,6 +74,34 @@ class TransformersClient:
         self._queue: list[_Request] = []
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
+
+    @classmethod
+    def from_config(cls, cfg: OrchestratorConfig | EvalCommandConfig) -> TransformersClient:
+        """`model.name` (a local folder) loaded with the `local` settings (max_batch, threads) and `seed`.
+
+        Raises:
+            FileNotFoundError: `model.name` is not a folder (names the field).
+        """
+        if not Path(cfg.model.name).is_dir():
+            raise FileNotFoundError(f"model.name = {cfg.model.name!r}: no such model folder (backend = transformers "
+                                    "loads a local Hugging Face folder, e.g. outputs/demo/sft/weights/step_N)")
+        local = getattr(cfg, "local", None)
+        if local is None:
+            raise ValueError("backend = 'transformers' needs the `local` settings of the eval command's config")
+        log.info("sampling in this process with transformers (backend = transformers): %s", cfg.model.name)
+        return cls(cfg.model.name, max_batch=local.max_batch, seed=cfg.seed, threads=local.threads)
+
+    async def wait_healthy(self, timeout_s: float | None = None) -> None:
+        """Ready at once: the model was loaded by the constructor."""
+
+    async def check_model(self, name: str) -> None:
+        """Raise ValueError unless `name` is the folder this client loaded."""
+        if Path(name).resolve() != self.model_dir.resolve():
+            raise ValueError(f"model.name = {name!r}, but the transformers backend loaded {str(self.model_dir)!r}")
+
+    async def update_weights(self, path: str, version: int) -> None:
+        """Not supported (`loads_weights` is False): raises NotImplementedError."""
+        raise NotImplementedError("the transformers backend cannot load new weights (eval only)")
 
     async def generate(
         self,

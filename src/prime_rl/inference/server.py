@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from prime_rl.config.inference import InferenceConfig
 from prime_rl.ports import check_port_free
+from prime_rl.process import Child, ChildExited, ChildSpec, tail_file, wait_for_http
 
 WORKER_EXTENSION = "prime_rl.inference.worker.PrimeWorkerExtension"
 
@@ -103,15 +102,9 @@ class ServerStartError(RuntimeError):
     """vLLM did not become healthy (exited, or the health timeout passed)."""
 
 
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 class VllmServer:
-    """One vLLM server process group. `start()` (port check, spawn), `wait_healthy()`, `stop()`; a context manager.
+    """One vLLM server process group (a `prime_rl.process.Child`). `start()` (port check, spawn),
+    `wait_healthy()`, `stop()`; a context manager.
 
     `base_url` is `http://host:port`. vLLM's output goes to `log_path` (appended).
     """
@@ -120,7 +113,7 @@ class VllmServer:
         self.cfg = cfg
         self.cpu = on_cpu()
         self.log_path = Path(log_path or cfg.server.log_file or Path(cfg.output_dir) / "logs" / "vllm.log")
-        self.proc: subprocess.Popen | None = None
+        self.child: Child | None = None
         host = "127.0.0.1" if cfg.server.host in ("0.0.0.0", "") else cfg.server.host
         self.base_url = f"http://{host}:{cfg.server.port}"
 
@@ -131,67 +124,33 @@ class VllmServer:
     def start(self) -> VllmServer:
         """Check the port (PortInUseError at once, naming the holder) and spawn vLLM in a new session."""
         check_port_free(self.cfg.server.host, self.cfg.server.port)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n=== prime-rl starting: {' '.join(self.command)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                self.command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=build_env(self.cfg, self.cpu),
-                start_new_session=True,
-            )
+        self.child = Child(ChildSpec("vllm", self.command, self.log_path, env=build_env(self.cfg, self.cpu)))
         return self
 
     def wait_healthy(self, timeout_s: float | None = None) -> None:
         """Poll `GET /health` every 0.5 s. Raises ServerStartError if vLLM exits or `timeout_s` (default
         `server.health_timeout_s`) passes; the message names the log and shows its last lines."""
-        import httpx
-
         timeout_s = self.cfg.server.health_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise ServerStartError(
-                    f"vLLM exited with code {self.proc.returncode} before {self.base_url}/health answered; "
-                    f"see {self.log_path}:\n{_tail(self.log_path)}"
-                )
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise ServerStartError(
-                    f"vLLM at {self.base_url} not healthy after {timeout_s:.0f} s (server.health_timeout_s); "
-                    f"see {self.log_path}:\n{_tail(self.log_path)}"
-                )
-            time.sleep(0.5)
+        try:
+            wait_for_http(f"{self.base_url}/health", self.child, timeout_s, interval_s=0.5)
+        except ChildExited as e:
+            raise ServerStartError(
+                f"vLLM exited with code {e.code} before {self.base_url}/health answered; "
+                f"see {self.log_path}:\n{tail_file(self.log_path, 30)}"
+            ) from None
+        except TimeoutError:
+            raise ServerStartError(
+                f"vLLM at {self.base_url} not healthy after {timeout_s:.0f} s (server.health_timeout_s); "
+                f"see {self.log_path}:\n{tail_file(self.log_path, 30)}"
+            ) from None
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM the process group, then SIGKILL after `timeout_s`. Idempotent."""
-        if self.proc is None or self.proc.poll() is not None:
-            self._kill_group(signal.SIGKILL)  # stray engine children
-            return
-        self._kill_group(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
-        self._kill_group(signal.SIGKILL)
-        self.proc.wait()
-
-    def _kill_group(self, sig: int) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """SIGTERM the process group, then SIGKILL it (and any descendant left) after `timeout_s`. Idempotent."""
+        if self.child is not None:
+            self.child.stop(grace_s=timeout_s)
 
     def __enter__(self) -> VllmServer:
-        if self.proc is None:
+        if self.child is None:
             self.start()
         try:
             self.wait_healthy()
@@ -245,7 +204,7 @@ def run(cfg: InferenceConfig) -> None:
             "inference server ready at %s (POST /update_weights, /inference/v1/generate, /v1/chat/completions)",
             server.base_url,
         )
-        code = server.proc.wait()
+        code = server.child.popen.wait()
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -2,7 +2,7 @@
 
 A nemo-gym source's rows live at `ROOT/resources_servers/<name>/data/train.jsonl` (the layout `env-server write`
 produces). When nothing answers at its (local) `resources_url` and `[env_server] auto_start` is on, the launcher
-writes the rows if they are missing (`env-server write <env> ROOT [--data-dir D]`) and starts
+writes the rows if they are missing (`env-server write <env> ROOT [--data-dir D | --synthetic]`) and starts
 `env-server serve ROOT/resources_servers/<name> --port P --host H [--masked-as-error] [--idle-timeout S]
 --max-concurrent N`, as the reference system ran its GridSim server.
 """
@@ -17,9 +17,8 @@ from pathlib import Path
 from prime_rl.config.orchestrator import SourceConfig
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import PreflightError
-from prime_rl.launcher.health import http_ok
-from prime_rl.launcher.process import ChildSpec
 from prime_rl.ports import is_local, url_host_port
+from prime_rl.process import ChildSpec, http_ok
 
 
 @dataclass
@@ -85,6 +84,12 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
                 f"nothing answers at {path}.env.taskset.task.resources_url = {url!r}; start `env-server serve` "
                 f"there or set `env_server.auto_start = true`"
             )
+        if ts.dataset is None:
+            raise PreflightError(
+                f"nothing answers at {path}.env.taskset.task.resources_url = {url!r}, and rl starts a resources server "
+                f"only from rows written by `env-server write` (env.taskset.dataset), not from a Hugging Face dataset "
+                f"(env.taskset.name); start the server for those rows yourself"
+            )
         dataset = Path(ts.dataset)
         root = rows_root(dataset)
         if root is None:
@@ -105,7 +110,7 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
 
 
 def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) -> None:
-    """Run `env-server write <env> ROOT [--data-dir D]` (output to `log`), bounded by `timeout_s`.
+    """Run `env-server write <env> ROOT [--data-dir D | --synthetic]` (output to `log`), bounded by `timeout_s`.
 
     Raises:
         PreflightError: it failed or timed out (names the log).
@@ -114,6 +119,8 @@ def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) 
     argv = [sys.executable, "-m", "prime_rl.cli.env_server", "write", cfg.env_server.env, str(plan.write_root)]
     if cfg.env_server.data_dir is not None:
         argv += ["--data-dir", str(cfg.env_server.data_dir)]
+    if cfg.env_server.synthetic:
+        argv += ["--synthetic"]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"\n===== prime-rl launcher: {' '.join(argv)}\n".encode())
@@ -123,7 +130,7 @@ def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) 
         except subprocess.TimeoutExpired:
             raise PreflightError(f"`env-server write` did not finish within {timeout_s:.0f} s; see {log}") from None
     if proc.returncode != 0:
-        from prime_rl.launcher.process import tail_file
+        from prime_rl.process import tail_file
 
         raise PreflightError(f"`env-server write` failed (exit code {proc.returncode}); last lines of {log}:\n"
                              + tail_file(log, 15))
@@ -141,6 +148,23 @@ def serve_spec(cfg: RLConfig, plan: EnvServerPlan, log: Path, name: str = "env-s
     if es.token is not None:
         argv += ["--token", es.token]
     return ChildSpec(name=name, argv=argv, log=log)
+
+
+def bind_plans(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
+    """`env_server.host` overrides the address the servers rl starts bind; one bound to an address other than
+    loopback requires a bearer token (`env_server.token`, or a random one when unset), which the sources using
+    it get as `task.token`.
+
+    Raises:
+        PreflightError: a source already has a different `task.token`."""
+    import secrets
+
+    if cfg.env_server.host:
+        for p in plans:
+            p.host = cfg.env_server.host
+    if cfg.env_server.token is None and any(p.host not in ("127.0.0.1", "localhost", "::1") for p in plans):
+        cfg.env_server.token = secrets.token_urlsafe(24)
+    apply_token(cfg, plans)
 
 
 def apply_token(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prime_rl.launcher.process import describe_exit
+from prime_rl.process import describe_exit
 
 
 class LaunchError(RuntimeError):

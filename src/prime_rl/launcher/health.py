@@ -1,34 +1,10 @@
-"""Bounded health waits: poll an HTTP endpoint until it answers 200, the child dies, or the timeout passes."""
+"""Bounded health waits of the launcher's children, with the launcher's errors (the polling itself is
+`prime_rl.process.wait_for_http`, shared with the inference server)."""
 
 from __future__ import annotations
 
-import time
-
-import httpx
-
 from prime_rl.launcher.errors import ChildFailed, LaunchError
-from prime_rl.launcher.process import Child, describe_exit
-
-
-def http_ok(url: str, timeout_s: float = 2.0) -> bool:
-    """Whether `GET url` answers 200 within `timeout_s` seconds (any error counts as no)."""
-    try:
-        r = httpx.get(url, timeout=timeout_s)
-    except httpx.HTTPError:
-        return False
-    return r.status_code == 200
-
-
-def http_json(url: str, timeout_s: float = 2.0) -> dict | None:
-    """`GET url` as a JSON object, or None on any error or non-object answer."""
-    try:
-        r = httpx.get(url, timeout=timeout_s)
-        if r.status_code != 200:
-            return None
-        data = r.json()
-    except (httpx.HTTPError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+from prime_rl.process import Child, ChildExited, describe_exit, wait_for_http
 
 
 def wait_healthy(url: str, child: Child | None, timeout_s: float, what: str, interval_s: float = 0.5) -> float:
@@ -38,20 +14,18 @@ def wait_healthy(url: str, child: Child | None, timeout_s: float, what: str, int
         ChildFailed: `child` exited before becoming healthy (names it, its exit and the tail of its log).
         LaunchError: no 200 within `timeout_s` seconds (names the URL and the child's log).
     """
-    t0 = time.monotonic()
-    while True:
-        if http_ok(url, timeout_s=min(2.0, max(0.2, interval_s * 4))):
-            return time.monotonic() - t0
-        if child is not None:
-            code = child.poll()
-            if code is not None:
-                raise ChildFailed(child.name, code, child.log, child.tail(), f"before {url} became healthy")
-        waited = time.monotonic() - t0
-        if waited > timeout_s:
-            where = f"; see its log {child.log}" if child is not None else ""
-            state = f" ({describe_exit(child.poll())})" if child is not None else ""
-            raise LaunchError(
-                f"{what} did not become healthy: no 200 from {url} within {timeout_s:.0f} s{state}{where}. "
-                f"Raise `startup_timeout_s` if it is only slow."
-            )
-        time.sleep(interval_s)
+    from prime_rl.monitor.progress import Progress
+
+    try:
+        with Progress(f"starting {what}", total=round(timeout_s), unit="s (timeout)", show_eta=False) as bar:
+            return wait_for_http(url, child, timeout_s, interval_s, on_tick=lambda waited: bar.update(round(waited)))
+    except ChildExited as e:
+        assert child is not None
+        raise ChildFailed(child.name, e.code, child.log, child.tail(), f"before {url} became healthy") from None
+    except TimeoutError:
+        where = f"; see its log {child.log}" if child is not None else ""
+        state = f" ({describe_exit(child.poll())})" if child is not None else ""
+        raise LaunchError(
+            f"{what} did not become healthy: no 200 from {url} within {timeout_s:.0f} s{state}{where}. "
+            f"Raise `startup_timeout_s` if it is only slow."
+        ) from None

@@ -18,7 +18,6 @@ Every process this node started is stopped on the way out.
 from __future__ import annotations
 
 import logging
-import secrets
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,12 +34,11 @@ from prime_rl.config.rl import RLConfig
 from prime_rl.launcher import envserver, preflight, replicas
 from prime_rl.launcher.cluster import JobDir, SlurmNode, slurm_node
 from prime_rl.launcher.errors import ChildFailed, Interrupted, LaunchError, PreflightError
-from prime_rl.launcher.health import http_ok
 from prime_rl.launcher.placement import place
-from prime_rl.launcher.process import ChildSpec, describe_exit
 from prime_rl.launcher.supervisor import Supervisor, handle_signals
 from prime_rl.monitor.logger import setup_logging
 from prime_rl.monitor.rundir import RunDir
+from prime_rl.process import ChildSpec, describe_exit, http_ok
 
 log = logging.getLogger("prime_rl.rl")
 
@@ -118,9 +116,6 @@ def plan_env(cfg: RLConfig, node: SlurmNode, plans: list[envserver.EnvServerPlan
     k = dep.env_server_index()
     addr = node.addrs[k]
     host = cfg.env_server.host or dep.bind_host or addr
-    token = cfg.env_server.token
-    if token is None and replicas.reach_addr(host) not in ("127.0.0.1", "::1"):
-        token = cfg.env_server.token = secrets.token_urlsafe(24)
     for i, plan in enumerate(plans):
         old = plan.url
         plan.host, plan.port = host, dep.node_ports(k) + PORT_ENV_SERVER + i
@@ -128,7 +123,7 @@ def plan_env(cfg: RLConfig, node: SlurmNode, plans: list[envserver.EnvServerPlan
         for _, src in envserver.nemo_sources(cfg):
             if src.env.taskset.task.resources_url.rstrip("/") == old:
                 src.env.taskset.task.resources_url = plan.url
-    envserver.apply_token(cfg, plans)
+    envserver.bind_plans(cfg, plans)
 
 
 def prepare_head(cfg: RLConfig, node: SlurmNode) -> dict:

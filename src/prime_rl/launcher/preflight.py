@@ -7,8 +7,8 @@ from pathlib import Path
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.envserver import EnvServerPlan, nemo_sources
 from prime_rl.launcher.errors import PreflightError
-from prime_rl.launcher.health import http_json
 from prime_rl.ports import port_free, port_holder, url_host_port
+from prime_rl.process import http_json
 
 
 def check_run_dirs(cfg: RLConfig) -> Path:
@@ -51,8 +51,8 @@ def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
     will_write = {p.url for p in plans if p.write_root is not None}
     for path, src in nemo_sources(cfg):
         ts = src.env.taskset
-        if ts.task.resources_url.rstrip("/") in will_write:
-            continue
+        if ts.task.resources_url.rstrip("/") in will_write or ts.name is not None:
+            continue  # rows written by the launcher, or a Hugging Face dataset (checked when the orchestrator loads it)
         if not Path(ts.dataset).is_file():
             raise PreflightError(
                 f"{path}.env.taskset.dataset = {str(ts.dataset)!r}: no such file; write the rows with "
@@ -74,7 +74,7 @@ def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
     if plans and cfg.env_server.data_dir is not None and not Path(cfg.env_server.data_dir).is_dir():
         raise PreflightError(
             f"env_server.data_dir = {str(cfg.env_server.data_dir)!r} is not a directory (ERCOT NP4-180-ER files); "
-            f"unset it for synthetic days"
+            f"unset it for the packaged ERCOT 2021-2024 days"
         )
 
 

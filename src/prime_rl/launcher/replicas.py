@@ -14,8 +14,8 @@ from pathlib import Path
 
 from prime_rl.config.inference import InferenceConfig
 from prime_rl.config.rl import RLConfig
-from prime_rl.launcher.process import ChildSpec
 from prime_rl.monitor.rundir import RunDir
+from prime_rl.process import ChildSpec
 
 
 @dataclass(frozen=True)

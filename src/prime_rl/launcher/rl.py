@@ -22,11 +22,11 @@ from prime_rl.launcher.console import StepView
 from prime_rl.launcher.errors import Interrupted, LaunchError, PreflightError
 from prime_rl.launcher.health import wait_healthy
 from prime_rl.launcher.placement import Placement, place
-from prime_rl.launcher.process import ChildSpec
 from prime_rl.launcher.supervisor import Supervisor, handle_signals
 from prime_rl.monitor.logger import setup_logging
 from prime_rl.monitor.rundir import RunDir
 from prime_rl.ports import free_port
+from prime_rl.process import ChildSpec
 
 log = logging.getLogger("prime_rl.rl")
 
@@ -126,7 +126,7 @@ def prepare(cfg: RLConfig) -> Launch:
     preflight.check_model(cfg)
     preflight.check_client(cfg)
     plans = envserver.plan_env_servers(cfg)
-    envserver.apply_token(cfg, plans)
+    envserver.bind_plans(cfg, plans)
     preflight.check_data(cfg, plans)
     preflight.check_capacity(cfg, plans)
     preflight.check_ports(cfg, plans)
@@ -191,16 +191,30 @@ def launch_and_wait(cfg: RLConfig, prepare_fn=prepare) -> int:
     """`run` without the SystemExit: returns the exit status. `prepare_fn(cfg) -> Launch` can be replaced
     (tests supervise fake children through the same path)."""
     t0 = time.monotonic()
+    wandb = None
+    code = 1  # until the run finishes: an unexpected error marks the W&B run failed
     try:
         with handle_signals():
             launch = prepare_fn(cfg)
             log.info(f"run directory {launch.run.root}; logs in {launch.run.logs}")
+            if cfg.wandb is not None:  # one W&B run for the whole run, fed from metrics.jsonl (monitor.wandb_log)
+                from prime_rl.monitor.wandb_log import WandbForwarder, WandbStartError
+
+                try:
+                    wandb = WandbForwarder(cfg.wandb, launch.run.root, job_type="rl").start_thread()
+                except WandbStartError as e:
+                    raise PreflightError(str(e)) from None
             supervise(cfg, launch, console_view=True)
+            code = 0
     except Interrupted as e:
         log.warning(f"{e.signal_name} received: stopped every process of the run")
-        return 128 + e.signum
+        code = 128 + e.signum
     except LaunchError as e:
         log.error(str(e))
-        return e.exit_code
-    log.info(f"run finished in {time.monotonic() - t0:.0f} s; results in {launch.run.root}")
-    return 0
+        code = e.exit_code
+    finally:
+        if wandb is not None:
+            wandb.close(exit_code=code)
+    if code == 0:
+        log.info(f"run finished in {time.monotonic() - t0:.0f} s; results in {launch.run.root}")
+    return code

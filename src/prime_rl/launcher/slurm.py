@@ -209,10 +209,10 @@ def run_sft_node(cfg: SFTConfig) -> int:
     node 0) under supervision. Returns the exit status (0, 1 a rank died here or elsewhere, 143 SIGTERM)."""
     from prime_rl.launcher.cluster import JobDir, slurm_node
     from prime_rl.launcher.errors import ChildFailed, Interrupted
-    from prime_rl.launcher.process import ChildSpec, describe_exit
     from prime_rl.launcher.supervisor import Supervisor, handle_signals
     from prime_rl.monitor.logger import setup_logging
     from prime_rl.monitor.rundir import RunDir
+    from prime_rl.process import ChildSpec, describe_exit
 
     node = slurm_node()
     run = RunDir(Path(cfg.output_dir).resolve())

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import psutil
 
 from prime_rl.launcher.errors import ChildFailed, Interrupted, LaunchError
-from prime_rl.launcher.process import Child, ChildSpec, become_subreaper, describe_exit
+from prime_rl.process import Child, ChildSpec, become_subreaper, describe_exit
 
 STOP_ORDER = ("orchestrator", "trainer", "inference", "env-server")
 

@@ -18,11 +18,12 @@ import asyncio
 import hashlib
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from prime_rl.config.orchestrator import SamplingConfig
 from prime_rl.envs.base import Task
+from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.sources import AsyncEpisode, EnvError, TaskSource
 from prime_rl.orchestrator.types import Rollout, Sample
@@ -32,17 +33,11 @@ log = get_logger("orchestrator.agent")
 TOOL_FORMAT_HINT = '<tool_call>\n{"name": "<function-name>", "arguments": {<args-json-object>}}\n</tool_call>'
 
 
-class GenerateClient(Protocol):
-    """The part of `prime_rl.inference.client.InferenceClient` the agent loop uses."""
-
-    async def generate(self, prompt_ids, sampling, *, rollout_id=None, stop_token_ids=None, max_tokens=None): ...
-
-
 @dataclass
 class AgentLimits:
-    """Per-rollout budgets: `max_turns` model turns, `seq_len` tokens per sample, `max_completion_tokens` per turn."""
+    """Per-rollout token budgets: `seq_len` tokens per sample, `max_completion_tokens` per turn. (The turn cap is
+    the source's: `TaskSource.max_turns`, its `env.agent.max_turns`.)"""
 
-    max_turns: int
     seq_len: int
     max_completion_tokens: int
 
@@ -99,7 +94,7 @@ def _assistant_message(parsed: Any, turn: int) -> dict[str, Any]:
 async def run_rollout(
     task: Task,
     source: TaskSource,
-    client: GenerateClient,
+    client: InferenceBackend,
     renderer: Any,
     sampling: SamplingConfig,
     limits: AgentLimits,
@@ -107,19 +102,17 @@ async def run_rollout(
     rollout_id: str | None = None,
     group_id: int = 0,
 ) -> Rollout:
-    """Play one episode of `task` (see the module docstring). `source.max_turns`, when set (its
-    `env.agent.max_turns`), overrides `limits.max_turns`. Never raises for environment, model or inference
-    failures (those mask the rollout); re-raises cancellation after closing the episode."""
+    """Play one episode of `task` (see the module docstring), at most `source.max_turns` model turns (its
+    `env.agent.max_turns`). Never raises for environment, model or inference failures (those mask the rollout);
+    re-raises cancellation after closing the episode."""
     t0 = time.monotonic()
-    if source.max_turns is not None and source.max_turns != limits.max_turns:
-        limits = replace(limits, max_turns=source.max_turns)
     r = Rollout(task=task, source=source.name, group_id=group_id, temperature=sampling.temperature)
     r.messages = [dict(m) for m in task.messages]
     tools = task.tools or None
     episode: AsyncEpisode | None = None
     try:
         episode = await source.open(task)
-        await _loop(r, episode, client, renderer, sampling, limits, tools, rollout_id)
+        await _loop(r, episode, client, renderer, sampling, limits, source.max_turns, tools, rollout_id)
     except EnvError as e:
         r.masked, r.error = True, f"env/{e}"
     except asyncio.CancelledError:
@@ -141,10 +134,11 @@ async def run_rollout(
 async def _loop(
     r: Rollout,
     episode: AsyncEpisode,
-    client: GenerateClient,
+    client: InferenceBackend,
     renderer: Any,
     sampling: SamplingConfig,
     limits: AgentLimits,
+    max_turns: int,
     tools: list[dict] | None,
     rollout_id: str | None,
 ) -> None:
@@ -153,7 +147,7 @@ async def _loop(
     sample = Sample()
     sample.extend(prompt_ids, sampled=False)
     final_text: str | None = None
-    for turn in range(limits.max_turns):
+    for turn in range(max_turns):
         budget = min(limits.max_completion_tokens, limits.seq_len - len(sample))
         if budget <= 0:
             r.truncated = True
@@ -190,7 +184,7 @@ async def _loop(
                 text = malformed_call_message(str(tc.status), tc.raw)
             tool_msgs.append({**msg, "content": text})
         r.messages.extend(tool_msgs)
-        if turn + 1 >= limits.max_turns:
+        if turn + 1 >= max_turns:
             r.turn_capped = True
             break
         bridged = renderer.bridge_to_next_turn(prompt_ids, completion, tool_msgs, tools=tools)

@@ -1,7 +1,8 @@
 """`eval @ config`: evaluate a model on environments' eval splits, with a results table.
 
-The model is served by inference server(s) at `client.base_url` (`backend = "server"`, the default) or sampled
-in this process with transformers (`backend = "transformers"`: no server needed).
+The model is sampled by the inference backend `backend` names (`prime_rl.inference.backend`): the inference
+server(s) at `client.base_url` (`server`, the default) or transformers in this process (`transformers`: no server
+needed).
 
 Same machinery as the orchestrator's eval (agent loop, sources, avg@k / pass@k); writes
 `output_dir/eval/step_0.jsonl` (per-task rows) and an `eval` row in `output_dir/metrics.jsonl`, then prints one
@@ -16,10 +17,12 @@ import sys
 from pathlib import Path
 
 from prime_rl.config.orchestrator import EvalCommandConfig
+from prime_rl.inference.backend import InferenceBackend, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.orchestrator.agent import AgentLimits
-from prime_rl.orchestrator.eval import EvalResult, run_eval, write_eval_rows
+from prime_rl.orchestrator.eval import EvalResult, run_eval
+from prime_rl.orchestrator.outputs import write_eval_rows
 from prime_rl.orchestrator.sources import CapacityGate, build_source
 
 log = get_logger("eval")
@@ -47,43 +50,20 @@ def results_table(res: EvalResult, k: int, title: str = "Eval"):
     return t
 
 
-def check_served_model(name: str, served: dict[str, list[str]]) -> None:
-    """Raise ValueError unless every server serves `name` (the same string, or the same folder by path): the
-    eval's tokenizer and results table come from `model.name`, the samples from what the server serves."""
-    for url, ids in served.items():
-        if not any(i == name or Path(i).resolve() == Path(name).resolve() for i in ids):
-            raise ValueError(
-                f"model.name = {name!r}, but the inference server at {url} serves {ids}: pass --model.name "
-                f"{ids[0] if ids else '<the served model>'} or start `inference --model.name {name}`"
-            )
-
-
-async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=None) -> EvalResult:
-    """Run the eval; client, renderer and sources are built from `cfg` unless given (tests)."""
+async def evaluate(
+    cfg: EvalCommandConfig, client: InferenceBackend | None = None, renderer=None, sources=None
+) -> EvalResult:
+    """Run the eval; client (the `backend`), renderer and sources are built from `cfg` unless given (tests)."""
     src_cfgs = cfg.eval.source or []
     if not src_cfgs and sources is None:
         raise ValueError("eval.source is empty: name at least one environment ([[eval.source]] env.id = ...)")
     sources = sources if sources is not None else [build_source(s) for s in src_cfgs]
     own = client is None
-    if client is None and cfg.backend == "transformers":
-        from prime_rl.inference.local_client import TransformersClient
-
-        if not Path(cfg.model.name).is_dir():
-            raise FileNotFoundError(f"model.name = {cfg.model.name!r}: no such model folder (backend = transformers "
-                                    "loads a local Hugging Face folder, e.g. outputs/demo/sft/weights/step_N)")
-
-        log.info("sampling in this process with transformers (backend = transformers): %s", cfg.model.name)
-        client = TransformersClient(cfg.model.name, max_batch=cfg.local.max_batch, seed=cfg.seed,
-                                    threads=cfg.local.threads)
     if client is None:
-        from prime_rl.inference.client import InferenceClient
-
-        client = InferenceClient(cfg.client)
-        log.info("waiting for inference at %s (client.health_timeout_s = %.0f s; start one with `inference "
-                 "--model.name ...`)", ", ".join(cfg.client.base_url), cfg.client.health_timeout_s)  # fmt: skip
+        client = build_backend(cfg)
         try:
-            await client.wait_healthy(cfg.client.health_timeout_s)
-            check_served_model(cfg.model.name, await client.served_models())
+            await client.wait_healthy()
+            await client.check_model(cfg.model.name)
         except BaseException:
             await client.aclose()
             raise
@@ -99,9 +79,8 @@ async def evaluate(cfg: EvalCommandConfig, client=None, renderer=None, sources=N
     try:
         for s in sources:
             await s.start()
-        max_turns = src_cfgs[0].env.agent.max_turns if src_cfgs else 8
         res = await run_eval(
-            sources, client, renderer, cfg.eval.sampling, AgentLimits(max_turns, cfg.seq_len, cfg.eval.sampling.max_completion_tokens),
+            sources, client, renderer, cfg.eval.sampling, AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens),
             num_examples=cfg.eval.num_examples, rollouts_per_example=cfg.eval.rollouts_per_example,
             pass_threshold=cfg.eval.pass_threshold, max_inflight=cfg.concurrency.max_inflight, gate=CapacityGate(),
         )

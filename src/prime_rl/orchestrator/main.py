@@ -11,7 +11,6 @@ evaluates the policy on version 0, every `eval.interval` versions and the final 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import signal
 import sys
@@ -20,56 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.inference.backend import InferenceBackend, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.rundir import RunDir
 from prime_rl.orchestrator.agent import AgentLimits
 from prime_rl.orchestrator.checkpoint import load_orchestrator_checkpoint, save_orchestrator_checkpoint
-from prime_rl.orchestrator.eval import run_eval, write_eval_rows
-from prime_rl.orchestrator.packing import PackItem, pack_step, write_step
-from prime_rl.orchestrator.scheduler import CutBatch, PolicyVersion, Scheduler
+from prime_rl.orchestrator.eval import eval_due, run_eval
+from prime_rl.orchestrator.outputs import trace_rows, write_eval_rows, write_step, write_traces
+from prime_rl.orchestrator.packing import pack_items, pack_step
+from prime_rl.orchestrator.scheduler import CutBatch, Scheduler
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource, build_source
 from prime_rl.orchestrator.stats import step_line, step_metrics
 from prime_rl.orchestrator.stream import TaskStream
-from prime_rl.orchestrator.types import Rollout
+from prime_rl.orchestrator.types import PolicyVersion
 from prime_rl.orchestrator.weights import WeightWatcher
-from prime_rl.transport.atomic import atomic_write_text
 
 log = get_logger("orchestrator")
-
-
-def pack_items(rollouts: list[Rollout]) -> list[PackItem]:
-    """Trainable material of a step: every sample of every unmasked, unfiltered rollout."""
-    return [
-        PackItem(s.token_ids, s.loss_mask, s.logprobs, r.advantage, r.temperature)
-        for r in rollouts
-        if not r.masked and not r.filtered
-        for s in r.samples
-    ]
-
-
-def trace_rows(rollouts: list[Rollout], n: int, group_size: int, step: int) -> list[dict[str, Any]]:
-    """Up to `n` readable rollouts, one per group first."""
-    picked = rollouts[::group_size][:n]
-    if len(picked) < n:
-        picked += [r for r in rollouts if r not in picked][: n - len(picked)]
-    return [
-        {
-            "step": step,
-            "task_id": r.task.task_id,
-            "source": r.source,
-            "group_id": r.group_id,
-            "reward": r.reward,
-            "advantage": r.advantage,
-            "masked": r.masked,
-            "error": r.error,
-            "turns": r.num_turns,
-            "truncated": r.truncated,
-            "policy_versions": r.policy_versions,
-            "messages": r.messages,
-        }
-        for r in picked
-    ]
 
 
 class Orchestrator:
@@ -79,7 +45,7 @@ class Orchestrator:
         self,
         cfg: OrchestratorConfig,
         *,
-        client: Any,
+        client: InferenceBackend,
         renderer: Any,
         train_sources: list[TaskSource],
         eval_sources: list[TaskSource] | None = None,
@@ -97,24 +63,19 @@ class Orchestrator:
         self.metrics = MetricsWriter(self.run_dir.root, "orchestrator")
         self.eval_metrics = MetricsWriter(self.run_dir.root, "eval")
         self.policy = PolicyVersion(0)
-        self.max_inflight = cfg.concurrency.max_inflight
-        self.sem = asyncio.Semaphore(self.max_inflight)
         self.gate = CapacityGate()
+        self.sched: Scheduler | None = None  # built in `run`, once the sources are started
         self.stream = TaskStream(train_sources, seed=cfg.seed)
-        self.limits = AgentLimits(cfg.train.source[0].env.agent.max_turns, cfg.seq_len, cfg.train.sampling.max_completion_tokens)
-        self.eval_limits = AgentLimits(
-            (cfg.eval.source or cfg.train.source)[0].env.agent.max_turns, cfg.seq_len, cfg.eval.sampling.max_completion_tokens
-        )
-        self.watcher = WeightWatcher(self.run_dir.weights, client, self.policy, poll_s=poll_s, on_loaded=self._on_loaded)
+        self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens)
+        self.watcher = WeightWatcher(self.run_dir.weights, client.update_weights, self.policy, poll_s=poll_s,
+                                     on_loaded=self._on_loaded, alive=getattr(client, "check_alive", None))
         self.evaluated: list[int] = []
         self.start_step = 1
         random.seed(cfg.seed)
 
     # ---- eval ----
     def _eval_due(self, version: int) -> bool:
-        iv = self.cfg.eval.interval
-        final = version == self.cfg.max_steps  # the trained policy is always evaluated at the end
-        return iv is not None and (version % iv == 0 or final) and version not in self.evaluated
+        return eval_due(version, self.cfg.eval.interval, self.cfg.max_steps, self.evaluated)
 
     async def _on_loaded(self, version: int) -> None:
         if self._eval_due(version):
@@ -126,7 +87,9 @@ class Orchestrator:
         res = await run_eval(
             self.eval_sources, self.client, self.renderer, self.cfg.eval.sampling, self.eval_limits,
             num_examples=self.cfg.eval.num_examples, rollouts_per_example=self.cfg.eval.rollouts_per_example,
-            pass_threshold=self.cfg.eval.pass_threshold, inflight_sem=self.sem, gate=self.gate,
+            pass_threshold=self.cfg.eval.pass_threshold, gate=self.gate,
+            inflight_sem=self.sched.sem if self.sched is not None else None,
+            max_inflight=self.cfg.concurrency.max_inflight,
         )
         write_eval_rows(self.run_dir.eval / f"step_{version}.jsonl", version, res.rows)
         res.metrics["eval/time_s"] = time.monotonic() - t0
@@ -166,11 +129,10 @@ class Orchestrator:
     def _write_step(self, batch: CutBatch, step_time_s: float) -> dict[str, Any]:
         step = batch.step
         m = step_metrics(batch, step_time_s, self.policy.version)
-        m["inflight"] = sum(1 for g in self._sched.running.values() for t in g.tasks if not t.done())
+        m["inflight"] = self.sched.inflight if self.sched is not None else 0
         step_dir = self.run_dir.rollout_step(step)
         if self.cfg.traces_per_step:
-            rows = trace_rows(batch.rollouts, self.cfg.traces_per_step, self.cfg.train.group_size, step)
-            atomic_write_text(step_dir / "traces.jsonl", "".join(json.dumps(r, default=str) + "\n" for r in rows))
+            write_traces(step_dir, trace_rows(batch.rollouts, self.cfg.traces_per_step, self.cfg.train.group_size, step))
         batches = pack_step(
             pack_items(batch.rollouts), step=step, seq_len=self.cfg.seq_len, num_ranks=self.cfg.num_train_ranks,
             pad_id=self.pad_id, metrics={k: v for k, v in m.items() if isinstance(v, int | float)},
@@ -178,7 +140,7 @@ class Orchestrator:
         write_step(batches, step_dir)
         m["micro_batches_per_rank"] = len(batches[0].micro_batches)
         self.metrics.log(step, m)
-        line = step_line(step, m)
+        line = step_line(step, m, self.cfg.max_steps)
         log.info(line)
         if self.echo:
             print(line, flush=True)
@@ -189,22 +151,11 @@ class Orchestrator:
         self._resume()
         for s in {id(x): x for x in self.train_sources + self.eval_sources}.values():
             await s.start()
-        caps = [s.capacity for s in self.train_sources]
-        if all(c is not None for c in caps) and sum(caps) < self.max_inflight:
-            log.warning(
-                "concurrency.max_inflight (%d) is above what the environment server(s) admit (%d): using %d",
-                self.max_inflight, sum(caps), sum(caps),
-            )
-            self.max_inflight = sum(caps)
-            self.sem = asyncio.Semaphore(self.max_inflight)
-        await self.watcher.poll_once()  # on resume: load the checkpoint's policy before sampling anything
-        sched = self._sched = Scheduler(
-            sources=self.train_sources, stream=self.stream, client=self.client, renderer=self.renderer,
-            sampling=self.cfg.train.sampling, limits=self.limits, advantage=self.cfg.advantage, policy=self.policy,
-            group_size=self.cfg.train.group_size, batch_size=self.cfg.batch_size, max_inflight=self.max_inflight,
-            max_async_level=self.cfg.max_async_level, max_off_policy_steps=self.cfg.max_off_policy_steps,
-            weights_timeout_s=self.cfg.weights_timeout_s, inflight_sem=self.sem, gate=self.gate,
+        sched = self.sched = Scheduler(
+            self.cfg, sources=self.train_sources, stream=self.stream, client=self.client, renderer=self.renderer,
+            policy=self.policy, gate=self.gate,
         )
+        await self.watcher.poll_once()  # on resume: load the checkpoint's policy before sampling anything
 
         async def watch() -> None:
             if self._eval_due(self.policy.version):
@@ -253,16 +204,15 @@ def _tuple_state(s: list) -> tuple:
 
 
 async def _main(cfg: OrchestratorConfig) -> None:
-    from prime_rl.inference.client import InferenceClient
     from prime_rl.models.renderer import load_tokenizer, make_renderer
 
     tok = load_tokenizer(cfg.model.name)
     renderer = make_renderer(tok, cfg.renderer)
     train_sources = [build_source(s) for s in cfg.train.source]
     eval_sources = [build_source(s) for s in cfg.eval.source] if cfg.eval.source else train_sources
-    client = InferenceClient(cfg.client)
+    client = build_backend(cfg, loads_weights=True)
     try:
-        await client.wait_healthy(cfg.client.health_timeout_s)
+        await client.wait_healthy()
         orch = Orchestrator(cfg, client=client, renderer=renderer, train_sources=train_sources,
                             eval_sources=eval_sources, pad_id=tok.pad_token_id or 0)
         await orch.run()

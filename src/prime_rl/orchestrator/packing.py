@@ -1,4 +1,5 @@
-"""Packing a step's samples into micro-batches for the trainer's data-parallel ranks.
+"""Packing a step's samples into micro-batches for the trainer's data-parallel ranks (`pack_items` picks the
+samples; `outputs.write_step` writes the result).
 
 1. First-fit decreasing (Johnson 1973): samples sorted by length, longest first, each into the first bin of
    capacity `seq_len` with room, else a new bin. Every sample lands in exactly one bin, whole.
@@ -10,11 +11,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from prime_rl.transport.batch import MicroBatch, StepBatch, write_batch
+from prime_rl.orchestrator.types import Rollout
+from prime_rl.transport.batch import MicroBatch, StepBatch
 
 
 @dataclass
@@ -29,6 +30,17 @@ class PackItem:
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+
+def pack_items(rollouts: list[Rollout]) -> list[PackItem]:
+    """Trainable material of a step: every sample of every unmasked, unfiltered rollout (masked rollouts carry no
+    tokens, DESIGN invariant 3)."""
+    return [
+        PackItem(s.token_ids, s.loss_mask, s.logprobs, r.advantage, r.temperature)
+        for r in rollouts
+        if not r.masked and not r.filtered
+        for s in r.samples
+    ]
 
 
 def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -99,13 +111,3 @@ def pack_step(
                       metrics=dict(metrics or {}))
         )
     return out
-
-
-def write_step(batches: list[StepBatch], step_dir: Path) -> list[Path]:
-    """Write `rank_R.bin` for each batch atomically (DESIGN invariant 4); returns the paths."""
-    paths = []
-    for b in batches:
-        p = Path(step_dir) / f"rank_{b.rank}.bin"
-        write_batch(p, b)
-        paths.append(p)
-    return paths

@@ -1,7 +1,7 @@
 """Continuous rollout scheduling with bounded staleness.
 
-- Up to `max_inflight` rollouts run at once (a semaphore shared with eval); groups of `group_size` rollouts of
-  one task are launched as a unit.
+- Up to `max_inflight` rollouts run at once (the scheduler's semaphore, shared with eval; lowered to what the
+  sources admit together); groups of `group_size` rollouts of one task are launched as a unit.
 - Asynchrony: step N's batch may only use policy versions >= N - 1 - max_async_level (DESIGN, Policy versions).
   With the latest loaded version v, steps up to S = v + 1 + max_async_level may be produced, so at most
   (S - N + 1) * batch_size / group_size groups are outstanding (running or finished but not yet cut) while
@@ -21,49 +21,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from prime_rl.config.orchestrator import AdvantageConfig, SamplingConfig
+from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.advantages import compute_advantages
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.stream import TaskStream
-from prime_rl.orchestrator.types import Rollout
+from prime_rl.orchestrator.types import PolicyVersion, Rollout
 
 log = get_logger("orchestrator.scheduler")
-
-
-class PolicyVersion:
-    """The policy version the inference server serves now, with a wake-up for waiters."""
-
-    def __init__(self, version: int = 0):
-        self.version = version
-        self.listeners: list[asyncio.Event] = []
-
-    def set(self, version: int) -> None:
-        self.version = version
-        for ev in self.listeners:
-            ev.set()
-
-    async def wait_for(self, version: int, timeout_s: float, where: str = "weights/") -> None:
-        """Block until `self.version >= version`. Raises TimeoutError naming the version and where it comes from."""
-        ev = asyncio.Event()
-        self.listeners.append(ev)
-        try:
-            deadline = time.monotonic() + timeout_s
-            while self.version < version:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(
-                        f"policy version {version} not loaded after {timeout_s:.0f} s (have {self.version}); is the "
-                        f"trainer running and publishing {where}step_{version}/STABLE? see logs/trainer.log"
-                    )
-                ev.clear()
-                try:
-                    await asyncio.wait_for(ev.wait(), left)
-                except TimeoutError:
-                    pass
-        finally:
-            self.listeners.remove(ev)
 
 
 def off_policy(group: list[Rollout], step: int) -> int:
@@ -93,38 +60,60 @@ class CutBatch:
     wait_s: float
 
 
+def effective_max_inflight(max_inflight: int, sources: list[TaskSource]) -> int:
+    """`concurrency.max_inflight`, lowered to what the sources admit together when every one reports a capacity
+    (a resources server's `max_concurrent`), with a warning saying so."""
+    caps = [s.capacity for s in sources]
+    if caps and all(c is not None for c in caps) and sum(caps) < max_inflight:
+        log.warning(
+            "concurrency.max_inflight (%d) is above what the environment server(s) admit (%d): using %d",
+            max_inflight, sum(caps), sum(caps),
+        )
+        return sum(caps)
+    return max_inflight
+
+
 class Scheduler:
-    """Keeps rollouts in flight and cuts step batches (see the module docstring)."""
+    """Keeps rollouts in flight and cuts step batches (see the module docstring).
+
+    Args:
+        cfg: the orchestrator config; the scheduler reads `batch_size`, `train` (group size, sampling),
+            `advantage`, `concurrency.max_inflight`, `max_async_level`, `max_off_policy_steps`, `seq_len` and
+            `weights_timeout_s`.
+        sources, stream: the train sources (started: their capacities are known) and the task stream over them.
+        client, renderer: the inference backend and the chat renderer of the agent loop.
+        policy: the policy version the backend serves now (set by the weight watcher).
+        gate: per-source capacity limits, shared with eval.
+
+    `sem` bounds the rollouts running at once (train and eval share it) to `max_inflight`.
+
+    Raises:
+        ValueError: `batch_size` is not a multiple of the group size.
+    """
 
     def __init__(
         self,
+        cfg: OrchestratorConfig,
         *,
         sources: list[TaskSource],
         stream: TaskStream,
-        client: Any,
+        client: InferenceBackend,
         renderer: Any,
-        sampling: SamplingConfig,
-        limits: AgentLimits,
-        advantage: AdvantageConfig,
         policy: PolicyVersion,
-        group_size: int,
-        batch_size: int,
-        max_inflight: int,
-        max_async_level: int,
-        max_off_policy_steps: int,
-        weights_timeout_s: float,
-        inflight_sem: asyncio.Semaphore | None = None,
         gate: CapacityGate | None = None,
     ):
+        group_size, batch_size = cfg.train.group_size, cfg.batch_size
         if batch_size % group_size:
             raise ValueError(f"batch_size ({batch_size}) must be a multiple of group_size ({group_size})")
         self.sources, self.stream, self.client, self.renderer = sources, stream, client, renderer
-        self.sampling, self.limits, self.advantage, self.policy = sampling, limits, advantage, policy
+        self.sampling, self.advantage, self.policy = cfg.train.sampling, cfg.advantage, policy
+        self.limits = AgentLimits(cfg.seq_len, cfg.train.sampling.max_completion_tokens)
         self.group_size, self.batch_size = group_size, batch_size
         self.groups_per_step = batch_size // group_size
-        self.max_inflight, self.max_async_level = max_inflight, max_async_level
-        self.max_off_policy_steps, self.weights_timeout_s = max_off_policy_steps, weights_timeout_s
-        self.sem = inflight_sem or asyncio.Semaphore(max_inflight)
+        self.max_inflight = effective_max_inflight(cfg.concurrency.max_inflight, sources)
+        self.max_async_level, self.max_off_policy_steps = cfg.max_async_level, cfg.max_off_policy_steps
+        self.weights_timeout_s = cfg.weights_timeout_s
+        self.sem = asyncio.Semaphore(self.max_inflight)
         self.gate = gate or CapacityGate()
         self.running: dict[int, Group] = {}
         self.ready: deque[Group] = deque()
@@ -138,12 +127,14 @@ class Scheduler:
         s_max = self.policy.version + 1 + self.max_async_level
         return max(0, s_max - step + 1) * self.groups_per_step
 
-    def _running_rollouts(self) -> int:
+    @property
+    def inflight(self) -> int:
+        """Train rollouts running now (started, not finished)."""
         return sum(1 for g in self.running.values() for t in g.tasks if not t.done())
 
     def _launch(self, step: int) -> None:
         while len(self.running) + len(self.ready) < self._allowed_groups(step):
-            if self.running and self._running_rollouts() + self.group_size > self.max_inflight:
+            if self.running and self.inflight + self.group_size > self.max_inflight:
                 return
             i, j, task = self.stream.next()
             g = Group(next(self._gid), i, j)
@@ -211,7 +202,7 @@ class Scheduler:
                     raise TimeoutError(
                         f"step {step}: no rollout group finished and no new policy version for "
                         f"{self.weights_timeout_s:.0f} s (policy version {self.policy.version}, need >= {need}, "
-                        f"{self._running_rollouts()} rollouts running); see logs/trainer.log and logs/inference.log"
+                        f"{self.inflight} rollouts running); see logs/trainer.log and logs/inference.log"
                     ) from None
         await self.policy.wait_for(step - 1 - self.max_async_level, self.weights_timeout_s)
         groups = [self.ready.popleft() for _ in range(self.groups_per_step)]

@@ -1,7 +1,9 @@
-"""Rollouts and the token samples they train on."""
+"""Rollouts, the token samples they train on, and the policy version the inference server serves."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,11 +67,6 @@ class Rollout:
     duration_s: float = 0.0
 
     @property
-    def min_version(self) -> int:
-        """Oldest policy version that sampled any token of this rollout (0 when none did)."""
-        return min(self.policy_versions) if self.policy_versions else 0
-
-    @property
     def num_tokens(self) -> int:
         return sum(len(s) for s in self.samples)
 
@@ -81,3 +78,37 @@ class Rollout:
     def trainable(self) -> bool:
         """Contributes to the loss: not masked, has sampled tokens and a nonzero advantage."""
         return not self.masked and not self.filtered and self.num_loss_tokens > 0 and self.advantage != 0.0
+
+
+class PolicyVersion:
+    """The policy version the inference server serves now, with a wake-up for waiters."""
+
+    def __init__(self, version: int = 0):
+        self.version = version
+        self.listeners: list[asyncio.Event] = []
+
+    def set(self, version: int) -> None:
+        self.version = version
+        for ev in self.listeners:
+            ev.set()
+
+    async def wait_for(self, version: int, timeout_s: float, where: str = "weights/") -> None:
+        """Block until `self.version >= version`. Raises TimeoutError naming the version and where it comes from."""
+        ev = asyncio.Event()
+        self.listeners.append(ev)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while self.version < version:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"policy version {version} not loaded after {timeout_s:.0f} s (have {self.version}); is the "
+                        f"trainer running and publishing {where}step_{version}/STABLE? see logs/trainer.log"
+                    )
+                ev.clear()
+                try:
+                    await asyncio.wait_for(ev.wait(), left)
+                except TimeoutError:
+                    pass
+        finally:
+            self.listeners.remove(ev)

@@ -1,37 +1,38 @@
-"""The weight watcher: follows `weights/step_N/STABLE` and has the inference server load each new policy version."""
+"""The weight watcher: follows `weights/step_N/STABLE` and has the inference backend load each new policy version."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.rundir import step_dirs
-from prime_rl.orchestrator.scheduler import PolicyVersion
+from prime_rl.orchestrator.types import PolicyVersion
 from prime_rl.transport.atomic import STABLE
 
 log = get_logger("orchestrator.weights")
 
 
 class WeightWatcher:
-    """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` calls `client.update_weights(path, N)`, then
-    records version N in `policy` (only once `update_weights` returned: every replica that is up loaded it) and
-    awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped
-    when several arrive at once."""
+    """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` awaits `load(path, N)` (an inference
+    backend's `update_weights`: it returns once every replica that is up loaded the version), then records version N
+    in `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped when several arrive at
+    once."""
 
     def __init__(
         self,
         weights_dir: Path,
-        client: Any,
+        load: Callable[[str, int], Awaitable[None]],
         policy: PolicyVersion,
         *,
         poll_s: float = 0.1,
         on_loaded: Callable[[int], Awaitable[None]] | None = None,
+        alive: Callable[[], None] | None = None,
     ):
         self.dir = Path(weights_dir)
-        self.client = client
+        self.alive = alive  # raises when sampling can no longer go on (every inference replica down)
+        self.load = load
         self.policy = policy
         self.poll_s = poll_s
         self.on_loaded = on_loaded
@@ -47,7 +48,7 @@ class WeightWatcher:
         if found is None or found[0] <= self.policy.version:
             return None
         n, path = found
-        await self.client.update_weights(str(path), n)
+        await self.load(str(path), n)
         log.info("loaded policy version %d from %s", n, path)
         self.loaded.append(n)
         self.policy.set(n)
@@ -59,8 +60,7 @@ class WeightWatcher:
         """Poll forever (cancel to stop). Errors of the update route propagate, and so does the client's report that
         every inference replica is down: the run cannot go on without them."""
         while True:
-            check = getattr(self.client, "check_alive", None)
-            if check is not None:
-                check()
+            if self.alive is not None:
+                self.alive()
             await self.poll_once()
             await asyncio.sleep(self.poll_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from prime_rl.config.orchestrator import AgentConfig
 from prime_rl.envs.base import Task, VerifyResult
 
 
@@ -45,7 +46,7 @@ class TaskSource(ABC):
     name: str
     ratio: float = 1.0
     capacity: int | None = None
-    max_turns: int | None = None  # this source's `env.agent.max_turns`; None: the caller's AgentLimits decide
+    max_turns: int = AgentConfig.model_fields["max_turns"].default  # this source's `env.agent.max_turns`
 
     @abstractmethod
     def tasks(self, split: str) -> list[Task]:

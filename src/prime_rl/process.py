@@ -1,10 +1,17 @@
-"""One supervised child process: its own session (process group), its own log file, and a group-wide stop.
+"""Child processes and their health, shared by the `rl` launcher and the inference server's vLLM wrapper.
+
+One supervised child process: its own session (process group), its own log file, and a group-wide stop.
 
 Every child is started with `start_new_session=True`, so its pid is also its process-group id and everything it
 forks (torchrun ranks, vLLM engine cores, uvicorn workers) stays in that group unless it calls setsid itself. A
 stop signals the whole group (`os.killpg`), waits a grace period, then SIGKILLs the group and every descendant
 psutil saw, so no orphan survives. On Linux the child also gets `PR_SET_PDEATHSIG = SIGTERM`: if the launcher is
-killed outright, the kernel tells the direct children to stop.
+killed outright, the kernel tells the direct children to stop (the signal follows the thread that started the
+child, so start children from a thread that lives as long as they should).
+
+`wait_for_http` polls a child's health URL until it answers 200, the child exits or the timeout passes; callers
+turn its two failures into their own errors (the launcher's `ChildFailed`/`LaunchError`, the server's
+`ServerStartError`).
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ import signal
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import psutil
 
 _PR_SET_PDEATHSIG = 1
@@ -209,3 +218,62 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether `GET url` answers 200 within `timeout_s` seconds (any error counts as no)."""
+    try:
+        r = httpx.get(url, timeout=timeout_s)
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 200
+
+
+def http_json(url: str, timeout_s: float = 2.0) -> dict | None:
+    """`GET url` as a JSON object, or None on any error or non-object answer."""
+    try:
+        r = httpx.get(url, timeout=timeout_s)
+        if r.status_code != 200:
+            return None
+        data = r.json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class ChildExited(RuntimeError):
+    """The child exited while we waited for its health URL; `code` is its exit code."""
+
+    def __init__(self, code: int, url: str):
+        super().__init__(f"exited ({describe_exit(code)}) before {url} answered 200")
+        self.code, self.url = code, url
+
+
+def wait_for_http(
+    url: str,
+    child: Child | subprocess.Popen | None,
+    timeout_s: float,
+    interval_s: float = 0.5,
+    on_tick: Callable[[float], None] | None = None,
+) -> float:
+    """Poll `GET url` every `interval_s` until it answers 200; return the seconds waited. `on_tick(seconds waited)`
+    is called after every poll (a progress bar).
+
+    Raises:
+        ChildExited: `child` (a `Child` or a `Popen`; None: no process to watch) exited first.
+        TimeoutError: no 200 within `timeout_s` seconds (the caller names what it waited for and where to look).
+    """
+    t0 = time.monotonic()
+    while True:
+        if http_ok(url, timeout_s=min(2.0, max(0.2, interval_s * 4))):
+            if on_tick is not None:
+                on_tick(time.monotonic() - t0)
+            return time.monotonic() - t0
+        if on_tick is not None:
+            on_tick(time.monotonic() - t0)
+        code = child.poll() if child is not None else None
+        if code is not None:
+            raise ChildExited(code, url)
+        if time.monotonic() - t0 > timeout_s:
+            raise TimeoutError(f"no 200 from {url} within {timeout_s:.0f} s")
+        time.sleep(interval_s)
