@@ -34,10 +34,19 @@ class EnvServerLaunchConfig(BaseConfig):
 
     auto_start: bool = True
     env: str = Field("gridsim", description="Built-in environment to serve.")
-    data_dir: Path | None = Field(None, description="ERCOT NP4-180-ER files; None = synthetic days.")
+    data_dir: Path | None = Field(
+        None, description="gridsim: folder of ERCOT NP4-180-ER xlsx files; None = the packaged 2021-2024 days."
+    )
+    synthetic: bool = Field(False, description="gridsim: seeded synthetic days instead of real ERCOT days.")
     masked_as_error: bool = True
     idle_timeout_s: float | None = Field(120.0, gt=0)
     max_concurrent: int = Field(96, gt=0)
+
+    @model_validator(mode="after")
+    def _one_data_source(self) -> EnvServerLaunchConfig:
+        if self.synthetic and self.data_dir is not None:
+            raise ValueError("env_server.data_dir and env_server.synthetic both set: choose one")
+        return self
 
 
 class RLConfig(BaseConfig):

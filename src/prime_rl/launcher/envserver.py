@@ -2,7 +2,7 @@
 
 A nemo-gym source's rows live at `ROOT/resources_servers/<name>/data/train.jsonl` (the layout `env-server write`
 produces). When nothing answers at its (local) `resources_url` and `[env_server] auto_start` is on, the launcher
-writes the rows if they are missing (`env-server write <env> ROOT [--data-dir D]`) and starts
+writes the rows if they are missing (`env-server write <env> ROOT [--data-dir D | --synthetic]`) and starts
 `env-server serve ROOT/resources_servers/<name> --port P --host H [--masked-as-error] [--idle-timeout S]
 --max-concurrent N`, as the reference system ran its GridSim server.
 """
@@ -104,7 +104,7 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
 
 
 def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) -> None:
-    """Run `env-server write <env> ROOT [--data-dir D]` (output to `log`), bounded by `timeout_s`.
+    """Run `env-server write <env> ROOT [--data-dir D | --synthetic]` (output to `log`), bounded by `timeout_s`.
 
     Raises:
         PreflightError: it failed or timed out (names the log).
@@ -113,6 +113,8 @@ def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) 
     argv = [sys.executable, "-m", "prime_rl.cli.env_server", "write", cfg.env_server.env, str(plan.write_root)]
     if cfg.env_server.data_dir is not None:
         argv += ["--data-dir", str(cfg.env_server.data_dir)]
+    if cfg.env_server.synthetic:
+        argv += ["--synthetic"]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"\n===== prime-rl launcher: {' '.join(argv)}\n".encode())

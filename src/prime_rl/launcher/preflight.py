@@ -74,7 +74,7 @@ def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
     if plans and cfg.env_server.data_dir is not None and not Path(cfg.env_server.data_dir).is_dir():
         raise PreflightError(
             f"env_server.data_dir = {str(cfg.env_server.data_dir)!r} is not a directory (ERCOT NP4-180-ER files); "
-            f"unset it for synthetic days"
+            f"unset it for the packaged ERCOT 2021-2024 days"
         )
 
 
