@@ -183,3 +183,28 @@ def test_eval_may_decode_greedily_but_training_must_sample():
 def test_config_file_without_at_gets_a_hint():
     with pytest.raises(ConfigError, match=r"passed after `@`: `rl @ examples/gridsim/rl.toml"):
         parse_config(RLConfig, ["examples/gridsim/rl.toml"], prog="rl")
+
+
+def test_errors_name_the_file_or_flag_and_both_spellings(tmp_path):
+    """With several `@` files, a bad key names the file that set it; a flag names the flag; a hint gives both the
+    TOML key and the command-line flag."""
+    good = _write(tmp_path, "good.toml", "[orchestrator]\nbatch_size = 8\n")
+    bad = _write(tmp_path, "bad.toml", "[orchestrator]\nbatch_sise = 3\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", good, "@", bad])
+    assert f"(in {bad})" in str(e.value) and str(good) not in str(e.value)
+    assert "did you mean `orchestrator.batch_size` (flag `--orchestrator.batch-size`)" in str(e.value)
+    wrong = _write(tmp_path, "wrong.toml", "[orchestrator]\nbatch_size = 'x'\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", wrong, "@", good, "@", wrong])  # the last file that sets it is the culprit
+    assert str(e.value).count(f"(in {wrong})") == 1
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", good, "--orchestrator.batch-size", "many"])
+    assert "(from --orchestrator.batch-size)" in str(e.value)
+
+
+def test_missing_config_file_names_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", "nothere.toml"])
+    assert "'nothere.toml' not found" in str(e.value) and str(tmp_path) in str(e.value)

@@ -149,3 +149,17 @@ def test_sft_on_gridsim_demonstrations_lowers_loss(tiny_model_dir, tmp_path):
     losses = [row["loss"] for row in read_metrics(tmp_path / "run", "sft")]
     assert losses[-1] < losses[0] - 0.5, losses
     assert (tmp_path / "run" / "weights" / "step_6" / "STABLE").is_file()
+
+
+def test_sft_cli_missing_model_folder_is_one_line_not_a_hub_traceback(tmp_path):
+    """A wrong `--model.name` fails before the tokenizer loads (which would try the hub) with the field named."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}) + "\n")
+    r = subprocess.run([sys.executable, "-m", "prime_rl.cli.sft", "--model.name", str(tmp_path / "nope"),
+                        "--data.path", str(data), "--max-steps", "1", "--output-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "model.name" in r.stderr and "no such folder" in r.stderr and "Traceback" not in r.stderr

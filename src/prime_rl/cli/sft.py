@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prime_rl.cli.command import Command
 
-main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.trainer.sft:run", "supervised fine-tuning on chat data")
+main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.trainer.sft:run", "supervised fine-tuning on chat data",
+               user_errors=("prime_rl.trainer.model:ModelLoadError",))  # a wrong model.name: one line, exit 2
 
 if __name__ == "__main__":
     main()

@@ -48,9 +48,12 @@ def run(cfg: SFTConfig) -> dict[str, float] | None:
     """Train; returns the last step's metrics."""
     from transformers import AutoTokenizer
 
+    from prime_rl.trainer.model import model_dir
+
     log = setup_logging("sft", cfg.output_dir, cfg.log.level)
+    path = model_dir(cfg.model.name)  # before the tokenizer: a missing folder must not end in a hub lookup
     rows = load_jsonl(cfg.data.path)
-    tokenizer = AutoTokenizer.from_pretrained(str(cfg.model.name))
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
     renderer = make_renderer(tokenizer, cfg.renderer.name, cfg.renderer.enable_thinking)
     samples, truncated = render_dataset(rows, renderer, cfg.seq_len)
     n_loss = sum(int(s.loss_mask.sum()) for s in samples)

@@ -111,8 +111,11 @@ def parse_file(path: Path, points: tuple[str, ...]) -> dict[tuple[str, str], lis
 
     Raises:
         ValueError: a sheet lacks a needed column, or a cell cannot be read (names file, sheet and row).
+        MissingExtraError: python-calamine is not installed (`pip install 'prime-rl[gridsim]'`).
     """
-    from python_calamine import CalamineWorkbook
+    from prime_rl.extras import require
+
+    CalamineWorkbook = require("python_calamine", "gridsim", "reading ERCOT's xlsx files").CalamineWorkbook
 
     out: dict[tuple[str, str], list[tuple[int, bool, float]]] = defaultdict(list)
     wanted = set(points)
