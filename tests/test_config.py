@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -136,15 +135,25 @@ CMDS = {"rl": "rl", "sft": "sft", "trainer": "trainer", "orchestrator": "orchest
         "eval": "eval", "env-server": "env_server", "gridsim": "gridsim", "prime-rl": "prime_rl"}
 
 
+def test_help_is_fast_as_a_ratio_to_a_bare_python_start():
+    """benchmarks/cli_help.py, 3 interleaved runs: every `--help` under 30 bare `python -c pass` starts (measured
+    7-15x on 2 cores; 100-170x for `rl` before config.fast_help, which this guard would catch)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_help", REPO / "benchmarks" / "cli_help.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = bench.measure(tuple(sorted(CMDS)), runs=3)
+    slow = {c: round(r["ratio"], 1) for c, r in res.items() if r["ratio"] > 30}
+    assert not slow, (slow, res["python -c pass"])
+
+
 @pytest.mark.parametrize("cmd", sorted(CMDS))
-def test_entry_points_answer_help_fast_without_heavy_imports(cmd):
+def test_entry_points_answer_help_without_heavy_imports(cmd):
     exe = Path(sys.executable).parent / cmd
-    t0 = time.monotonic()
     r = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
-    elapsed = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
-    assert elapsed < 5.0  # target 2 s; slack for a loaded shared machine
     probe = (
         "import sys\n"
         f"from prime_rl.cli.{CMDS[cmd]} import main\n"

@@ -40,6 +40,10 @@ def parse_config(
     """
     from pydantic_config import ConfigFileError, cli
 
+    from prime_rl.config.fast_help import install
+
+    install()  # --help without re-reading every class's source (see fast_help)
+
     from_argv = args is None
     argv = sys.argv[1:] if from_argv else list(args)
     msg = None

@@ -24,23 +24,23 @@ class DeploymentConfig(BaseConfig):
     """Device split. On GPU: trainer on the first `num_train_gpus`, inference on the next `num_infer_gpus`.
     On CPU both share the cores and these only scale data-parallel degrees down to 1."""
 
-    num_train_gpus: int = Field(1, gt=0)
-    num_infer_gpus: int = Field(1, gt=0)
+    num_train_gpus: int = Field(1, gt=0, description="GPUs for the trainer (one torchrun rank each).")
+    num_infer_gpus: int = Field(1, gt=0, description="GPUs for inference (after the trainer's).")
     cpu_train_procs: int = Field(1, gt=0, description="CPU only: trainer ranks (torchrun processes, gloo).")
 
 
 class EnvServerLaunchConfig(BaseConfig):
     """The NeMo Gym resources server `rl` starts when a source's `resources_url` is not answering."""
 
-    auto_start: bool = True
+    auto_start: bool = Field(True, description="Start (and write rows for) the server when nothing answers.")
     env: str = Field("gridsim", description="Built-in environment to serve.")
     data_dir: Path | None = Field(
         None, description="gridsim: folder of ERCOT NP4-180-ER xlsx files; None = the packaged 2021-2024 days."
     )
     synthetic: bool = Field(False, description="gridsim: seeded synthetic days instead of real ERCOT days.")
-    masked_as_error: bool = True
-    idle_timeout_s: float | None = Field(120.0, gt=0)
-    max_concurrent: int = Field(96, gt=0)
+    masked_as_error: bool = Field(True, description="Answer unmeasurable episodes with 503 so they are masked.")
+    idle_timeout_s: float | None = Field(120.0, gt=0, description="End sessions idle this long; None = never.")
+    max_concurrent: int = Field(96, gt=0, description="Live sessions before /seed_session answers 503.")
 
     @model_validator(mode="after")
     def _one_data_source(self) -> EnvServerLaunchConfig:
@@ -52,19 +52,19 @@ class EnvServerLaunchConfig(BaseConfig):
 class RLConfig(BaseConfig):
     """`rl @ config`: one run directory, one inference server, one orchestrator, one trainer (torchrun)."""
 
-    trainer: TrainerConfig = TrainerConfig()
-    orchestrator: OrchestratorConfig = OrchestratorConfig()
-    inference: InferenceConfig = InferenceConfig()
-    deployment: DeploymentConfig = DeploymentConfig()
-    env_server: EnvServerLaunchConfig = EnvServerLaunchConfig()
-    log: LogConfig = LogConfig()
+    trainer: TrainerConfig = Field(TrainerConfig(), description="The RL trainer.")
+    orchestrator: OrchestratorConfig = Field(OrchestratorConfig(), description="The orchestrator.")
+    inference: InferenceConfig = Field(InferenceConfig(), description="The inference server.")
+    deployment: DeploymentConfig = Field(DeploymentConfig(), description="Devices per role.")
+    env_server: EnvServerLaunchConfig = Field(EnvServerLaunchConfig(), description="The resources server rl starts.")
+    log: LogConfig = Field(LogConfig(), description="The launcher's logging.")
 
-    model: ModelConfig | None = None
-    max_steps: int | None = Field(None, gt=0)
-    seq_len: int | None = Field(None, gt=0)
-    output_dir: Path | None = None
-    ckpt: CheckpointConfig | None = None
-    wandb: WandbConfig | None = None
+    model: ModelConfig | None = Field(None, description="Shared: copied into trainer, orchestrator and inference.")
+    max_steps: int | None = Field(None, gt=0, description="Shared: copied into trainer and orchestrator.")
+    seq_len: int | None = Field(None, gt=0, description="Shared: copied into trainer and orchestrator.")
+    output_dir: Path | None = Field(None, description="Shared: the run directory of every process.")
+    ckpt: CheckpointConfig | None = Field(None, description="Shared: checkpoints of trainer and orchestrator.")
+    wandb: WandbConfig | None = Field(None, description="Shared: one W&B run for trainer and orchestrator.")
 
     resume: bool = Field(False, description="Continue the run from its newest complete checkpoint.")
     startup_timeout_s: float = Field(600.0, gt=0, description="Per-process health wait.")
