@@ -217,3 +217,15 @@ def test_missing_config_file_names_the_working_directory(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as e:
         parse_config(RLConfig, ["@", "nothere.toml"])
     assert "'nothere.toml' not found" in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_rl_wandb_goes_to_the_launcher_not_the_children(tmp_path):
+    """`rl` forwards every process's rows to one W&B run itself: the resolved child configs carry no [wandb]
+    (else trainer and orchestrator would open runs of their own), rl.toml keeps it."""
+    r = _run(["@", str(SEED), "--output-dir", str(tmp_path / "run"), "--wandb.project", "p", "--wandb.offline", "true",
+              "--dry-run"], tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    configs = tmp_path / "run" / "configs"
+    assert tomllib.loads((configs / "rl.toml").read_text())["wandb"] == {"project": "p", "offline": True}
+    for child in ("trainer", "orchestrator"):
+        assert "wandb" not in tomllib.loads((configs / f"{child}.toml").read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +164,30 @@ def test_sft_cli_missing_model_folder_is_one_line_not_a_hub_traceback(tmp_path):
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 2, r.stderr[-2000:]
     assert "model.name" in r.stderr and "no such folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_sft_cli_logs_every_row_to_an_offline_wandb_run(tiny_model_dir, tmp_path):
+    """`sft ... --wandb.offline true`: the command's own forwarder puts each metrics.jsonl row into one offline
+    W&B run with the resolved config; read back from the run file."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from wandb_offline import read_offline_run
+
+    data = tmp_path / "demos.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in reverse_demos(8)))
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "prime_rl.cli.sft", "--model.name", str(tiny_model_dir),
+                        "--data.path", str(data), "--data.batch-size", "4", "--max-steps", "3", "--seq-len", "128",
+                        "--threads", "1", "--output-dir", str(run), "--wandb.offline", "true",
+                        "--wandb.project", "sft-test"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = read_metrics(run, "sft")
+    back = read_offline_run(run)
+    assert (back.project, back.job_type, back.exit_code) == ("sft-test", "sft", 0)
+    assert back.config["sft"]["data"]["batch_size"] == 4 and back.config["sft"]["max_steps"] == 3
+    logged = back.rows("sft")
+    assert [x["step"] for x in logged] == [1, 2, 3] == [x["step"] for x in rows]
+    for want, got in zip(rows, logged, strict=True):
+        assert got["loss"] == want["loss"] and got["lr"] == want["lr"]

@@ -16,8 +16,11 @@ def write_resolved(cfg: RLConfig) -> dict[str, str]:
 
     run_dir = cfg.orchestrator.output_dir
     cfg = cfg.model_copy(update={"dry_run": False})  # the written rl.toml runs the job for real
+    # the launcher forwards every process's metrics to one W&B run; children started by it log none themselves
+    trainer = cfg.trainer.model_copy(update={"wandb": None})
+    orchestrator = cfg.orchestrator.model_copy(update={"wandb": None})
     out = {}
-    for name, section in (("rl", cfg), ("trainer", cfg.trainer), ("orchestrator", cfg.orchestrator),
+    for name, section in (("rl", cfg), ("trainer", trainer), ("orchestrator", orchestrator),
                           ("inference", cfg.inference)):
         out[name] = str(write_config(section, run_dir / "configs" / f"{name}.toml"))
     return out

@@ -178,17 +178,31 @@ def launch_and_wait(cfg: RLConfig, prepare_fn=prepare) -> int:
     """`run` without the SystemExit: returns the exit status. `prepare_fn(cfg) -> Launch` can be replaced
     (tests supervise fake children through the same path)."""
     t0 = time.monotonic()
+    wandb = None
+    code = 1  # until the run finishes: an unexpected error marks the W&B run failed
     try:
         with handle_signals():
             launch = prepare_fn(cfg)
             log.info(f"run directory {launch.run.root}; logs in {launch.run.logs}")
+            if cfg.wandb is not None:  # one W&B run for the whole run, fed from metrics.jsonl (monitor.wandb_log)
+                from prime_rl.monitor.wandb_log import WandbForwarder, WandbStartError
+
+                try:
+                    wandb = WandbForwarder(cfg.wandb, launch.run.root, job_type="rl").start_thread()
+                except WandbStartError as e:
+                    raise PreflightError(str(e)) from None
             supervise(cfg, launch, console_view=True)
+            code = 0
     except Interrupted as e:
         name = "SIGINT" if e.signum == 2 else "SIGTERM" if e.signum == 15 else f"signal {e.signum}"
         log.warning(f"{name} received: stopped every process of the run")
-        return 128 + e.signum
+        code = 128 + e.signum
     except LaunchError as e:
         log.error(str(e))
-        return e.exit_code
-    log.info(f"run finished in {time.monotonic() - t0:.0f} s; results in {launch.run.root}")
-    return 0
+        code = e.exit_code
+    finally:
+        if wandb is not None:
+            wandb.close(exit_code=code)
+    if code == 0:
+        log.info(f"run finished in {time.monotonic() - t0:.0f} s; results in {launch.run.root}")
+    return code
