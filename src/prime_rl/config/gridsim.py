@@ -53,8 +53,11 @@ class GridSimDataConfig(BaseConfig):
 class GridSimBaselineConfig(GridSimDataConfig):
     """`gridsim baseline`: score a reference policy on a split; print the mean, write per-task scores."""
 
-    policy: Literal["idle", "greedy", "optimal", "random"] = "greedy"
-    split: Split = "eval"
+    policy: Literal["idle", "greedy", "optimal", "random"] = Field(
+        "greedy", description="idle all day; greedy: charge in the 4 cheapest hours, sell in the 4 dearest; the "
+        "optimum; random moves."
+    )
+    split: Split = Field("eval", description="Which split's tasks to score.")
     out: Path | None = Field(
         None, description="Per-task scores JSONL (default outputs/gridsim/baseline-POLICY-SPLIT-{synthetic|ercot}.jsonl)."
     )
@@ -64,13 +67,13 @@ class GridSimDemosConfig(GridSimDataConfig):
     """`gridsim sft-data OUT`: demonstrations (optimal submit_schedule calls) as chat JSONL."""
 
     out: Path = Field(description="Output JSONL.")
-    split: Split = "train"
+    split: Split = Field("train", description="Which split's tasks to demonstrate.")
 
 
 class GridSimShowConfig(GridSimDataConfig):
     """`gridsim show`: print one task's prompts and optimal schedule."""
 
-    split: Split = "eval"
+    split: Split = Field("eval", description="Which split the task is in.")
     index: int = Field(0, description="Position of the task in the split.")
 
 

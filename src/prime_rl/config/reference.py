@@ -22,25 +22,31 @@ Generated from the config models by `python -m prime_rl.config.reference --write
 hand (`tests/test_config_docs.py` fails when this page is stale). Every field can be set in a TOML file passed with
 `@ file.toml` (the dotted name is the TOML table and key) or on the command line as `--dotted.name value` (dashes or
 underscores); precedence is defaults < files (left to right) < flags. `None` in a file or on the command line
-sets an optional field to None. `prime-rl eval` takes the same flags as `eval`.
+sets an optional field to None. `prime-rl eval` takes the same flags as `eval`; `gridsim X` is `prime-rl gridsim X`.
+For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands.
 """
 
 
 def commands() -> list[tuple[str, type[BaseModel], str]]:
-    """(command, config class, what it is), in the order of the page."""
-    from prime_rl.config.inference import InferenceConfig
-    from prime_rl.config.orchestrator import EvalCommandConfig, OrchestratorConfig
-    from prime_rl.config.rl import RLConfig
-    from prime_rl.config.trainer import SFTConfig, TrainerConfig
+    """(command, config class, what it is) for every command line: the processes of a run, then the `prime-rl`
+    utilities (groups walked, so a new command is documented once it is registered)."""
+    import importlib
 
-    return [
-        ("rl", RLConfig, "the launcher; `trainer.*`, `orchestrator.*` and `inference.*` take the fields of those commands"),
-        ("sft", SFTConfig, "supervised fine-tuning"),
-        ("trainer", TrainerConfig, "the RL trainer"),
-        ("orchestrator", OrchestratorConfig, "rollouts, advantages, packing, eval"),
-        ("inference", InferenceConfig, "the vLLM server"),
-        ("eval", EvalCommandConfig, "standalone evaluation"),
-    ]
+    from prime_rl.registry import import_path
+
+    out: list[tuple[str, type[BaseModel], str]] = []
+
+    def add(prog: str, cmd: Any) -> None:
+        if hasattr(cmd, "commands"):  # a Group
+            for name in cmd.commands.names():
+                add(f"{prog} {name}", cmd.commands.get(name))
+        elif prog != "prime-rl eval":  # the same command as `eval`
+            out.append((prog, import_path(cmd.config, "config"), cmd.help))
+
+    for name in ("rl", "sft", "trainer", "orchestrator", "inference", "eval"):
+        add(name, importlib.import_module(f"prime_rl.cli.{name}").main)
+    add("prime-rl", importlib.import_module("prime_rl.cli.prime_rl").main)
+    return out
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -126,7 +132,7 @@ def render() -> str:
     for cmd, cls, what in commands():
         skip = {"trainer", "orchestrator", "inference"} if cmd == "rl" else set()
         doc = (cls.__doc__ or "").strip().split("\n")[0]
-        parts += [f"## `{cmd}`: {what}", "", _cell(doc), ""]
+        parts += [f"## `{cmd}`", "", _cell(what) + ".", "", _cell(doc), ""]
         parts += _tables(cls, "", skip)
     return "\n".join(parts).rstrip() + "\n"
 

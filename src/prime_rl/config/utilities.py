@@ -17,7 +17,7 @@ class TinyModelConfig(BaseConfig):
     hidden: int = Field(128, description="Hidden size (a multiple of 32, the head size).")
     layers: int = Field(2, description="Decoder layers.")
     seed: int = Field(0, description="Weight-init seed.")
-    max_position_embeddings: int = Field(4096, gt=0)
+    max_position_embeddings: int = Field(4096, gt=0, description="Longest sequence the model accepts (RoPE table).")
 
 
 class SmolLMConfig(BaseConfig):
@@ -37,7 +37,7 @@ class SummaryConfig(BaseConfig):
         default_factory=list, description="NAME=PATH of a per-task scores JSONL, one per table row in order."
     )
     compare: list[str] = Field(default_factory=list, description="A:B to report A − B paired over common tasks.")
-    title: str = "Eval"
+    title: str = Field("Eval", description="Title of the table and the plot.")
     out: Path | None = Field(None, description="Markdown file (default RUN/eval/summary.md).")
     plot: Path | None = Field(None, description="PNG of train and eval reward by step (default RUN/plots/reward.png).")
 
