@@ -93,7 +93,7 @@ def test_step_indices_cover_each_epoch_once():
 def test_bad_rows_are_named(tmp_path):
     p = tmp_path / "d.jsonl"
     p.write_text(json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n")
-    with pytest.raises(SFTDataError, match=r"d.jsonl:1: no assistant message"):
+    with pytest.raises(SFTDataError, match=r"d.jsonl', row 1: no assistant message"):
         load_jsonl(p)
     with pytest.raises(FileNotFoundError, match="data.path"):
         load_jsonl(tmp_path / "missing.jsonl")

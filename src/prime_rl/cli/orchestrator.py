@@ -15,7 +15,7 @@ def run(cfg):
 
 main = Command("orchestrator", "prime_rl.config.orchestrator:OrchestratorConfig", "prime_rl.cli.orchestrator:run",
                "the orchestrator (rollouts, advantages, packing, eval)",
-               user_errors=("prime_rl.monitor.wandb_log:WandbStartError",))
+               user_errors=("prime_rl.monitor.wandb_log:WandbStartError", "prime_rl.hf_data:DataLoadError"))
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
+from prime_rl.config.base import BaseConfig, CheckpointConfig, DatasetSource, LogConfig, ModelConfig, WandbConfig
 
 
 class ClientConfig(BaseConfig):
@@ -74,13 +74,28 @@ class ResourcesTaskConfig(BaseConfig):
     token: str | None = Field(None, description="Bearer token when the server was started with --token.")
 
 
-class TasksetConfig(BaseConfig):
-    """Task rows played against a remote server."""
+class TasksetConfig(DatasetSource):
+    """Task rows played against a remote server: a local file (`dataset`) or a Hugging Face dataset (`name`)."""
 
     id: Literal["nemo-gym"] = Field("nemo-gym", description="Taskset kind: NeMo Gym rows + resources server.")
-    dataset: Path = Field(description="JSONL of rows (responses_create_params, task_id, split, index).")
+    dataset: Path | None = Field(
+        None,
+        description="Local rows (responses_create_params or prompt, task_id, ...): .jsonl, or .parquet/.arrow/.csv/"
+        ".json through datasets.",
+    )
     eval_dataset: Path | None = Field(None, description="Eval rows; default: eval.jsonl beside `dataset`.")
+    eval_split: str | None = Field(None, description="With `name`: the split of eval rows (e.g. test).")
     task: ResourcesTaskConfig = Field(ResourcesTaskConfig(), description="The resources server.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TasksetConfig:
+        if (self.dataset is None) == (self.name is None):
+            raise ValueError("set exactly one of `dataset` (a local rows file) and `name` (a Hugging Face dataset)")
+        if self.name is not None and self.eval_dataset is not None:
+            raise ValueError("`eval_dataset` goes with `dataset`; with `name`, set `eval_split`")
+        if self.name is None and self.eval_split is not None:
+            raise ValueError("`eval_split` goes with `name`; with `dataset`, set `eval_dataset`")
+        return self
 
 
 class EnvConfig(BaseConfig):

@@ -5,9 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, LoRAConfig, ModelConfig, WandbConfig
+from prime_rl.config.base import (
+    BaseConfig,
+    CheckpointConfig,
+    DatasetSource,
+    LogConfig,
+    LoRAConfig,
+    ModelConfig,
+    WandbConfig,
+)
 from prime_rl.config.orchestrator import RendererConfig
 
 
@@ -96,10 +104,14 @@ class TrainerConfig(BaseConfig):
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
 
 
-class SFTDataConfig(BaseConfig):
-    """The SFT conversations and how they are batched."""
+class SFTDataConfig(DatasetSource):
+    """The SFT conversations (a local file, or a Hugging Face dataset by `name`) and how they are batched."""
 
-    path: Path = Field(Path("outputs/sft.jsonl"), description="JSONL of chat `messages` (optional `tools`).")
+    path: Path | None = Field(
+        Path("outputs/sft.jsonl"),
+        description="Local rows: .jsonl (read directly), or .parquet/.arrow/.csv/.json/a dataset folder (through "
+        "datasets); each `messages` (+ `tools`) or `prompt` + `completion`. Unset when `name` is given.",
+    )
     batch_size: int = Field(16, gt=0, description="Samples per optimizer step.")
     shuffle: bool = Field(True, description="Visit the conversations in a new seeded order each epoch.")
     epochs: int | None = Field(None, gt=0, description="Stop after this many epochs (with max_steps, whichever first).")
@@ -109,6 +121,16 @@ class SFTDataConfig(BaseConfig):
         "instead of packing: same loss, ~2x faster when a long system prompt + tools block repeats in every sample.",
     )
     micro_batch_size: int = Field(16, gt=0, description="Samples per micro-batch with shared_prefix.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SFTDataConfig:
+        if self.name is not None:
+            if "path" in self.model_fields_set and self.path is not None:
+                raise ValueError("data.path and data.name both set: rows come from one of them")
+            self.path = None
+        elif self.path is None:
+            raise ValueError("set data.path (a local file) or data.name (a Hugging Face dataset)")
+        return self
 
 
 class SFTConfig(BaseConfig):

@@ -84,6 +84,12 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
                 f"nothing answers at {path}.env.taskset.task.resources_url = {url!r}; start `env-server serve` "
                 f"there or set `env_server.auto_start = true`"
             )
+        if ts.dataset is None:
+            raise PreflightError(
+                f"nothing answers at {path}.env.taskset.task.resources_url = {url!r}, and rl starts a resources server "
+                f"only from rows written by `env-server write` (env.taskset.dataset), not from a Hugging Face dataset "
+                f"(env.taskset.name); start the server for those rows yourself"
+            )
         dataset = Path(ts.dataset)
         root = rows_root(dataset)
         if root is None:

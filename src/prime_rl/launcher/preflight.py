@@ -51,8 +51,8 @@ def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
     will_write = {p.url for p in plans if p.write_root is not None}
     for path, src in nemo_sources(cfg):
         ts = src.env.taskset
-        if ts.task.resources_url.rstrip("/") in will_write:
-            continue
+        if ts.task.resources_url.rstrip("/") in will_write or ts.name is not None:
+            continue  # rows written by the launcher, or a Hugging Face dataset (checked when the orchestrator loads it)
         if not Path(ts.dataset).is_file():
             raise PreflightError(
                 f"{path}.env.taskset.dataset = {str(ts.dataset)!r}: no such file; write the rows with "

@@ -19,7 +19,7 @@ from prime_rl.monitor.logger import setup_logging
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import sft_loss
 from prime_rl.trainer.sft_data import (
-    load_jsonl,
+    load_chat_rows,
     pack_samples,
     render_dataset,
     shard_micro_batches,
@@ -52,17 +52,19 @@ def run(cfg: SFTConfig) -> dict[str, float] | None:
 
     log = setup_logging("sft", cfg.output_dir, cfg.log.level)
     path = model_dir(cfg.model.name)  # before the tokenizer: a missing folder must not end in a hub lookup
-    rows = load_jsonl(cfg.data.path)
+    d = cfg.data
+    rows = load_chat_rows(path=d.path, name=d.name, subset=d.subset, split=d.split, columns=d.columns)
+    source = f"data.path = {str(d.path)!r}" if d.path is not None else f"data.name = {d.name!r} (split {d.split})"
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     renderer = make_renderer(tokenizer, cfg.renderer.name, cfg.renderer.enable_thinking)
     samples, truncated = render_dataset(rows, renderer, cfg.seq_len)
     n_loss = sum(int(s.loss_mask.sum()) for s in samples)
     log.info(
-        f"{len(samples)} conversations from {cfg.data.path}: {sum(len(s) for s in samples)} tokens, "
+        f"{len(samples)} conversations from {source}: {sum(len(s) for s in samples)} tokens, "
         f"{n_loss} assistant tokens, {truncated} truncated to seq_len={cfg.seq_len}"
     )
     if n_loss == 0:
-        raise ValueError(f"data.path = {str(cfg.data.path)!r}: no assistant tokens to train on after rendering")
+        raise ValueError(f"{source}: no assistant tokens to train on after rendering")
     steps = total_steps(cfg, len(samples))
     engine = Engine(dataclasses.replace(EngineConfig.from_config(cfg), max_steps=steps), process="sft")
     pad_id = tokenizer.pad_token_id or 0
