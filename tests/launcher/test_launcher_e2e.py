@@ -88,7 +88,7 @@ def rl(cfg: Path, *extra: str, timeout: float = 480) -> subprocess.CompletedProc
 
 
 def steps_printed(text: str) -> list[int]:
-    return sorted({int(m) for m in re.findall(r"^Step (\d+) \|", text, flags=re.M)})
+    return sorted({int(m) for m in re.findall(r"^Step (\d+)/\d+ \|", text, flags=re.M)})
 
 
 def test_rl_end_to_end_on_ercot(tmp_path, tiny_model):

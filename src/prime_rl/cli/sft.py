@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from prime_rl.cli.command import Command
 
-
-def run(cfg):
-    """SFT, its metrics forwarded to W&B when `[wandb]` is set."""
-    from prime_rl.monitor.wandb_log import run_with_wandb
-    from prime_rl.trainer.sft import run as train
-
-    return run_with_wandb(train, cfg, "sft", {"sft"})
-
-
-main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run", "supervised fine-tuning on chat data",
+main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.trainer.sft:run", "supervised fine-tuning on chat data",
                user_errors=("prime_rl.trainer.model:ModelLoadError",  # a wrong model.name: one line, exit 2
                             "prime_rl.trainer.sft_data:SFTDataError",  # a missing file, a bad row, no hub
                             "prime_rl.monitor.wandb_log:WandbStartError"))

@@ -16,6 +16,7 @@ import math
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.logger import setup_logging
+from prime_rl.monitor.progress import Progress
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import sft_loss
 from prime_rl.trainer.sft_data import (
@@ -45,6 +46,14 @@ def total_steps(cfg: SFTConfig, n: int) -> int:
 
 
 def run(cfg: SFTConfig) -> dict[str, float] | None:
+    """The `sft` command: `train`, its metrics forwarded to W&B when `[wandb]` is set; returns the last step's
+    metrics."""
+    from prime_rl.monitor.wandb_log import run_with_wandb
+
+    return run_with_wandb(train, cfg, "sft", {"sft"})
+
+
+def train(cfg: SFTConfig) -> dict[str, float] | None:
     """Train; returns the last step's metrics."""
     from transformers import AutoTokenizer
 
@@ -57,7 +66,8 @@ def run(cfg: SFTConfig) -> dict[str, float] | None:
     source = f"data.path = {str(d.path)!r}" if d.path is not None else f"data.name = {d.name!r} (split {d.split})"
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     renderer = make_renderer(tokenizer, cfg.renderer.name, cfg.renderer.enable_thinking)
-    samples, truncated = render_dataset(rows, renderer, cfg.seq_len)
+    with Progress("rendering", total=len(rows), unit="conversations", log=log) as p:
+        samples, truncated = render_dataset(rows, renderer, cfg.seq_len, on_row=p.advance)
     n_loss = sum(int(s.loss_mask.sum()) for s in samples)
     log.info(
         f"{len(samples)} conversations from {source}: {sum(len(s) for s in samples)} tokens, "
@@ -71,22 +81,24 @@ def run(cfg: SFTConfig) -> dict[str, float] | None:
     last = None
     try:
         engine.maybe_resume()
-        for step in range(engine.step + 1, steps + 1):
-            idx = step_indices(step, cfg.data.batch_size, len(samples), cfg.seed, cfg.data.shuffle)
-            batch = [samples[i] for i in idx]
-            total = sum(int(s.loss_mask.sum()) for s in batch)
-            if cfg.data.shared_prefix:
-                mbs = shared_prefix_micro_batches(batch, cfg.data.micro_batch_size, cfg.seq_len, pad_id)
-            else:
-                mbs = pack_samples(batch, cfg.seq_len)
-            mbs = shard_micro_batches(mbs, engine.dist.rank, engine.dist.world_size, pad_id)
-            m = engine.train_step(mbs, total, sft_loss, None)
-            m["epoch"] = (step * cfg.data.batch_size) / len(samples)
-            if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0):
-                engine.publish(step)
-            engine.maybe_checkpoint(step)
-            engine.log_step(step, m, extra_keys=("epoch",))
-            last = m
+        with Progress("sft", total=steps, unit="steps", start=engine.step, log=log, log_every_s=60.0) as bar:
+            for step in range(engine.step + 1, steps + 1):
+                idx = step_indices(step, cfg.data.batch_size, len(samples), cfg.seed, cfg.data.shuffle)
+                batch = [samples[i] for i in idx]
+                total = sum(int(s.loss_mask.sum()) for s in batch)
+                if cfg.data.shared_prefix:
+                    mbs = shared_prefix_micro_batches(batch, cfg.data.micro_batch_size, cfg.seq_len, pad_id)
+                else:
+                    mbs = pack_samples(batch, cfg.seq_len)
+                mbs = shard_micro_batches(mbs, engine.dist.rank, engine.dist.world_size, pad_id)
+                m = engine.train_step(mbs, total, sft_loss, None)
+                m["epoch"] = (step * cfg.data.batch_size) / len(samples)
+                if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0):
+                    engine.publish(step)
+                engine.maybe_checkpoint(step)
+                engine.log_step(step, m, extra_keys=("epoch",))
+                bar.advance()
+                last = m
     finally:
         engine.close()
     return last

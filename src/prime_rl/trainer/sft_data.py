@@ -134,8 +134,9 @@ def render_sample(renderer: Any, messages: list[dict], tools: list[dict] | None 
     return SFTSample(np.asarray(ids, dtype=np.int64), mask)
 
 
-def render_dataset(rows: list[dict], renderer: Any, seq_len: int) -> tuple[list[SFTSample], int]:
-    """Render every row; samples longer than `seq_len` are truncated. Returns (samples, number truncated)."""
+def render_dataset(rows: list[dict], renderer: Any, seq_len: int, on_row: Any = None) -> tuple[list[SFTSample], int]:
+    """Render every row; samples longer than `seq_len` are truncated. Returns (samples, number truncated).
+    `on_row()` is called after each row (progress)."""
     out, truncated = [], 0
     for row in rows:
         s = render_sample(renderer, row["messages"], row.get("tools"))
@@ -143,6 +144,8 @@ def render_dataset(rows: list[dict], renderer: Any, seq_len: int) -> tuple[list[
             s = SFTSample(s.input_ids[:seq_len], s.loss_mask[:seq_len])
             truncated += 1
         out.append(s)
+        if on_row is not None:
+            on_row()
     return out, truncated
 
 
