@@ -100,4 +100,5 @@ def test_sft_in_a_pseudo_terminal_shows_rendering_and_step_bars(tiny_model_dir, 
     assert re.search(r"step 3/3 \| loss \d", plain), plain[-2000:]
     log = (tmp_path / "run" / "logs" / "sft.log").read_text()
     assert "step 1/3 | loss" in log and "━" not in log  # the log file gets lines, never the bar
+    assert (tmp_path / "run" / "plots" / "loss.png").is_file() and "plots in" in plain  # plotted at the end
 

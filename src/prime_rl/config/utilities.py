@@ -50,3 +50,11 @@ class SummaryConfig(BaseConfig):
             if not left or not right:
                 raise ValueError(f"{item!r}: expected {shape}")
         return v
+
+
+class PlotConfig(BaseConfig):
+    """`prime-rl plot RUN_DIR`: PNGs of a run's reward, loss, entropy, mismatch KL, grad norm, lr, masked and
+    truncated fractions and off-policy steps (also written at the end of every `rl` and `sft` run)."""
+
+    run: Path = Field(description="Run directory (output_dir of rl or sft).")
+    out: Path | None = Field(None, description="Folder for the PNGs (default RUN/plots).")

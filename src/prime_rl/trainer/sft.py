@@ -16,6 +16,7 @@ import math
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.logger import setup_logging
+from prime_rl.monitor.plots import plot_at_end
 from prime_rl.monitor.progress import Progress
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import sft_loss
@@ -101,4 +102,6 @@ def train(cfg: SFTConfig) -> dict[str, float] | None:
                 last = m
     finally:
         engine.close()
+    if engine.dist.is_main:
+        plot_at_end(cfg.output_dir, log)
     return last
