@@ -136,15 +136,15 @@ CMDS = {"rl": "rl", "sft": "sft", "trainer": "trainer", "orchestrator": "orchest
 
 
 def test_help_is_fast_as_a_ratio_to_a_bare_python_start():
-    """benchmarks/cli_help.py, 3 interleaved runs: every `--help` under 30 bare `python -c pass` starts (measured
-    7-15x on 2 cores; 100-170x for `rl` before config.fast_help, which this guard would catch)."""
+    """benchmarks/cli_help.py, 3 interleaved runs: every `--help` under 40 bare `python -c pass` starts (measured
+    7-20x on 2 loaded cores; 100-170x for `rl` before config.fast_help, which this guard would catch)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("cli_help", REPO / "benchmarks" / "cli_help.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     res = bench.measure(tuple(sorted(CMDS)), runs=3)
-    slow = {c: round(r["ratio"], 1) for c, r in res.items() if r["ratio"] > 30}
+    slow = {c: round(r["ratio"], 1) for c, r in res.items() if r["ratio"] > 40}
     assert not slow, (slow, res["python -c pass"])
 
 

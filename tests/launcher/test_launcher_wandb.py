@@ -29,6 +29,7 @@ def test_trainer_and_orchestrator_rows_land_in_one_offline_run(tmp_path):
     orch = back.rows("orchestrator")
     assert [(r["step"], r["reward"]) for r in orch] == [(1, 0.1), (2, 0.2), (3, 0.3)]
     assert len(read_metrics(tmp_path)) == 6  # metrics.jsonl holds the same six rows
+    assert (tmp_path / "plots" / "reward.png").is_file() and (tmp_path / "plots" / "loss.png").is_file()  # at the end
     table = back.table(orch[2]["rollouts"])
     assert table["data"][0][table["columns"].index("conversation")] == "[user] task 3\n[assistant] answer"
 

@@ -100,4 +100,27 @@ def test_sft_in_a_pseudo_terminal_shows_rendering_and_step_bars(tiny_model_dir, 
     assert re.search(r"step 3/3 \| loss \d", plain), plain[-2000:]
     log = (tmp_path / "run" / "logs" / "sft.log").read_text()
     assert "step 1/3 | loss" in log and "━" not in log  # the log file gets lines, never the bar
+    assert (tmp_path / "run" / "plots" / "loss.png").is_file() and "plots in" in plain  # plotted at the end
 
+
+
+def test_eval_server_wait_shows_seconds_and_passes_results_and_errors_through():
+    import asyncio
+
+    import pytest
+
+    from prime_rl.orchestrator.eval_cmd import wait_with_progress
+
+    async def ready():
+        await asyncio.sleep(1.2)
+        return 7
+
+    async def down():
+        await asyncio.sleep(0.1)
+        raise TimeoutError("inference at http://x did not answer /health")
+
+    t0 = time.monotonic()
+    assert asyncio.run(wait_with_progress(ready(), "waiting for inference")) == 7
+    assert 1.1 < time.monotonic() - t0 < 5
+    with pytest.raises(TimeoutError, match="did not answer"):
+        asyncio.run(wait_with_progress(down(), "waiting for inference"))

@@ -46,14 +46,13 @@ class Command:
     handles `--dry-run` before `run` is imported (default: write the resolved config and exit 0); it only applies
     when the config has a `dry_run` field. `user_errors`: exceptions of `run` (classes or import paths) that are the
     user's input (a missing file, a bad value), printed as `PROG: error: ...` with exit 2 instead of a traceback.
-    `wrap`: import path of `fn(run, cfg, name)` that runs `run(cfg)` inside some context (e.g. W&B logging).
     """
 
     def __init__(self, name: str, config: str, run: str, help: str, *, positional: tuple[str, ...] = (),
                  dry_run: str = "prime_rl.cli.command:dry_run",
-                 user_errors: tuple[type[BaseException] | str, ...] = (), wrap: str | None = None):  # fmt: skip
+                 user_errors: tuple[type[BaseException] | str, ...] = ()):  # fmt: skip
         self.name, self.config, self.run, self.help = name, config, run, help
-        self.positional, self.dry_run, self.user_errors, self.wrap = positional, dry_run, user_errors, wrap
+        self.positional, self.dry_run, self.user_errors = positional, dry_run, user_errors
 
     def parse(self, argv: list[str] | None = None, prog: str | None = None) -> BaseModel:
         """The parsed config. A config error is printed as `PROG: config error` plus one line per field (no
@@ -81,8 +80,6 @@ class Command:
         fn = load_impl(self.run)
         errors = tuple(import_path(e, "user_errors") if isinstance(e, str) else e for e in self.user_errors)
         try:
-            if self.wrap is not None:
-                return load_impl(self.wrap)(fn, cfg, self.name)
             return fn(cfg)
         except errors as e:
             print(f"{prog or self.name}: error: {e}", file=sys.stderr)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from prime_rl.cli.command import Command
 
-# [wandb]: the metrics are forwarded to W&B while it runs (under `rl` the launcher forwards them instead)
 main = Command("orchestrator", "prime_rl.config.orchestrator:OrchestratorConfig", "prime_rl.orchestrator.main:run", "the orchestrator (rollouts, advantages, packing, eval)",
-               wrap="prime_rl.monitor.wandb_log:run_with_wandb",
                user_errors=("prime_rl.monitor.wandb_log:WandbStartError", "prime_rl.hf_data:DataLoadError"))
 
 if __name__ == "__main__":

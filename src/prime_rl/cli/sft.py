@@ -30,10 +30,9 @@ def run(cfg: SFTConfig) -> None:
     load_impl("prime_rl.trainer.sft:run")(cfg)
 
 
-# [wandb]: the metrics are forwarded to W&B while it runs (under `rl` the launcher forwards them instead)
+# [wandb]: trainer.sft.run forwards the metrics to W&B itself (under `rl` the launcher does)
 main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run",
                "supervised fine-tuning on chat data (on several nodes with [slurm])", dry_run="prime_rl.cli.sft:dry_run",
-               wrap="prime_rl.monitor.wandb_log:run_with_wandb",
                user_errors=("prime_rl.trainer.model:ModelLoadError",  # a wrong model.name: one line, exit 2
                             "prime_rl.trainer.sft_data:SFTDataError",  # a missing file, a bad row, no hub
                             "prime_rl.monitor.wandb_log:WandbStartError"))

@@ -50,3 +50,20 @@ class SummaryConfig(BaseConfig):
             if not left or not right:
                 raise ValueError(f"{item!r}: expected {shape}")
         return v
+
+
+class PlotConfig(BaseConfig):
+    """`prime-rl plot RUN_DIR`: PNGs of a run's reward, loss, entropy, mismatch KL, grad norm, lr, masked and
+    truncated fractions and off-policy steps (also written at the end of every `rl` and `sft` run)."""
+
+    run: Path = Field(description="Run directory (output_dir of rl or sft).")
+    out: Path | None = Field(None, description="Folder for the PNGs (default RUN/plots).")
+
+
+class DashboardConfig(BaseConfig):
+    """`prime-rl dashboard RUN_DIR`: a live web page of a run (step, reward and the plot panels, eval tables, recent
+    rollouts with their tool calls, the processes and their health), read from its run directory."""
+
+    run: Path = Field(description="Run directory (output_dir of rl or sft), running or finished.")
+    port: int = Field(8765, gt=0, lt=65536, description="TCP port of the page.")
+    host: str = Field("127.0.0.1", description="Bind address (this machine only unless told otherwise).")

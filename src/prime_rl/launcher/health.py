@@ -18,7 +18,7 @@ def wait_healthy(url: str, child: Child | None, timeout_s: float, what: str, int
 
     try:
         with Progress(f"starting {what}", total=round(timeout_s), unit="s (timeout)", show_eta=False) as bar:
-            return wait_for_http(url, child, timeout_s, interval_s, on_tick=lambda waited: bar.update(round(waited)))
+            return wait_for_http(url, child, timeout_s, interval_s, on_tick=lambda t: bar.update(round(t)))
     except ChildExited as e:
         assert child is not None
         raise ChildFailed(child.name, e.code, child.log, child.tail(), f"before {url} became healthy") from None

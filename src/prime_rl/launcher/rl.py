@@ -215,6 +215,10 @@ def launch_and_wait(cfg: RLConfig, prepare_fn=prepare) -> int:
     finally:
         if wandb is not None:
             wandb.close(exit_code=code)
+        if code != 2:  # the run got past its checks: plot what it wrote, finished or not
+            from prime_rl.monitor.plots import plot_at_end
+
+            plot_at_end(Path(cfg.orchestrator.output_dir), log)
     if code == 0:
         log.info(f"run finished in {time.monotonic() - t0:.0f} s; results in {launch.run.root}")
     return code

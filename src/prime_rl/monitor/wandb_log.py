@@ -267,19 +267,14 @@ def forwarder_for(cfg: WandbConfig | None, run_dir: Path, command: str, processe
     return WandbForwarder(cfg, run_dir, processes=processes, config=config, job_type=command)
 
 
-# the metrics.jsonl processes each command writes (default: its own name)
-COMMAND_PROCESSES = {"orchestrator": {"orchestrator", "eval"}}
-
-
-def run_with_wandb(fn: Callable[[Any], Any], cfg: Any, command: str, processes: set[str] | None = None) -> Any:
-    """Run `fn(cfg)`; with `cfg.wandb` set, forward this process's metrics rows (`processes`, default
-    `COMMAND_PROCESSES` of `command`) to W&B meanwhile (rank 0 only). The entry points' `wrap`. The W&B run is finished whether `fn` returns or raises, marked failed unless it returned (or
+def run_with_wandb(fn: Callable[[Any], Any], cfg: Any, command: str, processes: set[str]) -> Any:
+    """Run `fn(cfg)`; with `cfg.wandb` set, forward this process's metrics rows (`processes`) to W&B meanwhile
+    (rank 0 only). The W&B run is finished whether `fn` returns or raises, marked failed unless it returned (or
     exited 0).
 
     Raises:
         WandbStartError: W&B could not start (before `fn` runs).
     """
-    processes = processes or COMMAND_PROCESSES.get(command, {command})
     fwd = forwarder_for(getattr(cfg, "wandb", None), Path(cfg.output_dir), command, processes, config=cfg)
     if fwd is None:
         return fn(cfg)

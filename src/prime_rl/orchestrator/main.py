@@ -253,7 +253,15 @@ def run_until_terminated(main: Any) -> bool:
 
 
 def run(cfg: OrchestratorConfig) -> None:
-    """Entry point of the `orchestrator` command. Exits 143 after a SIGTERM (once the open episodes are closed)."""
+    """Entry point of the `orchestrator` command: `orchestrate`, its metrics (orchestrator and eval rows) forwarded to
+    W&B when `[wandb]` is set (started on its own; under `rl` the launcher forwards them)."""
+    from prime_rl.monitor.wandb_log import run_with_wandb
+
+    run_with_wandb(orchestrate, cfg, "orchestrator", {"orchestrator", "eval"})
+
+
+def orchestrate(cfg: OrchestratorConfig) -> None:
+    """Run the orchestrator. Exits 143 after a SIGTERM (once the open episodes are closed)."""
     run_dir = Path(cfg.output_dir)
     setup_logging("orchestrator", run_dir, cfg.log.level)
     try:

@@ -22,6 +22,14 @@ from prime_rl.transport.batch import BatchFormatError, MicroBatch, wait_for_batc
 
 
 def run(cfg: TrainerConfig) -> dict[str, float] | None:
+    """The `trainer` command: `train`, its metrics forwarded to W&B when `[wandb]` is set (started on its own;
+    under `rl` the launcher forwards them)."""
+    from prime_rl.monitor.wandb_log import run_with_wandb
+
+    return run_with_wandb(train, cfg, "trainer", {"trainer"})
+
+
+def train(cfg: TrainerConfig) -> dict[str, float] | None:
     """Train until `max_steps` (or until no batch arrives within `data_timeout_s`: TimeoutError).
 
     Returns the last step's metrics (all ranks).

@@ -16,6 +16,7 @@ import math
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.logger import setup_logging
+from prime_rl.monitor.plots import plot_at_end
 from prime_rl.monitor.progress import Progress
 from prime_rl.trainer.dist import node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
@@ -47,6 +48,14 @@ def total_steps(cfg: SFTConfig, n: int) -> int:
 
 
 def run(cfg: SFTConfig) -> dict[str, float] | None:
+    """The `sft` command: `train`, its metrics forwarded to W&B when `[wandb]` is set; returns the last step's
+    metrics."""
+    from prime_rl.monitor.wandb_log import run_with_wandb
+
+    return run_with_wandb(train, cfg, "sft", {"sft"})
+
+
+def train(cfg: SFTConfig) -> dict[str, float] | None:
     """Train; returns the last step's metrics."""
     from transformers import AutoTokenizer
 
@@ -95,4 +104,6 @@ def run(cfg: SFTConfig) -> dict[str, float] | None:
                 last = m
     finally:
         engine.close()
+    if engine.dist.is_main:
+        plot_at_end(cfg.output_dir, log)
     return last
