@@ -131,6 +131,10 @@ def test_trainer_gradient_is_the_textbook_policy_gradient(tiny_model_dir, models
         assert m["masked_frac_pos"] > 0 and m["masked_frac_neg"] > 0
     if off_policy:
         assert m["mismatch_kl"] > 1e-3
+    else:  # on-policy: d loss / d logp_t = -A_t / N for the policy-gradient term, 0 for the KL term
+        adv_sq = sum(r.advantage**2 * sum(s.loss_mask) for r in rollouts if not r.masked for s in r.samples)
+        assert m["logp_grad_norm/pg"] == pytest.approx(adv_sq**0.5 / n, rel=1e-5)
+        assert m["logp_grad_norm/kl"] == pytest.approx(0.0, abs=1e-9)
 
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
