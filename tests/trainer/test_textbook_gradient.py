@@ -32,7 +32,7 @@ from tests.trainer.textbook import (
 )
 
 from prime_rl.config.loader import write_config
-from prime_rl.config.orchestrator import AdvantageConfig
+from prime_rl.config.orchestrator import GRPOAdvantageConfig
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.orchestrator.advantages import compute_advantages
 from prime_rl.orchestrator.main import pack_items
@@ -59,7 +59,7 @@ def models(tiny_model_dir):
 def _rollouts(model64, behaviour, std_normalize=False):
     rollouts = make_rollouts(np.random.default_rng(0), GROUPS)
     fill_logprobs(rollouts, behaviour if behaviour is not None else model64)
-    cfg = AdvantageConfig(std_normalize=std_normalize)
+    cfg = GRPOAdvantageConfig(std_normalize=std_normalize)
     for gid in range(len(GROUPS)):
         g = [r for r in rollouts if r.group_id == gid]
         adv = compute_advantages([r.reward for r in g], [not r.masked for r in g], cfg)
@@ -85,7 +85,7 @@ def _config(model_dir, run, loss, shared_prefix):
 @pytest.mark.parametrize("std_normalize", [False, True])
 def test_grpo_advantages_equal_an_independent_computation(std_normalize):
     rng = np.random.default_rng(5)
-    cfg = AdvantageConfig(std_normalize=std_normalize)
+    cfg = GRPOAdvantageConfig(std_normalize=std_normalize)
     for size in (2, 3, 8):
         for _ in range(20):
             rewards = rng.random(size).round(2).tolist()
