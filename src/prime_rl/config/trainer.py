@@ -103,6 +103,19 @@ def legacy_loss_type(value: Any) -> Any:
     return value
 
 
+class DiagnosticsConfig(BaseConfig):
+    """Extra per-step metrics of the RL trainer (prime_rl.trainer.diagnostics)."""
+
+    kl_to_start: bool = Field(
+        False,
+        description="Log kl_to_start, KL(current || starting policy) per loss token (k3); runs a frozen copy of "
+        "model.name on every micro-batch (one more forward).",
+    )
+    decision_chars: str = Field(
+        "", description="Log entropy/decision: the entropy on loss tokens that are one of these characters."
+    )
+
+
 class WeightsConfig(BaseConfig):
     """Publishing of policy versions to `weights/step_N/`."""
 
@@ -121,6 +134,7 @@ class TrainerConfig(BaseConfig):
     loss: LossConfig = Field(DPPOKLLossConfig(), description="The RL loss, chosen by `type` (dppo_kl or custom).")
     weights: WeightsConfig = Field(WeightsConfig(), description="Publishing policy versions to weights/step_N/.")
     ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
+    diagnostics: DiagnosticsConfig = Field(DiagnosticsConfig(), description="Extra learning diagnostics per step.")
     wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
     log: LogConfig = Field(LogConfig(), description="Logging.")
 

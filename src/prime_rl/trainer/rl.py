@@ -14,6 +14,7 @@ import torch
 
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.monitor.logger import setup_logging
+from prime_rl.trainer.diagnostics import build_probe
 from prime_rl.trainer.dist import all_reduce_max
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss
@@ -33,6 +34,7 @@ def run(cfg: TrainerConfig) -> dict[str, float] | None:
     setup_logging("trainer", cfg.output_dir, cfg.log.level)
     loss = get_loss(cfg.loss)
     engine = Engine(EngineConfig.from_config(cfg), process="trainer")
+    probe = build_probe(cfg, engine.dist.device)
     last: dict[str, float] | None = None
     try:
         engine.maybe_resume()
@@ -58,7 +60,7 @@ def run(cfg: TrainerConfig) -> dict[str, float] | None:
                 mbs = regroup(mbs, cfg.micro_batch_size)
                 most = int(all_reduce_max(torch.tensor([float(len(mbs)), 1.0], dtype=torch.float64)).max().item())
                 mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
-            m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss)
+            m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe)
             engine.publish(step)
             engine.maybe_checkpoint(step)
             m["data_wait_s"] = wait_s
