@@ -84,4 +84,6 @@ prime-rl summary --run "$OUT/rl" \
   --entry "SFT (step $FIRST)=$OUT/rl/eval/step_$FIRST.jsonl" --entry "RL (step $LAST)=$OUT/rl/eval/step_$LAST.jsonl" \
   --entry "optimum=$OUT/baselines/optimal.jsonl" \
   --compare "RL (step $LAST):SFT (step $FIRST)" --compare "RL (step $LAST):greedy"
-echo "demo finished in $((SECONDS - T0)) s; table: $OUT/rl/eval/summary.md, plot: $OUT/rl/plots/reward.png"
+python -c 'import sys; from prime_rl.monitor.plots import plot_diagnostics; plot_diagnostics(sys.argv[1], sys.argv[2])' \
+  "$OUT/rl" "$OUT/rl/plots/diagnostics.png"
+echo "demo finished in $((SECONDS - T0)) s; table: $OUT/rl/eval/summary.md, plots: $OUT/rl/plots/reward.png, $OUT/rl/plots/diagnostics.png"

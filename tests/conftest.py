@@ -35,5 +35,5 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="learning run: `make test-learning` (PRIME_RL_LEARNING=1)")
     for item in items:
-        if "learning" in item.keywords:
+        if item.get_closest_marker("learning") is not None:
             item.add_marker(skip)
