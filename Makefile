@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DATA_DIR ?=
 SYNTHETIC ?=
 
-.PHONY: install demo test test-fast lint clean
+.PHONY: install demo test test-fast test-learning lint clean
 
 $(BIN)/.installed: pyproject.toml scripts/install.sh
 	PYTHON=$(PY) VENV=$(VENV) bash scripts/install.sh
@@ -27,3 +27,7 @@ lint: install
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache
+
+# The learning ladder's slow rungs and multi-seed runs (docs/learning.md); not part of `make test`.
+test-learning: install
+	PATH=$(abspath $(BIN)):$$PATH PRIME_RL_LEARNING=1 $(BIN)/python -m pytest tests/learning -m learning -x

@@ -5,9 +5,18 @@
 #   DATA_DIR=path/to/xlsx make demo           # other years: a folder of ERCOT's DAMLZHBSPP_<year>.xlsx files
 #   SYNTHETIC=1 make demo                     # seeded synthetic ERCOT-like days
 # Extra flags for `rl` go in RL_ARGS (e.g. RL_ARGS="--max-steps 10"); for `sft` in SFT_ARGS.
+#   SFT_MODEL=outputs/demo/sft/weights/step_1000 RL_SEED=1 OUT=outputs/demo-s1 make demo
+#     reuses an existing SFT model (skips the tiny model and SFT) and seeds RL with 1 (trainer, orchestrator and
+#     sampling seeds; default 0), so RL seeds can be compared from one SFT model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=outputs/demo
+OUT=${OUT:-outputs/demo}
+RL_SEED=${RL_SEED:-0}
+REUSE_SFT=${SFT_MODEL:-}
+if [ -n "$REUSE_SFT" ] && [ ! -f "$REUSE_SFT/STABLE" ]; then
+  echo "demo: SFT_MODEL=$REUSE_SFT is not a published model folder (no STABLE file)" >&2
+  exit 1
+fi
 DATA_ARGS=()
 ENV_ARGS=()
 DATA_LABEL="ERCOT days"
@@ -32,25 +41,32 @@ LAYERS=${LAYERS:-2}
 T0=$SECONDS
 phase() { echo; echo "=== [$((SECONDS - T0)) s] $*"; }
 
-phase "1/6 tiny model (hidden $HIDDEN x $LAYERS layers, Qwen3 format) -> $OUT/tiny-model"
-rm -rf "$OUT/tiny-model"
-prime-rl tiny-model "$OUT/tiny-model" --hidden "$HIDDEN" --layers "$LAYERS" --seed 0
+if [ -z "$REUSE_SFT" ]; then
+  phase "1/6 tiny model (hidden $HIDDEN x $LAYERS layers, Qwen3 format) -> $OUT/tiny-model"
+  rm -rf "$OUT/tiny-model"
+  prime-rl tiny-model "$OUT/tiny-model" --hidden "$HIDDEN" --layers "$LAYERS" --seed 0
+fi
 
 phase "2/6 GridSim rows for the NeMo Gym resources server and SFT demonstrations"
 rm -rf "$OUT/gym-root"
 env-server write gridsim "$OUT/gym-root" "${DATA_ARGS[@]}"
-gridsim sft-data --split train --num-train all "${DATA_ARGS[@]}" "$OUT/sft.jsonl"
-
-phase "3/6 SFT warm start (examples/gridsim/sft.toml)"
-rm -rf "$OUT/sft"
-# shellcheck disable=SC2086
-sft @ examples/gridsim/sft.toml --model.name "$OUT/tiny-model" --data.path "$OUT/sft.jsonl" --output-dir "$OUT/sft" ${SFT_ARGS:-}
-SFT_MODEL=$(ls -d "$OUT"/sft/weights/step_*/STABLE | sed 's#/STABLE$##' | sort -t_ -k2 -n | tail -1)
+if [ -n "$REUSE_SFT" ]; then
+  phase "3/6 SFT: reusing $REUSE_SFT"
+  SFT_MODEL=$REUSE_SFT
+else
+  gridsim sft-data --split train --num-train all "${DATA_ARGS[@]}" "$OUT/sft.jsonl"
+  phase "3/6 SFT warm start (examples/gridsim/sft.toml)"
+  rm -rf "$OUT/sft"
+  # shellcheck disable=SC2086
+  sft @ examples/gridsim/sft.toml --model.name "$OUT/tiny-model" --data.path "$OUT/sft.jsonl" --output-dir "$OUT/sft" ${SFT_ARGS:-}
+  SFT_MODEL=$(ls -d "$OUT"/sft/weights/step_*/STABLE | sed 's#/STABLE$##' | sort -t_ -k2 -n | tail -1)
+fi
 echo "SFT model: $SFT_MODEL"
+SEED_ARGS=(--trainer.seed "$RL_SEED" --orchestrator.seed "$RL_SEED" --orchestrator.train.sampling.seed "$RL_SEED")
 
-phase "4/6 RL (examples/gridsim/rl.toml): env server, inference, trainer, orchestrator"
+phase "4/6 RL (examples/gridsim/rl.toml, seed $RL_SEED): env server, inference, trainer, orchestrator"
 # shellcheck disable=SC2086
-rl @ examples/gridsim/rl.toml --model.name "$SFT_MODEL" --output-dir "$OUT/rl" --clean "${ENV_ARGS[@]}" ${RL_ARGS:-}
+rl @ examples/gridsim/rl.toml --model.name "$SFT_MODEL" --output-dir "$OUT/rl" --clean "${ENV_ARGS[@]}" "${SEED_ARGS[@]}" ${RL_ARGS:-}
 
 phase "5/6 reference policies on the eval days"
 mkdir -p "$OUT/baselines"
@@ -68,4 +84,6 @@ prime-rl summary --run "$OUT/rl" \
   --entry "SFT (step $FIRST)=$OUT/rl/eval/step_$FIRST.jsonl" --entry "RL (step $LAST)=$OUT/rl/eval/step_$LAST.jsonl" \
   --entry "optimum=$OUT/baselines/optimal.jsonl" \
   --compare "RL (step $LAST):SFT (step $FIRST)" --compare "RL (step $LAST):greedy"
-echo "demo finished in $((SECONDS - T0)) s; table: $OUT/rl/eval/summary.md, plot: $OUT/rl/plots/reward.png"
+python -c 'import sys; from prime_rl.monitor.plots import plot_diagnostics; plot_diagnostics(sys.argv[1], sys.argv[2])' \
+  "$OUT/rl" "$OUT/rl/plots/diagnostics.png"
+echo "demo finished in $((SECONDS - T0)) s; table: $OUT/rl/eval/summary.md, plots: $OUT/rl/plots/reward.png, $OUT/rl/plots/diagnostics.png"

@@ -27,3 +27,13 @@ def ercot_data_dir() -> Path:
     if d is None:
         pytest.skip("real ERCOT files not found (set PRIME_RL_ERCOT_DIR)")
     return d
+
+
+def pytest_collection_modifyitems(config, items):
+    """`learning` tests (multi-minute learning runs) run only under `make test-learning` (PRIME_RL_LEARNING=1)."""
+    if os.environ.get("PRIME_RL_LEARNING") == "1":
+        return
+    skip = pytest.mark.skip(reason="learning run: `make test-learning` (PRIME_RL_LEARNING=1)")
+    for item in items:
+        if item.get_closest_marker("learning") is not None:
+            item.add_marker(skip)

@@ -1,4 +1,4 @@
-"""Loss values and gradients on a hand-worked 2-sample x 5-token example."""
+"""Loss values and gradients on a hand-worked 2-sample x 5-token example; the loss registry and its configs."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from prime_rl.config.trainer import LossConfig
-from prime_rl.trainer.loss import LossInputs, get_loss_fn, grpo_loss, sft_loss
+from prime_rl.config.loader import ConfigError, parse_config
+from prime_rl.config.trainer import CustomLossConfig, DPPOKLLossConfig, TrainerConfig
+from prime_rl.trainer.loss import LOSSES, LossInputs, dppo_kl_loss, get_loss, sft_loss
 
 TAU = 0.1
 # (p_trainer, p_inference, advantage, loss_mask) per token; sample A = tokens 0-4, sample B = tokens 5-9
@@ -36,9 +37,9 @@ def _inputs():
     )
 
 
-def test_grpo_loss_and_gradient_hand_worked():
+def test_dppo_kl_loss_and_gradient_hand_worked():
     inp = _inputs()
-    out = grpo_loss(inp, LossConfig(kl_tau=TAU, trust_region_delta=0.2))
+    out = dppo_kl_loss(inp, DPPOKLLossConfig(kl_tau=TAU, trust_region_delta=0.2))
     out.loss.backward()
     # hand-worked: pg terms -1 (A1), -0.5 (A3), +1.2 (B2), +1 (B4); kl terms tau * ln(ratio)^2 on all 7 loss tokens
     ln = math.log
@@ -71,7 +72,7 @@ def test_trust_region_off_on_each_side_only_in_advantage_direction():
     """Same probability moves with the opposite advantage sign are not masked."""
     inp = _inputs()
     inp.advantages = -inp.advantages
-    out = grpo_loss(inp, LossConfig(kl_tau=0.0, trust_region_delta=0.2))
+    out = dppo_kl_loss(inp, DPPOKLLossConfig(kl_tau=0.0, trust_region_delta=0.2))
     m = {k: (n / d).item() for k, (n, d) in out.metrics.items()}
     # now A2 (up 0.3, A<0) and B1 (down 0.3, A>0) are kept; A3 (down 0.25, A<0) is masked
     assert m["masked_frac"] == pytest.approx(1 / 7)
@@ -81,7 +82,7 @@ def test_trust_region_off_on_each_side_only_in_advantage_direction():
 
 def test_tis_cap_caps_value_and_gradient_weight():
     inp = _inputs()
-    out = grpo_loss(inp, LossConfig(kl_tau=0.0, tis_cap=0.8))
+    out = dppo_kl_loss(inp, DPPOKLLossConfig(kl_tau=0.0, tis_cap=0.8))
     out.loss.backward()
     # B2's ratio 1.2 is capped to 0.8; ratio-1 tokens (A1, B4) to 0.8 too; A3 (0.5) unchanged
     assert out.loss.item() == pytest.approx(-0.8 - 0.5 + 0.8 + 0.8, abs=1e-12)
@@ -95,7 +96,7 @@ def test_log_ratio_clamp_before_exp():
     lp = torch.tensor([0.0, math.log(0.5)], dtype=torch.float64, requires_grad=True)
     inp = LossInputs(lp, torch.tensor([0.0, math.log(0.5) - 30.0], dtype=torch.float64),
                      torch.tensor([0.0, -1.0], dtype=torch.float64), torch.tensor([False, True]))
-    out = grpo_loss(inp, LossConfig(kl_tau=0.0, log_ratio_clamp=2.0, trust_region_delta=0.9))
+    out = dppo_kl_loss(inp, DPPOKLLossConfig(kl_tau=0.0, log_ratio_clamp=2.0, trust_region_delta=0.9))
     assert out.loss.item() == pytest.approx(math.exp(2.0))  # -A * exp(clamp(30)) = e^2, finite
     out.loss.backward()
     assert inp.trainer_logprobs.grad[1].item() == 0.0  # saturated clamp passes no gradient
@@ -108,10 +109,50 @@ def test_sft_loss_is_nll_of_loss_tokens():
     assert out.loss.item() == pytest.approx(expected)
 
 
-def test_registry_and_import_path():
-    assert get_loss_fn("grpo") is grpo_loss
-    assert get_loss_fn("prime_rl.trainer.loss:sft_loss") is sft_loss
-    with pytest.raises(ValueError, match="loss.type = 'nope'"):
-        get_loss_fn("nope")
+def test_terms_add_up_to_the_loss():
+    out = dppo_kl_loss(_inputs(), DPPOKLLossConfig(kl_tau=TAU, trust_region_delta=0.2))
+    assert set(out.terms) == {"pg", "kl"}
+    assert (out.terms["pg"] + out.terms["kl"]).item() == pytest.approx(out.loss.item(), abs=1e-12)
+    ln = math.log
+    assert out.terms["pg"].item() == pytest.approx(-1 - 0.5 + 1.2 + 1, abs=1e-12)
+    assert out.terms["kl"].item() == pytest.approx(
+        TAU * (ln(1.6) ** 2 + ln(0.5) ** 2 + ln(0.4) ** 2 + ln(1.2) ** 2 + ln(0.6) ** 2), abs=1e-12
+    )
+
+
+def test_registry_console_metrics_and_custom_import_path():
+    loss = get_loss(DPPOKLLossConfig())
+    assert loss.fn is dppo_kl_loss and LOSSES["dppo_kl"] is loss
+    assert loss.console == ("mismatch_kl", "masked_frac_pos", "masked_frac_neg")
+    custom = get_loss(CustomLossConfig(import_path="prime_rl.trainer.loss:sft_loss"))
+    assert custom.fn is sft_loss and custom.console == ()
     with pytest.raises(ValueError, match="cannot import"):
-        get_loss_fn("prime_rl.trainer.loss:missing")
+        get_loss(CustomLossConfig(import_path="prime_rl.trainer.loss:missing"))
+
+
+def test_loss_type_chooses_the_config_class(caplog):
+    cfg = parse_config(TrainerConfig, ["--loss.kl-tau", "0.5"])
+    assert isinstance(cfg.loss, DPPOKLLossConfig) and cfg.loss.kl_tau == 0.5
+    cfg = parse_config(TrainerConfig, ["--loss.type", "custom", "--loss.import-path", "pkg.mod:fn"])
+    assert isinstance(cfg.loss, CustomLossConfig) and cfg.loss.import_path == "pkg.mod:fn"
+    # a knob of another variant is an error naming it, not silently ignored
+    with pytest.raises(ConfigError, match="kl_tau"):
+        parse_config(TrainerConfig, ["--loss.type", "custom", "--loss.import-path", "a:b", "--loss.kl-tau", "0"])
+    with pytest.raises(ConfigError, match="'dppo_kl', 'custom'"):
+        parse_config(TrainerConfig, ["--loss.type", "nope"])
+    # old spellings: `grpo` (deprecated alias, with a warning) and a bare import path
+    with caplog.at_level("WARNING"):
+        cfg = parse_config(TrainerConfig, ["--loss.type", "grpo", "--loss.kl-tau", "0"])
+    assert isinstance(cfg.loss, DPPOKLLossConfig) and cfg.loss.kl_tau == 0.0
+    assert "deprecated" in caplog.text and "dppo_kl" in caplog.text
+    assert parse_config(TrainerConfig, ["--loss.type", "pkg.mod:fn"]).loss == CustomLossConfig(import_path="pkg.mod:fn")
+
+
+def test_help_lists_each_loss_variant_with_its_own_fields(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(TrainerConfig, ["--help"])
+    out = capsys.readouterr().out
+    dppo = out[out.index("variant: DPPOKLLossConfig"):]
+    custom = out[out.index("variant: CustomLossConfig"):]
+    assert "--loss.kl-tau" in dppo.split("variant:")[1] and "--loss.import-path" not in dppo.split("variant:")[1]
+    assert "--loss.import-path" in custom.split("variant:")[1] and "--loss.kl-tau" not in custom.split("variant:")[1]

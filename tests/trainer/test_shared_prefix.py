@@ -154,7 +154,7 @@ def test_rl_step_on_regrouped_micro_batches_equals_packed(tiny_model_dir, tmp_pa
     from tests.trainer.helpers import pack, trainer_config
 
     from prime_rl.trainer.engine import Engine, EngineConfig
-    from prime_rl.trainer.loss import grpo_loss
+    from prime_rl.trainer.loss import dppo_kl_loss
     from prime_rl.trainer.shared_prefix import regroup
 
     samples = _group_samples(tiny_model_dir)
@@ -168,7 +168,7 @@ def test_rl_step_on_regrouped_micro_batches_equals_packed(tiny_model_dir, tmp_pa
         cfg = trainer_config(tiny_model_dir, tmp_path / name)
         eng = Engine(EngineConfig.from_config(cfg))
         try:
-            m = eng.train_step(mbs, total, grpo_loss, cfg.loss)
+            m = eng.train_step(mbs, total, dppo_kl_loss, cfg.loss)
             grads = {n: p.grad.full_tensor().clone() for n, p in eng.model.named_parameters()}
         finally:
             eng.close()

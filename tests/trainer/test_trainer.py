@@ -11,11 +11,11 @@ import torch
 from safetensors.torch import load_file
 from tests.trainer.helpers import make_samples, pack, trainer_config, write_stream
 
-from prime_rl.config.trainer import LossConfig
+from prime_rl.config.trainer import DPPOKLLossConfig
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.trainer import rl
 from prime_rl.trainer.engine import Engine, EngineConfig
-from prime_rl.trainer.loss import grpo_loss
+from prime_rl.trainer.loss import dppo_kl_loss
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_normalisation_same_for_1_or_3_micro_batches(tiny_model_dir, samples, tm
     for n_micro in (1, 3):
         eng, cfg = _engine(tiny_model_dir, tmp_path / f"r{n_micro}")
         try:
-            m = eng.train_step(pack(samples, n_micro), total, grpo_loss, cfg.loss)
+            m = eng.train_step(pack(samples, n_micro), total, dppo_kl_loss, cfg.loss)
             # compare gradients (Adam's first step is ~lr*sign(g) and would amplify float noise on tiny entries)
             params = {n: p.grad.full_tensor().clone() for n, p in eng.model.named_parameters()}
         finally:
@@ -112,7 +112,7 @@ def test_lora_trains_only_adapters_and_publishes_merged_or_adapter(tiny_model_di
         names = [n for n, p in eng.model.named_parameters() if p.requires_grad]
         assert names and all("lora_" in n for n in names)
         for _ in range(2):
-            eng.train_step(pack(samples, 2), total, grpo_loss, LossConfig())
+            eng.train_step(pack(samples, 2), total, dppo_kl_loss, DPPOKLLossConfig())
         eng.publish(1)
         eng.cfg.weights.format = "adapter"
         eng.publish(2)
@@ -156,7 +156,7 @@ def test_activation_checkpointing_gives_the_same_gradients(tiny_model_dir, sampl
         eng, cfg = _engine(tiny_model_dir, tmp_path / f"ac{ac}", model={"activation_checkpointing": ac})
         try:
             assert eng.model.is_gradient_checkpointing == ac
-            eng.train_step(pack(samples, 2), total, grpo_loss, cfg.loss)
+            eng.train_step(pack(samples, 2), total, dppo_kl_loss, cfg.loss)
             grads.append({n: p.grad.full_tensor().clone() for n, p in eng.model.named_parameters()})
         finally:
             eng.close()
@@ -170,10 +170,10 @@ def test_zero_temperature_loss_token_is_rejected(tiny_model_dir, samples, tmp_pa
     eng, cfg = _engine(tiny_model_dir, tmp_path / "run")
     try:
         with pytest.raises(ValueError, match="temperature <= 0"):
-            eng.train_step(mbs, 12, grpo_loss, cfg.loss)
+            eng.train_step(mbs, 12, dppo_kl_loss, cfg.loss)
         mbs[0].temperature[~mbs[0].loss_mask] = 0.0  # prompt tokens at 0 are fine: their logprob is not used
         mbs[0].temperature[mbs[0].loss_mask] = 0.9
-        m = eng.train_step(mbs, 12, grpo_loss, cfg.loss)
+        m = eng.train_step(mbs, 12, dppo_kl_loss, cfg.loss)
         assert np.isfinite(m["loss"]) and np.isfinite(m["grad_norm"])
     finally:
         eng.close()
@@ -186,10 +186,10 @@ def test_step_without_loss_tokens_leaves_weights_unchanged(tiny_model_dir, sampl
     eng, cfg = _engine(tiny_model_dir, tmp_path / "r", optim={"lr": 1e-2})
     try:
         total = int(sum(s["loss_mask"].sum() for s in samples))
-        eng.train_step(pack(samples, 1), total, grpo_loss, cfg.loss)  # builds AdamW momentum
+        eng.train_step(pack(samples, 1), total, dppo_kl_loss, cfg.loss)  # builds AdamW momentum
         masked = [dataclasses.replace(mb, loss_mask=np.zeros_like(mb.loss_mask)) for mb in pack(samples, 1)]
         before = {n: p.full_tensor().clone() for n, p in eng.model.named_parameters()}
-        m = eng.train_step(masked, 0, grpo_loss, cfg.loss)
+        m = eng.train_step(masked, 0, dppo_kl_loss, cfg.loss)
         after = {n: p.full_tensor() for n, p in eng.model.named_parameters()}
         assert m["skipped_update"] == 1.0 and m["loss_tokens"] == 0
         for n in before:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, DatasetSource, LogConfig, ModelConfig, WandbConfig
 
@@ -140,12 +140,52 @@ class EvalConfig(BaseConfig):
     source: list[SourceConfig] | None = Field(None, description="Default: the train sources, eval split.")
 
 
-class AdvantageConfig(BaseConfig):
-    """Group-relative advantage (GRPO: Shao et al. 2024, arXiv:2402.03300)."""
-
-    type: str = Field("grpo", description="Registered algorithm: grpo, rloo, ... or `module:function`.")
-    std_normalize: bool = Field(False, description="Divide by the group's reward std (original GRPO).")
+class _AdvantageBase(BaseConfig):
     filter_zero: bool = Field(False, description="Drop groups whose advantages are all zero.")
+
+
+class GRPOAdvantageConfig(_AdvantageBase):
+    """`type = "grpo"` (default): reward minus the mean of the group's unmasked members (Dr. GRPO, Liu et al. 2025,
+    arXiv:2503.20783); with `std_normalize`, divided by their std as in GRPO (Shao et al. 2024, arXiv:2402.03300)."""
+
+    type: Literal["grpo"] = Field("grpo", description="Group mean baseline (Dr. GRPO / GRPO).")
+    std_normalize: bool = Field(False, description="Divide by the group's reward std (original GRPO).")
+
+
+class RLOOAdvantageConfig(_AdvantageBase):
+    """`type = "rloo"`: reward minus the mean of the other unmasked members (Ahmadian et al. 2024, arXiv:2402.14740)."""
+
+    type: Literal["rloo"] = Field("rloo", description="Leave-one-out baseline.")
+
+
+class MaxRLAdvantageConfig(_AdvantageBase):
+    """`type = "maxrl"`: (reward - group mean) / group mean, the maximum-likelihood estimator of MaxRL (Tajwar et al.
+    2026, arXiv:2602.02710) for rewards in [0, 1]: weights a task by the inverse of its success rate."""
+
+    type: Literal["maxrl"] = Field("maxrl", description="Mean-normalised (maximum likelihood) estimator.")
+
+
+class CustomAdvantageConfig(_AdvantageBase):
+    """`type = "custom"`: `fn(rewards, mask, cfg) -> advantages` of your own (`prime_rl.orchestrator.advantages`);
+    it reads its settings from `cfg.kwargs`."""
+
+    type: Literal["custom"] = Field("custom", description="An advantage function of your own.")
+    import_path: str = Field(description="`package.module:function` of the advantage function.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Settings passed as `cfg.kwargs`.")
+
+
+AdvantageConfig = Annotated[
+    GRPOAdvantageConfig | RLOOAdvantageConfig | MaxRLAdvantageConfig | CustomAdvantageConfig,
+    Field(discriminator="type"),
+]
+"""The group-relative advantage, chosen by `type`: `grpo` (default), `rloo`, `maxrl` or `custom`."""
+
+
+def legacy_advantage_type(value: Any) -> Any:
+    """`type = "package.module:function"` (the old spelling) means `type = "custom"` with that `import_path`."""
+    if isinstance(value, dict) and isinstance(value.get("type"), str) and ":" in value["type"]:
+        return {**value, "type": "custom", "import_path": value["type"]}
+    return value
 
 
 class ConcurrencyConfig(BaseConfig):
@@ -177,7 +217,9 @@ class OrchestratorConfig(BaseConfig):
     concurrency: ConcurrencyConfig = Field(ConcurrencyConfig(), description="Rollouts in flight.")
     train: TrainSamplingConfig = Field(TrainSamplingConfig(), description="Training rollouts.")
     eval: EvalConfig = Field(EvalConfig(), description="Periodic evaluation.")
-    advantage: AdvantageConfig = Field(AdvantageConfig(), description="Advantage estimator.")
+    advantage: AdvantageConfig = Field(
+        GRPOAdvantageConfig(), description="The advantage estimator, chosen by `type` (grpo, rloo, maxrl, custom)."
+    )
     ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
     wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
     log: LogConfig = Field(LogConfig(), description="Logging.")
@@ -193,6 +235,11 @@ class OrchestratorConfig(BaseConfig):
     weights_timeout_s: float = Field(1800.0, gt=0, description="How long to wait for a policy version.")
     seed: int = Field(0, description="Seed of the task stream's order and of random.")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
+
+    @field_validator("advantage", mode="before")
+    @classmethod
+    def _legacy_advantage(cls, value: Any) -> Any:
+        return legacy_advantage_type(value)
 
     @model_validator(mode="after")
     def _batch_multiple_of_group(self) -> OrchestratorConfig:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.base import (
     BaseConfig,
@@ -18,6 +18,7 @@ from prime_rl.config.base import (
 )
 from prime_rl.config.deployment import SFTDeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.orchestrator import RendererConfig
+from prime_rl.monitor.logger import get_logger
 
 
 class TrainerModelConfig(ModelConfig):
@@ -54,19 +55,66 @@ class SchedulerConfig(BaseConfig):
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Final lr as a fraction of `optim.lr` (linear/cosine).")
 
 
-class LossConfig(BaseConfig):
-    """Token-level policy-gradient loss corrected against the inference logprobs.
+class DPPOKLLossConfig(BaseConfig):
+    """`type = "dppo_kl"` (the default): a token-level policy gradient weighted by the importance ratio against the
+    inference logprobs, with a DPPO-style trust region (a token whose probability already moved more than
+    `trust_region_delta` in its advantage's direction drops out of the policy-gradient term) and a
+    `kl_tau * log(ratio)^2` term; formula in docs/trainer.md. Formerly named `grpo` (still accepted)."""
 
-    `type` is a registered name (`grpo`) or an import path `package.module:function`.
-    """
-
-    type: str = Field("grpo", description="Registered loss (grpo) or `package.module:function`.")
+    type: Literal["dppo_kl"] = Field("dppo_kl", description="This loss.")
     trust_region_delta: float = Field(
         0.2, gt=0, description="Mask a token when its probability moved by more than this in the advantage's direction."
     )
     tis_cap: float | None = Field(None, gt=0, description="Truncated importance sampling: cap the ratio at this value.")
     log_ratio_clamp: float = Field(20.0, gt=0, description="Clamp log(ratio) to [-c, c] before exp.")
     kl_tau: float = Field(1e-3, ge=0, description="Weight of the kl_tau * log_ratio^2 penalty.")
+
+
+class CustomLossConfig(BaseConfig):
+    """`type = "custom"`: a loss function of your own, `fn(inputs: LossInputs, cfg: CustomLossConfig) -> LossOutput`
+    (`prime_rl.trainer.loss`); it reads its settings from `cfg.kwargs`."""
+
+    type: Literal["custom"] = Field("custom", description="A loss of your own.")
+    import_path: str = Field(description="`package.module:function` of the loss.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Settings passed to the loss as `cfg.kwargs`.")
+
+
+LossConfig = Annotated[DPPOKLLossConfig | CustomLossConfig, Field(discriminator="type")]
+"""The RL loss, chosen by `type`: `dppo_kl` (default) or `custom`."""
+
+DEPRECATED_LOSS_TYPES = {"grpo": "dppo_kl"}
+
+
+def legacy_loss_type(value: Any) -> Any:
+    """Accept the old spellings of `loss.type`: `grpo` (renamed `dppo_kl`: GRPO names the advantage estimator, not
+    this loss; a deprecation warning is logged) and `package.module:function` (now `type = "custom"` with
+    `import_path`)."""
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        return value
+    t = value["type"]
+    if t in DEPRECATED_LOSS_TYPES:
+        new = DEPRECATED_LOSS_TYPES[t]
+        get_logger("config").warning(
+            f"loss.type = {t!r} is deprecated: the loss is named {new!r} (a trust-region policy gradient with a KL "
+            f"term; GRPO is the advantage estimator, `orchestrator.advantage.type`); write type = {new!r}"
+        )
+        return {**value, "type": new}
+    if ":" in t:
+        return {**value, "type": "custom", "import_path": t}
+    return value
+
+
+class DiagnosticsConfig(BaseConfig):
+    """Extra per-step metrics of the RL trainer (prime_rl.trainer.diagnostics)."""
+
+    kl_to_start: bool = Field(
+        False,
+        description="Log kl_to_start, KL(current || starting policy) per loss token (k3); runs a frozen copy of "
+        "model.name on every micro-batch (one more forward).",
+    )
+    decision_chars: str = Field(
+        "", description="Log entropy/decision: the entropy on loss tokens that are one of these characters."
+    )
 
 
 class WeightsConfig(BaseConfig):
@@ -84,9 +132,10 @@ class TrainerConfig(BaseConfig):
     model: TrainerModelConfig = Field(TrainerModelConfig(), description="The trained model, LoRA and FSDP2.")
     optim: OptimizerConfig = Field(OptimizerConfig(), description="AdamW.")
     scheduler: SchedulerConfig = Field(SchedulerConfig(), description="Learning-rate schedule.")
-    loss: LossConfig = Field(LossConfig(), description="Policy-gradient loss.")
+    loss: LossConfig = Field(DPPOKLLossConfig(), description="The RL loss, chosen by `type` (dppo_kl or custom).")
     weights: WeightsConfig = Field(WeightsConfig(), description="Publishing policy versions to weights/step_N/.")
     ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
+    diagnostics: DiagnosticsConfig = Field(DiagnosticsConfig(), description="Extra learning diagnostics per step.")
     wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
     log: LogConfig = Field(LogConfig(), description="Logging.")
 
@@ -103,6 +152,11 @@ class TrainerConfig(BaseConfig):
     micro_batch_size: int = Field(16, gt=0, description="Samples per micro-batch with shared_prefix.")
     threads: int | None = Field(None, gt=0, description="torch intra-op threads per process (CPU).")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
+
+    @field_validator("loss", mode="before")
+    @classmethod
+    def _legacy_loss(cls, value: Any) -> Any:
+        return legacy_loss_type(value)
 
 
 class SFTDataConfig(DatasetSource):

@@ -76,6 +76,8 @@ class Environment(ABC):
 ENVS: Registry[Callable[..., Environment]] = Registry("environment", "env.id", {
     "gridsim": "prime_rl.envs.gridsim.env:GridSimEnv",
     "reverse-text": "prime_rl.envs.reverse_text.env:ReverseTextEnv",
+    "digit-bandit": "prime_rl.envs.bandit.digit:DigitBanditEnv",
+    "tool-bandit": "prime_rl.envs.bandit.safe:ToolBanditEnv",
 })
 
 

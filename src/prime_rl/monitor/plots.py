@@ -304,3 +304,50 @@ def plot_at_end(run_dir: Path, log: Any) -> None:
         return
     if paths:
         log.info("plots in %s (%s)", paths[0].parent, ", ".join(p.name for p in paths))
+DIAGNOSTICS = (
+    ("reward", [("orchestrator", "reward", "train reward"), ("orchestrator", "adv_abs_mean", "mean |advantage|")]),
+    ("groups without signal (%)", [("orchestrator", "zero_spread_groups_pct", "zero-spread groups")]),
+    ("d loss / d logprobs", [("trainer", "logp_grad_norm/pg", "policy-gradient term"),
+                             ("trainer", "logp_grad_norm/kl", "KL term")]),
+    ("KL to the starting policy (per token)", [("trainer", "kl_to_start", "kl_to_start")]),
+    ("entropy (nats per token)", [("trainer", "entropy", "all loss tokens"),
+                                  ("trainer", "entropy/decision", "decision tokens")]),
+    ("grad norm", [("trainer", "grad_norm", "before clipping")]),
+)
+def metric_curve(run_dir: Path, process: str, key: str) -> list[tuple[int, float]]:
+    """`(step, value)` of `key` in `process`'s metrics.jsonl rows (last row per step wins; missing/non-finite left out)."""
+    by_step: dict[int, float] = {}
+    for row in read_metrics(run_dir, process):
+        v = row.get(key)
+        if isinstance(v, int | float) and math.isfinite(v):
+            by_step[int(row["step"])] = float(v)
+    return sorted(by_step.items())
+def plot_diagnostics(run_dir: Path, out: Path) -> Path:
+    """One panel per learning diagnostic (docs/learning.md) by step: reward and mean |advantage|, zero-spread groups,
+    the policy-gradient vs KL term gradient norms, KL to the starting policy, all-token vs decision-token entropy,
+    grad norm. Panels whose metrics the run did not log say so. Written to `out` (PNG); returns `out`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), dpi=110)
+    for ax, (title, series) in zip(axes.flat, DIAGNOSTICS, strict=True):
+        drawn = False
+        for process, key, label in series:
+            c = metric_curve(run_dir, process, key)
+            if c:
+                ax.plot([s for s, _ in c], [v for _, v in c], "-", label=label)
+                drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
+        if drawn and len(series) > 1:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{Path(run_dir).name}: learning diagnostics by step", fontsize=10)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -26,7 +26,8 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
 
     reward: mean over unmasked rollouts; trainable: rollouts that carry loss (unmasked, not filtered, sampled
     tokens, nonzero advantage); turns: mean model turns; error_pct: masked rollouts; truncated_pct: rollouts cut by
-    a token budget; max_off_policy: (N - 1) - oldest policy version in the batch.
+    a token budget; max_off_policy: (N - 1) - oldest policy version in the batch; adv_abs_mean: mean |advantage|
+    over unmasked rollouts; zero_spread_groups_pct: groups whose advantages are all zero (no learning signal).
     """
     rs = batch.rollouts
     n = len(rs)
@@ -34,6 +35,8 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
     m: dict[str, Any] = {
         "reward": sum(r.reward for r in ok) / len(ok) if ok else float("nan"),
         "reward_std": _std([r.reward for r in ok]),
+        "adv_abs_mean": sum(abs(r.advantage) for r in ok) / len(ok) if ok else 0.0,
+        "zero_spread_groups_pct": _zero_spread_pct(rs),
         "num_rollouts": n,
         "trainable": sum(r.trainable for r in rs),
         "trainable_pct": 100.0 * sum(r.trainable for r in rs) / n if n else 0.0,
@@ -85,6 +88,14 @@ def step_line(step: int, m: dict[str, Any], max_steps: int | None = None) -> str
         f"Trainable {m['trainable']}/{m['num_rollouts']} ({m['trainable_pct']:.1f}%) | Turns {m['turns']:.1f} | "
         f"Max Off-Policy {m['max_off_policy']} | Error {m['error_pct']:.1f}% | Truncated {m['truncated_pct']:.1f}%"
     )
+
+
+def _zero_spread_pct(rollouts: list) -> float:
+    """Share (%) of the batch's groups in which every rollout's advantage is 0 (equal rewards, or < 2 unmasked)."""
+    groups: dict[int, bool] = {}
+    for r in rollouts:
+        groups[r.group_id] = groups.get(r.group_id, True) and r.advantage == 0.0
+    return 100.0 * sum(groups.values()) / len(groups) if groups else 0.0
 
 
 def _std(v: list[float]) -> float:

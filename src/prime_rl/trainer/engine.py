@@ -17,7 +17,8 @@ import math
 import random
 import resource
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +27,38 @@ import torch
 from torch import nn
 
 from prime_rl.config.base import CheckpointConfig
-from prime_rl.config.trainer import LossConfig, OptimizerConfig, SchedulerConfig, TrainerModelConfig, WeightsConfig
+from prime_rl.config.trainer import OptimizerConfig, SchedulerConfig, TrainerModelConfig, WeightsConfig
 from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.rundir import RunDir
+from prime_rl.trainer import logprobs as _packed_forward  # noqa: F401  (registers the packed micro-batch forward)
+from prime_rl.trainer import shared_prefix as _shared_prefix_forward  # noqa: F401  (registers its forward)
 from prime_rl.trainer.ckpt import find_checkpoint, load_checkpoint, save_checkpoint
 from prime_rl.trainer.dist import DistInfo, all_reduce_max, all_reduce_sum, close_distributed, init_distributed
-from prime_rl.trainer.logprobs import compute_logprobs
-from prime_rl.trainer.loss import LossFn, LossInputs
+from prime_rl.trainer.forward import ForwardOutput, forward_micro_batch
+from prime_rl.trainer.loss import LossFn
 from prime_rl.trainer.model import compute_dtype, load_model, trainable_parameters
 from prime_rl.trainer.optim import build_optimizer, build_scheduler
-from prime_rl.trainer.shared_prefix import SharedPrefixMicroBatch, shared_prefix_logprobs
 from prime_rl.trainer.weights import publish_weights
-from prime_rl.transport.batch import MicroBatch
+
+MetricProbe = Callable[[ForwardOutput, Any], dict[str, tuple[float, float]]]
+"""Extra per-micro-batch metrics: (forward output, micro-batch) -> name -> (numerator, denominator)."""
+
+
+@dataclass
+class StepSums:
+    """This rank's running sums over a step's micro-batches (before the all-reduce)."""
+
+    loss: float = 0.0
+    entropy: float = 0.0
+    loss_tokens: float = 0.0
+    tokens: float = 0.0
+    pairs: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, key: str, num: float, den: float) -> None:
+        acc = self.pairs.setdefault(key, [0.0, 0.0])
+        acc[0] += num
+        acc[1] += den
 
 
 @dataclass
@@ -98,74 +118,110 @@ class Engine:
     # ----- one optimizer step -------------------------------------------------------------------------------
     def train_step(
         self,
-        micro_batches: list[MicroBatch | SharedPrefixMicroBatch],
+        micro_batches: list[Any],
         total_loss_tokens: int,
         loss_fn: LossFn,
-        loss_cfg: LossConfig | None,
+        loss_cfg: Any,
+        probe: MetricProbe | None = None,
     ) -> dict[str, float]:
-        """Forward/backward every micro-batch of this rank, clip, step AdamW and the schedule.
+        """One optimizer step: `forward_backward` over this rank's micro-batches, then `optimizer_step`.
 
         With `total_loss_tokens == 0` the optimizer step is skipped (weights and AdamW state unchanged).
+        `probe(fwd, mb)`, if given, adds (numerator, denominator) metrics per micro-batch (no grad).
 
         Returns step metrics (identical on all ranks): `loss`, `entropy` (mean over loss tokens),
-        the loss function's metrics, `grad_norm` (before clipping), `lr` (used for this step), `tokens`,
-        `loss_tokens`, `step_time_s`, `tokens_per_s`, `peak_mem_gib` (max over ranks).
+        the loss function's metrics, `logp_grad_norm/<term>` for a loss that returns terms, the probe's metrics,
+        `grad_norm` (before clipping), `lr` (used for this step), `tokens`, `loss_tokens`, `step_time_s`,
+        `tokens_per_s`, `peak_mem_gib` (max over ranks), `skipped_update`.
 
         Raises:
             ValueError: ranks hold different numbers of micro-batches, a micro-batch is longer than `seq_len`,
                 or a loss token sits at the start of a packed sample (it has no prediction).
         """
         t0 = time.perf_counter()
-        dev, world = self.dist.device, self.dist.world_size
-        n_mb = len(micro_batches)
+        self._check_micro_batch_counts(len(micro_batches))
+        norm = float(max(int(total_loss_tokens), 1))
+        sums = self.forward_backward(micro_batches, loss_fn, loss_cfg, norm, probe)
+        # A step with no loss token anywhere (e.g. every rollout masked) must not move the weights: AdamW's
+        # momentum would still change them with zero gradients. The schedule advances so lr stays tied to step.
+        skipped = int(total_loss_tokens) == 0
+        grad_norm, lr = self.optimizer_step(skip=skipped)
+        return self._step_metrics(sums, norm, grad_norm, lr, skipped, t0)
+
+    def _check_micro_batch_counts(self, n_mb: int) -> None:
         counts = all_reduce_max(torch.tensor([n_mb, -n_mb], dtype=torch.float64))
         if n_mb == 0 or counts[0].item() != n_mb or -counts[1].item() != n_mb:
             raise ValueError(
                 f"rank {self.dist.rank} has {n_mb} micro-batches but ranks range {-counts[1].item():.0f}.."
                 f"{counts[0].item():.0f}: every rank's file of a step must hold the same (non-zero) number"
             )
-        norm = float(max(int(total_loss_tokens), 1))
+
+    def forward_backward(
+        self, micro_batches: list[Any], loss_fn: LossFn, loss_cfg: Any, norm: float, probe: MetricProbe | None = None
+    ) -> StepSums:
+        """Zero the gradients, then forward and backward every micro-batch: afterwards the gradients hold
+        d(loss)/d(params) with loss = sum over micro-batches and ranks of loss_fn(mb).loss / `norm`. Each rank
+        back-propagates its part times `world_size` (FSDP2 averages gradients over ranks); FSDP2 synchronises
+        gradients only after the last micro-batch. Returns this rank's (not yet all-reduced) metric sums."""
+        world = self.dist.world_size
         self.optimizer.zero_grad(set_to_none=True)
-        fsdp = self.cfg.model.fsdp
-        sums: dict[str, list[float]] = {}
-        loss_sum = ent_sum = tokens = mask_tokens = 0.0
+        n_mb = len(micro_batches)
+        sums = StepSums()
         for i, mb in enumerate(micro_batches):
-            if fsdp:
+            if self.cfg.model.fsdp:
                 self.model.set_requires_gradient_sync(i == n_mb - 1)
-            inputs, ent, n_tokens = self._forward(i, mb)
-            out = loss_fn(inputs, loss_cfg)
-            mask = inputs.loss_mask
+            fwd = forward_micro_batch(mb, self.model, index=i, seq_len=self.cfg.seq_len, device=self.dist.device)
+            out = loss_fn(fwd.inputs, loss_cfg)
+            lp = fwd.inputs.trainer_logprobs
+            for name, term in out.terms.items():  # d term / d logprobs: through the loss only, not the model
+                g = None
+                if term.requires_grad and lp.requires_grad:
+                    (g,) = torch.autograd.grad(term, lp, retain_graph=True, allow_unused=True)
+                sums.add(f"logp_grad_norm/{name}", 0.0 if g is None else float(g.double().square().sum()), 0.0)
             (out.loss * (world / norm)).backward()
-            loss_sum += float(out.loss.detach())
-            ent_sum += float(ent[mask].sum())
-            mask_tokens += float(mask.sum())
-            tokens += n_tokens
+            mask = fwd.inputs.loss_mask
+            sums.loss += float(out.loss.detach())
+            sums.entropy += float(fwd.entropy[mask].sum())
+            sums.loss_tokens += float(mask.sum())
+            sums.tokens += fwd.num_tokens
             for k, (num, den) in out.metrics.items():
-                acc = sums.setdefault(k, [0.0, 0.0])
-                acc[0] += float(num)
-                acc[1] += float(den)
+                sums.add(k, float(num), float(den))
+            if probe is not None:
+                with torch.no_grad():
+                    for k, (num, den) in probe(fwd, mb).items():
+                        sums.add(k, float(num), float(den))
+        return sums
+
+    def optimizer_step(self, skip: bool = False) -> tuple[float, float]:
+        """Clip the gradients to `optim.max_norm`, step AdamW (unless `skip`) and the schedule.
+
+        Returns (grad norm before clipping, the lr this step used)."""
         max_norm = self.cfg.optim.max_norm if self.cfg.optim.max_norm is not None else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         lr = self.optimizer.param_groups[0]["lr"]
-        # A step with no loss token anywhere (e.g. every rollout masked) must not move the weights: AdamW's
-        # momentum would still change them with zero gradients. The schedule advances so lr stays tied to step.
-        skipped = int(total_loss_tokens) == 0
-        if not skipped:
+        if not skip:
             self.optimizer.step()
         self.scheduler.step()
         self.step += 1
+        return float(grad_norm), lr
 
-        keys = sorted(sums)
-        vec = torch.tensor([loss_sum, ent_sum, mask_tokens, tokens] + [v for k in keys for v in sums[k]], dtype=torch.float64)
+    def _step_metrics(
+        self, sums: StepSums, norm: float, grad_norm: float, lr: float, skipped: bool, t0: float
+    ) -> dict[str, float]:
+        keys = sorted(sums.pairs)
+        vec = torch.tensor(
+            [sums.loss, sums.entropy, sums.loss_tokens, sums.tokens] + [v for k in keys for v in sums.pairs[k]],
+            dtype=torch.float64,
+        )
         all_reduce_sum(vec)
         dt = time.perf_counter() - t0
-        mem = all_reduce_max(torch.tensor([peak_memory_gib(dev)], dtype=torch.float64))
+        mem = all_reduce_max(torch.tensor([peak_memory_gib(self.dist.device)], dtype=torch.float64))
         m: dict[str, float] = {
             "loss": vec[0].item() / norm,
             "entropy": vec[1].item() / max(vec[2].item(), 1.0),
-            "grad_norm": float(grad_norm),
+            "grad_norm": grad_norm,
             "lr": lr,
             "tokens": vec[3].item(),
             "loss_tokens": vec[2].item(),
@@ -176,54 +232,11 @@ class Engine:
         }
         for j, k in enumerate(keys):
             num, den = vec[4 + 2 * j].item(), vec[5 + 2 * j].item()
-            m[k] = num / den if den > 0 else 0.0
+            if k.startswith("logp_grad_norm/"):
+                m[k] = math.sqrt(num) / norm
+            else:
+                m[k] = num / den if den > 0 else 0.0
         return m
-
-    def _forward(self, i: int, mb: MicroBatch | SharedPrefixMicroBatch) -> tuple[LossInputs, torch.Tensor, int]:
-        """Micro-batch `i` -> (loss inputs [T] with trainer logprobs attached, entropy [T], sample tokens).
-
-        A `SharedPrefixMicroBatch` is flattened to [K*S] tokens; its sample tokens count the prefix once per
-        sample, like packing would. Raises ValueError on the checks listed in `train_step`.
-        """
-        dev = self.dist.device
-        if isinstance(mb, SharedPrefixMicroBatch):
-            if mb.sample_len > self.cfg.seq_len:
-                raise ValueError(f"micro-batch {i} has a {mb.sample_len}-token sample > seq_len = {self.cfg.seq_len}")
-            mask = torch.from_numpy(mb.loss_mask).to(dev).reshape(-1)
-            temp = torch.from_numpy(mb.temperature).float().to(dev).reshape(-1)
-            inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(dev).reshape(-1)
-            self._check_sampling(i, mask, temp, inf_lp)
-            lp, ent = shared_prefix_logprobs(self.model, mb, dev)
-            adv = torch.from_numpy(mb.advantages).float().to(dev).reshape(-1)
-            n = mb.num_samples * len(mb.prefix_ids) + int(mb.valid.sum())
-            return LossInputs(lp.reshape(-1), inf_lp, adv, mask), ent.reshape(-1), n
-        if len(mb) > self.cfg.seq_len:
-            raise ValueError(f"micro-batch {i} has {len(mb)} tokens > seq_len = {self.cfg.seq_len}")
-        ids = torch.from_numpy(mb.input_ids).long().to(dev)
-        pos = torch.from_numpy(mb.position_ids).long().to(dev)
-        mask = torch.from_numpy(mb.loss_mask).to(dev)
-        starts = pos == 0
-        starts[0] = True
-        if bool((mask & starts).any()):
-            raise ValueError(
-                f"micro-batch {i}: loss_mask is true at a sample's first token (position_ids == 0), "
-                "which has no prediction; the first token of each sample must be a prompt token"
-            )
-        temp = torch.from_numpy(mb.temperature).float().to(dev)
-        inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(dev)
-        self._check_sampling(i, mask, temp, inf_lp)
-        temp = torch.where(temp > 0, temp, torch.ones_like(temp))  # non-loss tokens: any value is harmless
-        lp, ent = compute_logprobs(self.model, ids, pos, temp)
-        adv = torch.from_numpy(mb.advantages).float().to(dev)
-        return LossInputs(lp, inf_lp, adv, mask), ent, len(mb)
-
-    @staticmethod
-    def _check_sampling(i: int, mask: torch.Tensor, temp: torch.Tensor, inf_lp: torch.Tensor) -> None:
-        if bool((mask & ~(temp > 0)).any()) or not bool(torch.isfinite(inf_lp[mask]).all()):
-            raise ValueError(
-                f"micro-batch {i}: a loss token has temperature <= 0 or a non-finite inference logprob; "
-                "RL needs sampling at temperature > 0 with logprobs returned"
-            )
 
     # ----- outputs -----------------------------------------------------------------------------------------
     def publish(self, step: int) -> Path | None:
@@ -254,14 +267,15 @@ class Engine:
         self.log.info(f"resumed from {path} (step {self.step})")
         return progress
 
-    def log_step(self, step: int, m: dict[str, Any], extra_keys: tuple[str, ...] = ()) -> None:
-        """metrics.jsonl row (rank 0) and one console line."""
+    def log_step(self, step: int, m: dict[str, Any], console: tuple[str, ...] = ()) -> None:
+        """metrics.jsonl row (rank 0) and one console line: loss, entropy, the `console` metrics (those a loss
+        declares, e.g.), grad norm, lr, throughput and memory."""
         if not self.dist.is_main:
             return
         self.metrics.log(step, m)
         of = f"/{self.cfg.max_steps}" if self.cfg.max_steps else ""
         parts = [f"step {step}{of}", f"loss {m['loss']:.4f}"]
-        for k in ("entropy", "mismatch_kl", "masked_frac_pos", "masked_frac_neg", *extra_keys):
+        for k in ("entropy", *console):
             if k in m:
                 parts.append(f"{k} {m[k]:.4g}")
         parts += [

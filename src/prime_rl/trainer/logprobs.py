@@ -17,6 +17,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from prime_rl.trainer.forward import ForwardOutput, check_sampling, forward_micro_batch
+from prime_rl.trainer.loss import LossInputs
+from prime_rl.transport.batch import MicroBatch
+
 
 def sample_ids(position_ids: Tensor) -> Tensor:
     """[T] int -> [T] int: index of the packed sample each token belongs to (a new sample starts where
@@ -90,3 +94,27 @@ def compute_logprobs(
     """Forward + `token_logprobs`: [T] inputs -> (logprobs [T] with grad, entropy [T])."""
     logits = forward_logits(model, input_ids, position_ids)
     return token_logprobs(logits, input_ids, position_ids, temperature)
+
+
+@forward_micro_batch.register
+def _(mb: MicroBatch, model: nn.Module, *, index: int, seq_len: int, device: torch.device) -> ForwardOutput:
+    """A packed micro-batch: one forward over its [T] tokens (`compute_logprobs`)."""
+    if len(mb) > seq_len:
+        raise ValueError(f"micro-batch {index} has {len(mb)} tokens > seq_len = {seq_len}")
+    ids = torch.from_numpy(mb.input_ids).long().to(device)
+    pos = torch.from_numpy(mb.position_ids).long().to(device)
+    mask = torch.from_numpy(mb.loss_mask).to(device)
+    starts = pos == 0
+    starts[0] = True
+    if bool((mask & starts).any()):
+        raise ValueError(
+            f"micro-batch {index}: loss_mask is true at a sample's first token (position_ids == 0), "
+            "which has no prediction; the first token of each sample must be a prompt token"
+        )
+    temp = torch.from_numpy(mb.temperature).float().to(device)
+    inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(device)
+    check_sampling(index, mask, temp, inf_lp)
+    temp = torch.where(temp > 0, temp, torch.ones_like(temp))  # non-loss tokens: any value is harmless
+    lp, ent = compute_logprobs(model, ids, pos, temp)
+    adv = torch.from_numpy(mb.advantages).float().to(device)
+    return ForwardOutput(LossInputs(lp, inf_lp, adv, mask), ent, ids, len(mb))

@@ -1,29 +1,34 @@
-"""Losses: a registry of token-level objectives, selected by `[trainer.loss] type`.
+"""Losses: a registry of token-level objectives, selected by `[trainer.loss] type` (one config class per loss in
+`prime_rl.config.trainer`).
 
-A loss is a function `fn(inputs: LossInputs, cfg: LossConfig) -> LossOutput` that returns the SUM over the
-tokens of one micro-batch; the engine divides by the step's global count of loss tokens
-(`StepBatch.total_loss_tokens`, all micro-batches and ranks), so the result does not depend on how the batch
-was cut. `type` is a registered name (`grpo`, `sft`) or an import path `package.module:function`.
+A loss is a function `fn(inputs: LossInputs, cfg) -> LossOutput` that returns the SUM over the tokens of one
+micro-batch; the engine divides by the step's global count of loss tokens (`StepBatch.total_loss_tokens`, all
+micro-batches and ranks), so the result does not depend on how the batch was cut. It is registered with
+`register_loss(name, console=...)`, which names the metrics the trainer's console line shows; `type = "custom"`
+loads `import_path` (`package.module:function`; console metrics from the function's `console_metrics` attribute).
 
 Metrics are returned as `(numerator, denominator)` pairs of 0-d tensors; the engine sums both over micro-batches
-and ranks and logs `numerator / denominator`, so every logged mean is exact over the whole step.
+and ranks and logs `numerator / denominator`, so every logged mean is exact over the whole step. A loss may also
+return its additive `terms` (name -> 0-d tensor, summing to `loss`); the engine then logs the norm of each term's
+gradient with respect to the loss tokens' logprobs (`logp_grad_norm/<term>`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from prime_rl.config.trainer import LossConfig
+from prime_rl.config.trainer import CustomLossConfig, DPPOKLLossConfig
 from prime_rl.registry import Registry
 
 
 @dataclass
 class LossInputs:
-    """Per-token inputs of one packed micro-batch, all shape [T].
+    """Per-token inputs of one micro-batch, all shape [T] (a shared-prefix micro-batch is flattened to [K*S]).
 
     `trainer_logprobs[t]` (differentiable) and `inference_logprobs[t]` are both log p(input_ids[t] |
     input_ids[<t]) at the token's sampling temperature; `loss_mask[t]` (bool) selects the trained tokens.
@@ -38,37 +43,62 @@ class LossInputs:
 @dataclass
 class LossOutput:
     """`loss`: 0-d tensor, the sum over this micro-batch's tokens (not yet normalised).
-    `metrics`: name -> (numerator, denominator), 0-d float tensors without grad."""
+    `metrics`: name -> (numerator, denominator), 0-d float tensors without grad.
+    `terms`: optional name -> 0-d tensor, the additive parts of `loss` (for gradient-norm diagnostics)."""
 
     loss: Tensor
     metrics: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
+    terms: dict[str, Tensor] = field(default_factory=dict)
 
 
-LossFn = Callable[[LossInputs, LossConfig], LossOutput]
+LossFn = Callable[[LossInputs, Any], LossOutput]
 LOSSES: Registry[LossFn] = Registry("loss", "trainer.loss.type")
 
 
-def register_loss(name: str) -> Callable[[LossFn], LossFn]:
-    """Decorator: make `fn` selectable as `[trainer.loss] type = name`."""
-    return LOSSES.register(name)
+@dataclass(frozen=True)
+class Loss:
+    """A resolved loss: its function and the metric names the trainer's console line shows (all are logged)."""
+
+    fn: LossFn
+    console: tuple[str, ...] = ()
+
+    def __call__(self, inputs: LossInputs, cfg: Any) -> LossOutput:
+        return self.fn(inputs, cfg)
 
 
-def get_loss_fn(type_: str) -> LossFn:
-    """Resolve a registered name or an import path `module:function`.
+def register_loss(name: str, console: tuple[str, ...] = ()) -> Callable[[LossFn], LossFn]:
+    """Decorator: make `fn` the loss of `[trainer.loss] type = name` (add its config class to
+    `prime_rl.config.trainer.LossConfig`); `console` = the metrics shown on the console line (stored as
+    `fn.console_metrics`)."""
+
+    def deco(fn: LossFn) -> LossFn:
+        fn.console_metrics = tuple(console)  # type: ignore[attr-defined]
+        return LOSSES.register(name)(fn)
+
+    return deco
+
+
+def get_loss(cfg: Any) -> Loss:
+    """The loss selected by a loss config (`cfg.type`; `custom` imports `cfg.import_path`).
 
     Raises:
-        RegistryError (a ValueError): unknown name or unimportable path (names `trainer.loss.type` and the choices).
+        RegistryError (a ValueError): unknown type, or an import path that does not import (names the field).
     """
-    return LOSSES.get(type_)
+    if isinstance(cfg, CustomLossConfig):
+        fn = LOSSES.get(cfg.import_path, field="trainer.loss.import_path")
+    else:
+        fn = LOSSES.get(cfg.type)
+    return Loss(fn, tuple(getattr(fn, "console_metrics", ())))
 
 
 def _frac(mask: Tensor, over: Tensor) -> tuple[Tensor, Tensor]:
     return (mask & over).sum().float().detach(), over.sum().float().detach()
 
 
-@register_loss("grpo")
-def grpo_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutput:
-    """Token-level policy gradient with importance ratio against the inference logprobs (sum over tokens).
+@register_loss("dppo_kl", console=("mismatch_kl", "masked_frac_pos", "masked_frac_neg"))
+def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
+    """Token-level policy gradient with importance ratio against the inference logprobs, a DPPO-style trust region
+    and a KL term (sum over tokens); `loss.type = "dppo_kl"` (formerly `grpo`).
 
     With l = clamp(logp_trainer - logp_inference, -c, c) (c = `log_ratio_clamp`), r = exp(l),
     dp = exp(logp_trainer) - exp(logp_inference) and advantage A, per loss token:
@@ -106,6 +136,7 @@ def grpo_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutput:
     zero = torch.zeros((), dtype=lp.dtype, device=lp.device)
     pg = torch.where(keep, adv * weight, zero)
     kl = torch.where(mask, log_ratio.square(), zero)
+    pg_term, kl_term = -pg.sum(), cfg.kl_tau * kl.sum()
     loss = (-pg + cfg.kl_tau * kl).sum()
     with torch.no_grad():
         n = mask.sum().float()
@@ -118,11 +149,11 @@ def grpo_loss(inputs: LossInputs, cfg: LossConfig) -> LossOutput:
         }
         if capped is not None:
             metrics["tis_capped_frac"] = _frac(capped, mask)
-    return LossOutput(loss=loss, metrics=metrics)
+    return LossOutput(loss=loss, metrics=metrics, terms={"pg": pg_term, "kl": kl_term})
 
 
 @register_loss("sft")
-def sft_loss(inputs: LossInputs, cfg: LossConfig | None = None) -> LossOutput:
+def sft_loss(inputs: LossInputs, cfg: Any = None) -> LossOutput:
     """Negative log-likelihood of the loss tokens (sum): -sum_t mask_t * logp_trainer_t."""
     lp, mask = inputs.trainer_logprobs, inputs.loss_mask.bool()
     nll = torch.where(mask, -lp, torch.zeros((), dtype=lp.dtype, device=lp.device)).sum()

@@ -14,9 +14,10 @@ import torch
 
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.monitor.logger import setup_logging
+from prime_rl.trainer.diagnostics import build_probe
 from prime_rl.trainer.dist import all_reduce_max, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
-from prime_rl.trainer.loss import get_loss_fn
+from prime_rl.trainer.loss import get_loss
 from prime_rl.trainer.shared_prefix import regroup
 from prime_rl.transport.batch import BatchFormatError, MicroBatch, wait_for_batch
 
@@ -39,8 +40,9 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
         BatchFormatError: a batch file's step, rank or world size does not match this process.
     """
     setup_logging("trainer", cfg.output_dir, cfg.log.level)
-    loss_fn = get_loss_fn(cfg.loss.type)
+    loss = get_loss(cfg.loss)
     engine = Engine(EngineConfig.from_config(cfg), process="trainer")
+    probe = build_probe(cfg, engine.dist.device)
     last: dict[str, float] | None = None
     try:
         engine.maybe_resume()
@@ -66,11 +68,11 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
                 mbs = regroup(mbs, cfg.micro_batch_size)
                 most = int(all_reduce_max(torch.tensor([float(len(mbs)), 1.0], dtype=torch.float64)).max().item())
                 mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
-            m = engine.train_step(mbs, batch.total_loss_tokens, loss_fn, cfg.loss)
+            m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe)
             engine.publish(step)
             engine.maybe_checkpoint(step)
             m["data_wait_s"] = wait_s
-            engine.log_step(step, m)
+            engine.log_step(step, m, console=loss.console)
             last = m
             step += 1
     finally:

@@ -99,7 +99,7 @@ def train(cfg: SFTConfig) -> dict[str, float] | None:
                 if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0):
                     engine.publish(step)
                 engine.maybe_checkpoint(step)
-                engine.log_step(step, m, extra_keys=("epoch",))
+                engine.log_step(step, m, console=("epoch",))
                 bar.advance()
                 last = m
     finally:

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from prime_rl.trainer.forward import ForwardOutput, check_sampling, forward_micro_batch
+from prime_rl.trainer.loss import LossInputs
 from prime_rl.transport.batch import MicroBatch
 
 
@@ -188,3 +190,20 @@ def shared_prefix_logprobs(
         ent = -(logp_all.exp() * logp_all).sum(-1)
     zero = torch.zeros((), dtype=lp.dtype, device=lp.device)
     return torch.where(valid, lp, zero), torch.where(valid, ent, zero)
+
+
+@forward_micro_batch.register
+def _(mb: SharedPrefixMicroBatch, model: nn.Module, *, index: int, seq_len: int, device: torch.device) -> ForwardOutput:
+    """A shared-prefix micro-batch, flattened to [K*S] suffix tokens; its token count counts the prefix once per
+    sample, as packing would."""
+    if mb.sample_len > seq_len:
+        raise ValueError(f"micro-batch {index} has a {mb.sample_len}-token sample > seq_len = {seq_len}")
+    mask = torch.from_numpy(mb.loss_mask).to(device).reshape(-1)
+    temp = torch.from_numpy(mb.temperature).float().to(device).reshape(-1)
+    inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(device).reshape(-1)
+    check_sampling(index, mask, temp, inf_lp)
+    lp, ent = shared_prefix_logprobs(model, mb, device)
+    adv = torch.from_numpy(mb.advantages).float().to(device).reshape(-1)
+    ids = torch.from_numpy(mb.suffix_ids).long().to(device).reshape(-1)
+    n = mb.num_samples * len(mb.prefix_ids) + int(mb.valid.sum())
+    return ForwardOutput(LossInputs(lp.reshape(-1), inf_lp, adv, mask), ent.reshape(-1), ids, n)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from prime_rl.config.orchestrator import AdvantageConfig
+from prime_rl.config.orchestrator import GRPOAdvantageConfig
 
 EPS = 1e-6
 
 
-def grpo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: AdvantageConfig) -> list[float]:
+def grpo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: GRPOAdvantageConfig) -> list[float]:
     """Shape [G] -> [G]; 0.0 for masked members."""
     vals = [float(r) for r, m in zip(rewards, mask, strict=True) if m]
     if len(vals) < 2:

@@ -2,17 +2,17 @@
 
     A_i = r_i - (1 / (k - 1)) * sum_{j != i, j trainable} r_j   over the k trainable members (k >= 2)
 
-equivalently k / (k - 1) * (r_i - mean). Fewer than two trainable members: all zeros. `std_normalize` is ignored.
+equivalently k / (k - 1) * (r_i - mean). Fewer than two trainable members: all zeros.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prime_rl.config.orchestrator import AdvantageConfig
+from prime_rl.config.orchestrator import RLOOAdvantageConfig
 
 
-def rloo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: AdvantageConfig) -> list[float]:
+def rloo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: RLOOAdvantageConfig) -> list[float]:
     """Shape [G] -> [G]; 0.0 for masked members."""
     vals = [float(r) for r, m in zip(rewards, mask, strict=True) if m]
     k = len(vals)

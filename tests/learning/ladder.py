@@ -1,0 +1,142 @@
+"""The learning ladder (docs/learning.md): end-to-end `rl` runs on CPU whose target is known, so a failure is the
+RL machinery's, not the model's.
+
+Rungs (configs in examples/ladder/):
+- `digit`: the one-turn digit bandit from the random tiny model (64x2, seed 0); target: final eval >= 0.9.
+- `tool`: the two-turn tool bandit through the NeMo Gym resources server `rl` starts, from the tiny model
+  warm-started on random-code demonstrations (tool_sft.toml; opens the safe ~1 time in 10); target: eval >= 0.9.
+
+One run per RL seed (trainer, orchestrator and sampling seeds); the tiny model and the warm start are the same for
+every seed. Used by tests/learning/test_ladder.py (seed 0, in `make test`) and, for the three recorded seeds,
+
+    python -m tests.learning.ladder --rung digit --seeds 0 1 2 --out outputs/ladder
+
+which prints one line per run and writes `ladder_<rung>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+LADDER = REPO / "examples" / "ladder"
+TARGET = {"digit": 0.9, "tool": 0.9}
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _run(argv: list[str], log: Path, timeout_s: float) -> None:
+    """Run a console command (from the venv beside this Python) with output to `log`; raise on failure."""
+    exe = Path(sys.executable).with_name(argv[0])
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as f:
+        r = subprocess.run([str(exe), *argv[1:]], stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=_env(),
+                           timeout=timeout_s)  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])} ... exited {r.returncode}; see {log}:\n{log.read_text()[-3000:]}")
+
+
+def seed_args(seed: int) -> list[str]:
+    """The RL seed: trainer, orchestrator (task order) and per-request sampling seeds."""
+    return ["--trainer.seed", str(seed), "--orchestrator.seed", str(seed),
+            "--orchestrator.train.sampling.seed", str(seed)]  # fmt: skip
+
+
+def eval_means(run: Path) -> dict[int, float]:
+    """Policy version -> mean reward over every eval rollout (all sources) of `run/eval/step_N.jsonl`."""
+    out = {}
+    for p in sorted((run / "eval").glob("step_*.jsonl")):
+        rewards = [r for line in p.read_text().splitlines() for r in json.loads(line)["rewards"]]
+        out[int(p.stem.split("_")[1])] = sum(rewards) / len(rewards)
+    return out
+
+
+def rl_run(config: Path, model: Path, run: Path, seed: int, extra: list[str] = (), timeout_s: float = 1200) -> dict:
+    """One `rl` run on free ports; returns its eval means before/after, train rewards and wall time."""
+    from prime_rl.monitor.metrics import read_metrics
+    from prime_rl.ports import free_port
+
+    port = free_port()
+    argv = ["rl", "@", str(config), "--model.name", str(model), "--output-dir", str(run), "--clean",
+            "--inference.server.port", str(port), "--orchestrator.client.base-url", f'["http://127.0.0.1:{port}"]',
+            *seed_args(seed), *extra]  # fmt: skip
+    t0 = time.monotonic()
+    _run(argv, run.parent / f"{run.name}.log", timeout_s)
+    evals = eval_means(run)
+    rows = read_metrics(run, "orchestrator")
+    return {"seed": seed, "eval": evals, "first": evals[min(evals)], "last": evals[max(evals)],
+            "train_reward": [r["reward"] for r in rows], "wall_s": time.monotonic() - t0}  # fmt: skip
+
+
+def digit(out: Path, seed: int) -> dict:
+    """Rung 1: the digit bandit from the random 64x2 tiny model."""
+    from prime_rl.models.tiny import cached_tiny_model
+
+    return rl_run(LADDER / "digit.toml", cached_tiny_model(hidden=64, layers=2, seed=0), out / f"digit-s{seed}", seed)
+
+
+def tool_warm_start(out: Path) -> Path:
+    """The tool bandit's warm start (once per `out`): random-code demonstrations, `sft @ tool_sft.toml`."""
+    from prime_rl.envs.base import load_env
+    from prime_rl.models.tiny import cached_tiny_model
+
+    weights = out / "tool-sft" / "weights"
+    done = sorted(weights.glob("step_*/STABLE")) if weights.is_dir() else []
+    if done:
+        return done[-1].parent
+    data = out / "tool_sft.jsonl"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text("".join(json.dumps(e) + "\n" for e in load_env("tool-bandit").sft_examples("train")))
+    model = cached_tiny_model(hidden=64, layers=2, seed=0)
+    _run(["sft", "@", str(LADDER / "tool_sft.toml"), "--model.name", str(model), "--data.path", str(data),
+          "--output-dir", str(out / "tool-sft")], out / "tool-sft.log", 900)  # fmt: skip
+    return sorted(weights.glob("step_*/STABLE"))[-1].parent
+
+
+def tool(out: Path, seed: int) -> dict:
+    """Rung 2: the tool bandit through the NeMo Gym server, from the warm start."""
+    model = tool_warm_start(out)
+    dataset = out / "gym-root" / "resources_servers" / "tool_bandit_v1" / "data" / "train.jsonl"
+    from prime_rl.ports import free_port
+
+    extra = ["--orchestrator.train.source", json.dumps([{
+        "name": "safe", "env": {"agent": {"max_turns": 2}, "taskset": {
+            "id": "nemo-gym", "dataset": str(dataset),
+            "task": {"resources_url": f"http://127.0.0.1:{free_port()}"}}}}])]  # fmt: skip
+    return rl_run(LADDER / "tool.toml", model, out / f"tool-s{seed}", seed, extra)
+
+
+RUNGS = {"digit": digit, "tool": tool}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Run rungs of the learning ladder for several RL seeds.")
+    p.add_argument("--rung", choices=sorted(RUNGS), required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--out", type=Path, default=REPO / "outputs" / "ladder")
+    a = p.parse_args(argv)
+    results: list[dict[str, Any]] = []
+    for s in a.seeds:
+        r = RUNGS[a.rung](a.out, s)
+        results.append(r)
+        ok = "held" if r["last"] >= TARGET[a.rung] else "MISSED"
+        print(f"{a.rung} seed {s}: eval {r['first']:.3f} -> {r['last']:.3f} (target {TARGET[a.rung]}: {ok}), "
+              f"{r['wall_s']:.0f} s", flush=True)  # fmt: skip
+    (a.out / f"ladder_{a.rung}.json").write_text(json.dumps(results, indent=1, default=str))
+    return 0 if all(r["last"] >= TARGET[a.rung] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
