@@ -35,8 +35,8 @@ from prime_rl.config.loader import write_config
 from prime_rl.config.orchestrator import GRPOAdvantageConfig
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.orchestrator.advantages import compute_advantages
-from prime_rl.orchestrator.main import pack_items
-from prime_rl.orchestrator.packing import pack_step, write_step
+from prime_rl.orchestrator.outputs import write_step
+from prime_rl.orchestrator.packing import pack_items, pack_step
 from prime_rl.trainer import rl
 
 GROUPS = [
