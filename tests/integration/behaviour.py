@@ -2,16 +2,17 @@
 of its `metrics.jsonl` that a refactor must leave exactly as they were.
 
 The run: a tiny Qwen3-format model (hidden 64, 2 layers, seed 0) on two sources, reverse-text in-process and
-GridSim (synthetic days) over the NeMo Gym protocol from the env server `rl` starts, 3 steps of 4 groups x 4 rollouts with `max_async_level = 0` and `max_inflight = batch_size` (every step
-samples exactly its own groups with policy version N - 1, so nothing depends on timing), seeded sampling (one
+GridSim (synthetic days) over the NeMo Gym protocol from the env server `rl` starts, 3 steps of 4 groups x 4
+rollouts with `max_async_level = 0` and `max_inflight = batch_size` (every step samples exactly its own groups with policy version N - 1, so nothing depends on timing), seeded sampling (one
 seed per rollout and turn), a seeded trainer, and an eval of 4 tasks per source on the base policy and after step 3.
 
 Kept: every value of the orchestrator, trainer and eval rows except wall-clock and memory ones (`time`, `*_s`,
 `*time*`, `*mem*`). Integers, booleans and strings must be equal; floats must agree to rtol 1e-9 (atol 1e-12).
-Measured on the pre-refactor code (commit 61f04c4, four runs on 2 shared cores): every float agreed bit for bit
-except means over the step's rollouts (`reward`, `reward/<source>`, `reward_std`), which differed in the last digit
-(~1e-17) in some runs: the batch lists groups in the order they finish, and the sums run in that order. The trainer's
-numbers (loss, grad_norm, entropy, mismatch_kl ...) were bitwise equal in all runs. `--write` runs twice and refuses
+Measured (three runs of the pre-refactor code, commit 61f04c4, and one of the refactored code, on 2 shared cores):
+every float agreed bit for bit except statistics over a step's rollouts (`reward_std` between pre-refactor runs;
+`reward`, `reward/reverse` in the refactored run), which differed in the last digit (~1e-17): the batch lists
+groups in the order they finish, and the sums run in that order. The trainer's numbers (loss, grad_norm, entropy,
+mismatch_kl ...) and every integer were equal in all four runs. `--write` runs twice and refuses
 to record when the two runs differ beyond the tolerance.
 
     python -m tests.integration.behaviour --write tests/integration/rl_baseline.json   # record (pre-refactor code)
