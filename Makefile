@@ -3,6 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DATA_DIR ?=
+SYNTHETIC ?=
 
 .PHONY: install demo test test-fast lint clean
 
@@ -13,7 +14,7 @@ $(BIN)/.installed: pyproject.toml scripts/install.sh
 install: $(BIN)/.installed
 
 demo: install
-	DATA_DIR=$(DATA_DIR) PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
+	DATA_DIR=$(DATA_DIR) SYNTHETIC=$(SYNTHETIC) PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
 
 test: install lint
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest tests

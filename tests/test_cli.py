@@ -98,8 +98,8 @@ def test_group_dispatches_lists_and_refuses(capsys):
 def test_every_utility_is_a_prime_rl_command():
     from prime_rl.cli.prime_rl import main
 
-    assert set(main.commands.names()) >= {"eval", "tiny-model", "smollm", "summary", "gridsim"}
-    assert set(main.commands.get("gridsim").commands.names()) == {"baseline", "sft-data", "show"}
+    assert set(main.commands.names()) >= {"eval", "tiny-model", "smollm", "summary", "gridsim", "plot", "dashboard"}
+    assert set(main.commands.get("gridsim").commands.names()) == {"baseline", "sft-data", "show", "pack-ercot"}
 
 
 def test_older_summary_spelling_still_runs(tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -136,15 +135,25 @@ CMDS = {"rl": "rl", "sft": "sft", "trainer": "trainer", "orchestrator": "orchest
         "eval": "eval", "env-server": "env_server", "gridsim": "gridsim", "prime-rl": "prime_rl"}
 
 
+def test_help_is_fast_as_a_ratio_to_a_bare_python_start():
+    """benchmarks/cli_help.py, 3 interleaved runs: every `--help` under 40 bare `python -c pass` starts (measured
+    7-20x on 2 loaded cores; 100-170x for `rl` before config.fast_help, which this guard would catch)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_help", REPO / "benchmarks" / "cli_help.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = bench.measure(tuple(sorted(CMDS)), runs=3)
+    slow = {c: round(r["ratio"], 1) for c, r in res.items() if r["ratio"] > 40}
+    assert not slow, (slow, res["python -c pass"])
+
+
 @pytest.mark.parametrize("cmd", sorted(CMDS))
-def test_entry_points_answer_help_fast_without_heavy_imports(cmd):
+def test_entry_points_answer_help_without_heavy_imports(cmd):
     exe = Path(sys.executable).parent / cmd
-    t0 = time.monotonic()
     r = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
-    elapsed = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
-    assert elapsed < 5.0  # target 2 s; slack for a loaded shared machine
     probe = (
         "import sys\n"
         f"from prime_rl.cli.{CMDS[cmd]} import main\n"
@@ -183,3 +192,40 @@ def test_eval_may_decode_greedily_but_training_must_sample():
 def test_config_file_without_at_gets_a_hint():
     with pytest.raises(ConfigError, match=r"passed after `@`: `rl @ examples/gridsim/rl.toml"):
         parse_config(RLConfig, ["examples/gridsim/rl.toml"], prog="rl")
+
+
+def test_errors_name_the_file_or_flag_and_both_spellings(tmp_path):
+    """With several `@` files, a bad key names the file that set it; a flag names the flag; a hint gives both the
+    TOML key and the command-line flag."""
+    good = _write(tmp_path, "good.toml", "[orchestrator]\nbatch_size = 8\n")
+    bad = _write(tmp_path, "bad.toml", "[orchestrator]\nbatch_sise = 3\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", good, "@", bad])
+    assert f"(in {bad})" in str(e.value) and str(good) not in str(e.value)
+    assert "did you mean `orchestrator.batch_size` (flag `--orchestrator.batch-size`)" in str(e.value)
+    wrong = _write(tmp_path, "wrong.toml", "[orchestrator]\nbatch_size = 'x'\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", wrong, "@", good, "@", wrong])  # the last file that sets it is the culprit
+    assert str(e.value).count(f"(in {wrong})") == 1
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", good, "--orchestrator.batch-size", "many"])
+    assert "(from --orchestrator.batch-size)" in str(e.value)
+
+
+def test_missing_config_file_names_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", "nothere.toml"])
+    assert "'nothere.toml' not found" in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_rl_wandb_goes_to_the_launcher_not_the_children(tmp_path):
+    """`rl` forwards every process's rows to one W&B run itself: the resolved child configs carry no [wandb]
+    (else trainer and orchestrator would open runs of their own), rl.toml keeps it."""
+    r = _run(["@", str(SEED), "--output-dir", str(tmp_path / "run"), "--wandb.project", "p", "--wandb.offline", "true",
+              "--dry-run"], tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    configs = tmp_path / "run" / "configs"
+    assert tomllib.loads((configs / "rl.toml").read_text())["wandb"] == {"project": "p", "offline": True}
+    for child in ("trainer", "orchestrator"):
+        assert "wandb" not in tomllib.loads((configs / f"{child}.toml").read_text())

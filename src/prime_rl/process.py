@@ -22,6 +22,7 @@ import signal
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,8 +249,10 @@ class ChildExited(RuntimeError):
         self.code, self.url = code, url
 
 
-def wait_for_http(url: str, child: Child | subprocess.Popen | None, timeout_s: float, interval_s: float = 0.5) -> float:
-    """Poll `GET url` every `interval_s` until it answers 200; return the seconds waited.
+def wait_for_http(url: str, child: Child | subprocess.Popen | None, timeout_s: float, interval_s: float = 0.5,
+                  on_tick: Callable[[float], None] | None = None) -> float:  # fmt: skip
+    """Poll `GET url` every `interval_s` until it answers 200; return the seconds waited. `on_tick(elapsed_s)` is
+    called after each poll (a progress display).
 
     Raises:
         ChildExited: `child` (a `Child` or a `Popen`; None: no process to watch) exited first.
@@ -262,6 +265,8 @@ def wait_for_http(url: str, child: Child | subprocess.Popen | None, timeout_s: f
         code = child.poll() if child is not None else None
         if code is not None:
             raise ChildExited(code, url)
+        if on_tick is not None:
+            on_tick(time.monotonic() - t0)
         if time.monotonic() - t0 > timeout_s:
             raise TimeoutError(f"no 200 from {url} within {timeout_s:.0f} s")
         time.sleep(interval_s)

@@ -250,6 +250,21 @@ def test_cli_write_and_help(tmp_path):
     assert out.returncode == 0 and "--masked-as-error" in out.stdout, out.stderr
 
 
+def test_cli_write_synthetic_gridsim(tmp_path):
+    """`--synthetic` writes synthetic days and records it for the server; the default is the packaged real days."""
+    out = subprocess.run([sys.executable, "-m", "prime_rl.cli.env_server", "write", "gridsim", str(tmp_path),
+                          "--synthetic"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    root = tmp_path / "resources_servers" / "gridsim_v1"
+    assert json.loads((root / "server.json").read_text())["env_args"] == {"synthetic": True}
+    first = row_to_task(read_rows(root / "data" / "eval.jsonl")[0])
+    assert first.info["prices"] == GridSimEnv(synthetic=True).tasks("eval")[0].info["prices"]
+    assert first.info["prices"] != GridSimEnv().tasks("eval")[0].info["prices"]
+    bad = subprocess.run([sys.executable, "-m", "prime_rl.cli.env_server", "write", "reverse-text", str(tmp_path),
+                          "--synthetic"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "gridsim only" in bad.stderr
+
+
 def test_cli_serve_taken_port_fails_fast_naming_it(tmp_path):
     import socket
     import time

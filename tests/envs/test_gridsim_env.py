@@ -1,4 +1,5 @@
-"""GridSim environment on synthetic days: splits, prompts, episodes, demonstrations, CLI."""
+"""GridSim environment on its default data (the packaged ERCOT 2021-2024 days): splits, prompts, episodes,
+demonstrations, the packaged file, synthetic days, CLI."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from prime_rl.envs import Task, load_env
 from prime_rl.envs.gridsim import prompts
 from prime_rl.envs.gridsim.battery import optimal_schedule
+from prime_rl.envs.gridsim.data import PACKAGED, PriceTable, load_compact, load_packaged, save_compact
 from prime_rl.envs.gridsim.env import GridSimEnv
 from prime_rl.envs.gridsim.synthetic import synthetic_days
 
@@ -162,7 +165,70 @@ def test_cli_baseline_default_output_names_the_data(tmp_path, monkeypatch, capsy
     from prime_rl.cli.gridsim import main
 
     monkeypatch.chdir(tmp_path)
-    main(["baseline", "--policy", "idle"])
-    out = tmp_path / "outputs/gridsim/baseline-idle-eval-synthetic.jsonl"
-    assert f"per-task scores: {out.relative_to(tmp_path)}" in capsys.readouterr().out
-    assert len(out.read_text().splitlines()) == 200 and not list(out.parent.glob("*.tmp*"))
+    for flags, kind in (([], "ercot"), (["--synthetic"], "synthetic")):
+        main(["baseline", "--policy", "idle", *flags])
+        out = tmp_path / f"outputs/gridsim/baseline-idle-eval-{kind}.jsonl"
+        assert f"per-task scores: {out.relative_to(tmp_path)}" in capsys.readouterr().out
+        assert len(out.read_text().splitlines()) == 200 and not list(out.parent.glob("*.tmp*"))
+
+
+def test_packaged_ercot_file_is_small_documented_and_real():
+    """The shipped prices: under 1 MB, README with source report, years and attribution, and facts checked by
+    hand against ERCOT's files (7,305 (date, hub) days of 2021-2024 less 8 clock-change dates x 5 hubs)."""
+    assert PACKAGED.stat().st_size < 1_000_000
+    readme = (PACKAGED.parent / "README.md").read_text()
+    for word in ("NP4-180-ER", "2021", "2024", "ERCOT", "Electric Reliability Council of Texas", "DAMLZHBSPP_2024"):
+        assert word in readme
+    t = load_packaged()
+    assert len(t) == 1461 * 5 - 40 and len(t.dropped) == 40
+    assert {d.split()[0] for d in t.dropped} == {"2021-03-14", "2021-11-07", "2022-03-13", "2022-11-06",
+                                                  "2023-03-12", "2023-11-05", "2024-03-10", "2024-11-03"}  # fmt: skip
+    assert (t.dates[0], t.dates[-1]) == ("2021-01-01", "2024-12-31") and (t.dates[:-1] <= t.dates[1:]).all()
+    i = int(np.nonzero((t.dates == "2021-01-01") & (t.points == "HB_BUSAVG"))[0][0])
+    assert t.prices[i, 0] == 18.24  # HE01 as ERCOT published it
+    assert t.prices.max() == 9000.01  # February 2021: the offer cap plus a cent
+    west = load_packaged(("HB_WEST",))
+    assert len(west) == 1461 - 8 and set(west.points.tolist()) == {"HB_WEST"}
+    assert (west.prices == t.prices[t.points == "HB_WEST"]).all()
+    with pytest.raises(ValueError, match="data_dir"):
+        load_packaged(("LZ_WEST",))
+
+
+def test_default_data_gives_the_recorded_eval_numbers(env):
+    """Numbers recorded in docs/envs.md on the 200 eval days (first measured on ERCOT's xlsx files)."""
+    from prime_rl.envs.gridsim.baselines import run_baseline
+
+    assert env.synthetic is False and env.data_dir is None
+    greedy = np.array([r["score"] for r in run_baseline(env, "greedy", "eval")])
+    assert round(float(greedy.mean()), 4) == 0.7974 and round(float(greedy.std(ddof=1) / np.sqrt(200)), 4) == 0.0236
+    assert len(GridSimEnv(num_train=None).tasks("train")) == 6171
+
+
+def test_compact_file_roundtrip_and_refusals(tmp_path):
+    table = PriceTable(
+        dates=np.array(["2020-02-29", "2020-02-29", "2020-03-01"], dtype="U10"),
+        points=np.array(["HB_NORTH", "HB_WEST", "HB_NORTH"], dtype="U16"),
+        prices=np.array([np.arange(24) * 1.25 - 3.5, np.full(24, 9000.01), np.full(24, -0.07)]),
+        dropped=np.array(["2020-03-08 HB_NORTH 23"], dtype="U40"),
+    )
+    back = load_compact(save_compact(table, tmp_path / "p.npz"), ("HB_NORTH", "HB_WEST"))
+    for k in ("dates", "points", "prices", "dropped"):
+        assert np.array_equal(getattr(back, k), getattr(table, k)), k
+    north = load_compact(tmp_path / "p.npz", ("HB_NORTH",))
+    assert north.dates.tolist() == ["2020-02-29", "2020-03-01"] and len(north.dropped) == 1
+    assert len(load_compact(tmp_path / "p.npz", ("HB_WEST",)).dropped) == 0
+    table.prices[0, 0] = 1.001  # not a whole cent: would not read back equal
+    with pytest.raises(ValueError, match="cents"):
+        save_compact(table, tmp_path / "q.npz")
+
+
+def test_synthetic_and_data_dir_are_exclusive_and_data_seed_needs_synthetic(tmp_path):
+    syn = GridSimEnv(synthetic=True, num_train=5, num_eval=5)
+    assert syn.table.dropped.size == 0 and syn.tasks("eval")[0].info["date"] >= "2021-01-01"
+    assert not np.array_equal(syn.table.prices[:10], load_packaged().prices[:10])
+    with pytest.raises(ValueError, match="not both"):
+        GridSimEnv(synthetic=True, data_dir=tmp_path)
+    with pytest.raises(ValueError, match="synthetic=True"):
+        GridSimEnv(data_seed=3)
+    with pytest.raises(FileNotFoundError, match="--data-dir"):
+        _ = GridSimEnv(data_dir=tmp_path / "nope").table

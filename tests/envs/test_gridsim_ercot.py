@@ -9,7 +9,7 @@ import pytest
 
 from prime_rl.envs.gridsim.baselines import run_baseline
 from prime_rl.envs.gridsim.battery import optimal_schedule
-from prime_rl.envs.gridsim.data import load_ercot
+from prime_rl.envs.gridsim.data import PACKAGED, load_compact, load_ercot, load_packaged
 from prime_rl.envs.gridsim.env import GridSimEnv
 
 pytestmark = pytest.mark.ercot
@@ -85,3 +85,34 @@ def test_cli_baseline_on_real_files(ercot_data_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     mean = float(out.split(" mean ")[1].split()[0])
     assert 0.72 <= mean <= 0.86
+
+
+def test_packaged_file_equals_the_xlsx_files(ercot_data_dir, cache_dir, tmp_path, capsys):
+    """The shipped compact file holds exactly what the four workbooks give (days, order, prices to the cent,
+    dropped days), and `gridsim pack-ercot` rebuilds it from them."""
+    from prime_rl.cli.gridsim import main
+
+    xlsx = load_ercot(ercot_data_dir, cache_dir=cache_dir)
+    if sorted(p.name for p in ercot_data_dir.glob("DAMLZHBSPP_*.xlsx")) != [f"DAMLZHBSPP_{y}.xlsx" for y in range(2021, 2025)]:
+        pytest.skip("the comparison needs exactly the 2021-2024 files")
+    packed = load_packaged()
+    for k in ("dates", "points", "prices", "dropped"):
+        assert np.array_equal(getattr(packed, k), getattr(xlsx, k)), k
+    main(["pack-ercot", "--data-dir", str(ercot_data_dir), str(tmp_path / "again.npz")])
+    assert "7265 (date, hub) days (40 dropped)" in capsys.readouterr().out
+    again = load_compact(tmp_path / "again.npz")
+    for k in ("dates", "points", "prices", "dropped"):
+        assert np.array_equal(getattr(again, k), getattr(packed, k)), k
+    assert PACKAGED.stat().st_size < 1_000_000
+
+
+def test_default_env_matches_the_xlsx_env(real_env):
+    """Same 200 eval days, same train draw and same baseline scores from the packaged file as from the xlsx."""
+    default = GridSimEnv()
+    for split in ("eval", "train"):
+        a, b = default.tasks(split), real_env.tasks(split)
+        assert [t.task_id for t in a] == [t.task_id for t in b]
+        assert [t.info["prices"] for t in a] == [t.info["prices"] for t in b]
+        assert [t.messages for t in a[:50]] == [t.messages for t in b[:50]]
+    for policy in ("greedy", "random"):
+        assert run_baseline(default, policy, "eval") == run_baseline(real_env, policy, "eval")

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
-from prime_rl.inference.client import InferenceClient, InferenceError
+from prime_rl.inference.client import InferenceClient, InferenceError, NoReplicaLeft
 
 
 def _gen_response(ids, logprobs, version="default", finish="length"):
@@ -117,7 +117,8 @@ async def test_retries_are_bounded_and_4xx_is_not_retried(monkeypatch):
     c = make(fake, urls=("http://a:1",), retries=2)
     with pytest.raises(InferenceError, match="after 3 attempts"):
         await c.generate([1], SamplingConfig(max_completion_tokens=1))
-    assert len(fake.calls) == 3
+    assert [p for _, p, _ in fake.calls] == ["/inference/v1/generate"] * 3 + ["/health"]  # alive: not marked down
+    assert c.pool.up() == ["http://a:1"]
     fake = Fake([httpx.Response(400, text="bad prompt")])
     c = make(fake, urls=("http://a:1",), retries=5)
     with pytest.raises(InferenceError, match="400: bad prompt"):
@@ -140,7 +141,8 @@ async def test_retry_waits_double_from_half_a_second_up_to_8(monkeypatch):
     c = make(fake, urls=("http://a:1",), retries=6)
     with pytest.raises(InferenceError, match=r"after 7 attempts \(client.max_retries\): ConnectError: refused"):
         await c.generate([1], SamplingConfig(max_completion_tokens=1))
-    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0] and len(fake.calls) == 7
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert [p for _, p, _ in fake.calls] == ["/inference/v1/generate"] * 7 + ["/health"]  # alive: not marked down
     await c.aclose()
 
 
@@ -180,4 +182,58 @@ async def test_wait_healthy_times_out_naming_server():
     c = make(fake, urls=("http://a:1",))
     with pytest.raises(TimeoutError, match="http://a:1"):
         await c.wait_healthy(0.2)
+    await c.aclose()
+
+
+class DeadHost(Fake):
+    """`Fake`, except that every request to `dead` hosts (health included) is refused."""
+
+    def __init__(self, dead: set[str]):
+        super().__init__()
+        self.dead = dead
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host + ":" + str(request.url.port)
+        if host in self.dead:
+            self.calls.append((host, request.url.path, None))
+            raise httpx.ConnectError("connection refused")
+        return super().__call__(request)
+
+
+async def test_a_dead_replica_is_marked_down_and_its_requests_go_elsewhere(monkeypatch):
+    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
+    fake = DeadHost({"a:1"})
+    c = make(fake, retries=1)
+    s = SamplingConfig(max_completion_tokens=1)
+    r = await c.generate([1], s, rollout_id="r1")  # picked a:1 first (idle pool), retried on b:2
+    assert r.completion_ids == [65] and c.pool.up() == ["http://b:2"]
+    assert [(h, p) for h, p, _ in fake.calls] == [("a:1", "/inference/v1/generate")] * 2 + [
+        ("a:1", "/health"), ("b:2", "/inference/v1/generate")]
+    fake.calls.clear()
+    for rid in ("r1", "r2", None):
+        await c.generate([1], s, rollout_id=rid)
+    assert {h for h, _, _ in fake.calls} == {"b:2"}
+    # weight updates: only the replicas that are up, and the version is recorded once they all have it
+    fake.calls.clear()
+    await c.update_weights("/w/step_1", 1)
+    assert [(h, p) for h, p, _ in fake.calls] == [("b:2", "/update_weights")]
+    assert c._known_version == {"http://a:1": 0, "http://b:2": 1}
+    fake.dead.add("b:2")
+    with pytest.raises(NoReplicaLeft, match="every inference replica is down"):
+        await c.generate([1], s)
+    with pytest.raises(NoReplicaLeft):
+        c.check_alive()
+    await c.aclose()
+
+
+async def test_update_weights_marks_a_dead_replica_down_but_fails_on_a_live_one(monkeypatch):
+    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
+    fake = DeadHost({"b:2"})
+    c = make(fake, retries=1)
+    await c.update_weights("/w/step_2", 2)  # b:2 unreachable and not healthy: marked down, a:1 has version 2
+    assert c.pool.up() == ["http://a:1"] and c._known_version["http://a:1"] == 2
+    fake.script = [httpx.Response(500, text="load failed")] * 2  # a:1 fails the load but is alive: an error
+    with pytest.raises(InferenceError, match="update_weights\\(/w/step_3, version=3\\) failed on: http://a:1"):
+        await c.update_weights("/w/step_3", 3)
+    assert c._known_version["http://a:1"] == 2
     await c.aclose()

@@ -2,8 +2,9 @@
 of its `metrics.jsonl` that a refactor must leave exactly as they were.
 
 The run: a tiny Qwen3-format model (hidden 64, 2 layers, seed 0) on two sources, reverse-text in-process and
-GridSim (synthetic days) over the NeMo Gym protocol from the env server `rl` starts, 3 steps of 4 groups x 4
-rollouts with `max_async_level = 0` and `max_inflight = batch_size` (every step samples exactly its own groups with policy version N - 1, so nothing depends on timing), seeded sampling (one
+GridSim (synthetic days, `env_server.synthetic`) over the NeMo Gym protocol from the env server `rl` starts, 3 steps
+of 4 groups x 4 rollouts with `max_async_level = 0` and `max_inflight = batch_size` (every step samples exactly its
+own groups with policy version N - 1, so nothing depends on timing), seeded sampling (one
 seed per rollout and turn), a seeded trainer, and an eval of 4 tasks per source on the base policy and after step 3.
 
 Kept: every value of the orchestrator, trainer and eval rows except wall-clock and memory ones (`time`, `*_s`,
@@ -85,6 +86,8 @@ max_completion_tokens = 40
 seed = 1
 [inference.server]
 port = {free_port()}
+[env_server]
+synthetic = true  # the days the baseline was recorded on (GridSim's default became the packaged ERCOT days)
 """
 
 

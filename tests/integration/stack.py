@@ -109,7 +109,7 @@ def wait_health(url: str, timeout_s: float, what: str) -> dict:
 
 
 def write_gridsim_rows(out: Path) -> Path:
-    """`env-server write gridsim out` (synthetic days); returns the server directory."""
+    """`env-server write gridsim out` (the packaged ERCOT days); returns the server directory."""
     subprocess.run([PY, "-m", "prime_rl.cli.env_server", "write", "gridsim", str(out)], check=True, cwd=REPO,
                    env=child_env(), capture_output=True, timeout=300)  # fmt: skip
     return out / "resources_servers" / "gridsim_v1"

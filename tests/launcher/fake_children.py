@@ -2,11 +2,13 @@
 
     python fake_children.py server PORT [--grandchild PIDFILE] [--ignore-term] [--die-after S]
     python fake_children.py worker NAME STEPS [--step-s S] [--exit CODE] [--die-at STEP] [--grandchild PIDFILE]
+                                              [--metrics RUN_DIR]
 
 `server` answers GET /health with 200 on 127.0.0.1:PORT. `worker` prints `Step i | Reward ...` lines (the
 orchestrator's format) and exits with CODE after STEPS steps, or SIGKILLs itself at step `--die-at`.
 `--grandchild PIDFILE` forks a `sleep` grandchild that ignores SIGTERM and writes its pid to PIDFILE, so tests
-can check the launcher also kills what its children started.
+can check the launcher also kills what its children started. `--metrics RUN_DIR` also appends a metrics.jsonl row
+per step (trainer: loss 1/step; orchestrator: reward step/10, with a traces.jsonl of one rollout) as the real ones do.
 """
 
 from __future__ import annotations
@@ -38,6 +40,22 @@ class Health(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *a):
         pass
+
+
+def write_step_metrics(run_dir: str, name: str, step: int) -> None:
+    import json
+    from pathlib import Path
+
+    from prime_rl.monitor.metrics import MetricsWriter
+
+    if name == "orchestrator":
+        traces = Path(run_dir) / "rollouts" / f"step_{step}" / "traces.jsonl"
+        traces.parent.mkdir(parents=True, exist_ok=True)
+        msgs = [{"role": "user", "content": f"task {step}"}, {"role": "assistant", "content": "answer"}]
+        traces.write_text(json.dumps({"step": step, "task_id": f"t{step}", "reward": step / 10, "messages": msgs}) + "\n")
+        MetricsWriter(Path(run_dir), name).log(step, {"reward": step / 10})
+    else:
+        MetricsWriter(Path(run_dir), name).log(step, {"loss": 1 / step})
 
 
 def fake_launch(run_dir: str, port: int, trainer: list[str], orchestrator: list[str], server: list[str] | None = None,
@@ -97,6 +115,7 @@ def main() -> None:
     w.add_argument("--exit", type=int, default=0)
     w.add_argument("--die-at", type=int)
     w.add_argument("--grandchild")
+    w.add_argument("--metrics")
     a = ap.parse_args()
     if getattr(a, "grandchild", None):
         spawn_grandchild(a.grandchild)
@@ -117,6 +136,8 @@ def main() -> None:
         if a.die_at == i:
             print(f"{a.name} about to be killed at step {i}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+        if a.metrics:
+            write_step_metrics(a.metrics, a.name, i)
         if a.name == "orchestrator":
             # like the real one: the step line on stdout and through the logger on stderr
             print(f"Step {i} | 0m 1s | Reward 0.{i}000 | Error 0.0%", flush=True)

@@ -1,8 +1,8 @@
-"""`rl` end to end on the real ERCOT files with the tiny model: env server (started by rl, rows written by rl),
+"""`rl` end to end on the real ERCOT days (the packaged 2021-2024 file, GridSim's default) with the tiny model: env server (started by rl, rows written by rl),
 vLLM inference, torchrun trainer and orchestrator, for a few short steps. Then the trainer is killed mid-run: rl
 must exit non-zero naming it, leave nothing running, and `--resume` must finish the run.
 
-Slow (each rl run is about 1.5-2 minutes on 2 cores, most of it vLLM start-up); needs ../shared/data/ercot.
+Slow (each rl run is about 1.5-2 minutes on 2 cores, most of it vLLM start-up).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.ports import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.ercot]
+pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 
@@ -34,7 +34,7 @@ def tiny_model(tmp_path_factory) -> Path:
     return out
 
 
-def write_config(tmp: Path, model: Path, ercot: Path, max_steps: int) -> Path:
+def write_config(tmp: Path, model: Path, max_steps: int) -> Path:
     cfg = tmp / "rl.toml"
     cfg.write_text(f"""
 max_steps = {max_steps}
@@ -67,8 +67,6 @@ num_examples = 4
 max_completion_tokens = 48
 [inference.server]
 port = {free_port()}
-[env_server]
-data_dir = "{ercot}"
 """)
     return cfg
 
@@ -90,11 +88,11 @@ def rl(cfg: Path, *extra: str, timeout: float = 480) -> subprocess.CompletedProc
 
 
 def steps_printed(text: str) -> list[int]:
-    return sorted({int(m) for m in re.findall(r"^Step (\d+) \|", text, flags=re.M)})
+    return sorted({int(m) for m in re.findall(r"^Step (\d+)/\d+ \|", text, flags=re.M)})
 
 
-def test_rl_end_to_end_on_ercot(tmp_path, tiny_model, ercot_data_dir):
-    cfg = write_config(tmp_path, tiny_model, ercot_data_dir, max_steps=3)
+def test_rl_end_to_end_on_ercot(tmp_path, tiny_model):
+    cfg = write_config(tmp_path, tiny_model, max_steps=3)
     r = rl(cfg)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
@@ -115,8 +113,8 @@ def test_rl_end_to_end_on_ercot(tmp_path, tiny_model, ercot_data_dir):
     assert leftovers(tmp_path) == []
 
 
-def test_trainer_killed_then_resume(tmp_path, tiny_model, ercot_data_dir):
-    cfg = write_config(tmp_path, tiny_model, ercot_data_dir, max_steps=4)
+def test_trainer_killed_then_resume(tmp_path, tiny_model):
+    cfg = write_config(tmp_path, tiny_model, max_steps=4)
     run = tmp_path / "run"
     p = subprocess.Popen([str(BIN / "rl"), "@", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -187,6 +187,7 @@ def test_step_lines(tmp_path):
         12, "Step 12 | 1m 23s | Reward 0.7508 | Trainable 32/32 (100.0%)")
     assert parse_step_line("12:00:01 INFO    [orchestrator] Step 3 | 0m 2s | Reward 0.1\n")[0] == 3
     assert parse_step_line("\x1b[32mStep 4 | x\x1b[0m") == (4, "Step 4 | x")
+    assert parse_step_line("Step 7/50 | 0m 3s | Reward 0.5") == (7, "Step 7/50 | 0m 3s | Reward 0.5")
     assert parse_step_line("waiting for Step 5 weights") is None
     assert parse_step_line("Stepping 5 | x") is None
     f = tmp_path / "o.log"

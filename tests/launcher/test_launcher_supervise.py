@@ -147,3 +147,21 @@ def test_signal_stops_everything(tmp_path, sig, code):
     assert json.loads(out.strip().splitlines()[-1]) == {"exit": code}
     assert "received: stopped every process of the run" in err
     assert all(gone(k) for k in kids + [gc])
+
+
+def test_a_replica_may_die_while_another_runs(tmp_path):
+    """Inference replicas are expendable while one of them runs (the orchestrator routes around a dead one); the
+    last one dying is a failure as before."""
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with Supervisor(grace_s=0.5) as sup:
+        sup.expendable = {"inference", "inference-1"}
+        sup.start(ChildSpec("inference", sleep, tmp_path / "i0.log"))
+        sup.start(ChildSpec("inference-1", [sys.executable, "-c", "raise SystemExit(9)"], tmp_path / "i1.log"))
+        sup.children["inference-1"].popen.wait(10)
+        sup.check({"trainer", "orchestrator"})  # no raise: inference still runs
+        assert sup.lost == {"inference-1"}
+        sup.children["inference"].popen.kill()
+        sup.children["inference"].popen.wait(10)
+        with pytest.raises(ChildFailed) as ei:
+            sup.check({"trainer", "orchestrator"})
+    assert ei.value.name == "inference"

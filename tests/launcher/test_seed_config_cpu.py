@@ -42,7 +42,7 @@ def test_seed_config_runs_on_cpu(tmp_path):
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    assert sorted({int(m) for m in re.findall(r"^Step (\d+) \|", out, flags=re.M)}) == [1, 2]
+    assert sorted({int(m) for m in re.findall(r"^Step (\d+)/\d+ \|", out, flags=re.M)}) == [1, 2]
     trainer_rows = read_metrics(run, "trainer")
     assert [row["step"] for row in trainer_rows] == [1, 2]
     assert (run / "weights/step_2/STABLE").is_file()

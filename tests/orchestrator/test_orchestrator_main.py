@@ -19,7 +19,7 @@ from prime_rl.transport.atomic import atomic_write_dir
 from prime_rl.transport.batch import read_batch
 
 STEP_RE = re.compile(
-    r"^Step (\d+) \| (\d+h )?(\d+m )?\d+s \| Reward (\d\.\d{4}|nan) \| Trainable (\d+)/(\d+) \(\d+\.\d%\) \| Turns \d+\.\d \| "
+    r"^Step (\d+)/4 \| (\d+h )?(\d+m )?\d+s \| Reward (\d\.\d{4}|nan) \| Trainable (\d+)/(\d+) \(\d+\.\d%\) \| Turns \d+\.\d \| "
     r"Max Off-Policy (\d+) \| Error \d+\.\d% \| Truncated \d+\.\d%$"
 )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,7 +93,7 @@ def test_step_indices_cover_each_epoch_once():
 def test_bad_rows_are_named(tmp_path):
     p = tmp_path / "d.jsonl"
     p.write_text(json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n")
-    with pytest.raises(SFTDataError, match=r"d.jsonl:1: no assistant message"):
+    with pytest.raises(SFTDataError, match=r"d.jsonl', row 1: no assistant message"):
         load_jsonl(p)
     with pytest.raises(FileNotFoundError, match="data.path"):
         load_jsonl(tmp_path / "missing.jsonl")
@@ -149,3 +150,44 @@ def test_sft_on_gridsim_demonstrations_lowers_loss(tiny_model_dir, tmp_path):
     losses = [row["loss"] for row in read_metrics(tmp_path / "run", "sft")]
     assert losses[-1] < losses[0] - 0.5, losses
     assert (tmp_path / "run" / "weights" / "step_6" / "STABLE").is_file()
+
+
+def test_sft_cli_missing_model_folder_is_one_line_not_a_hub_traceback(tmp_path):
+    """A wrong `--model.name` fails before the tokenizer loads (which would try the hub) with the field named."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}) + "\n")
+    r = subprocess.run([sys.executable, "-m", "prime_rl.cli.sft", "--model.name", str(tmp_path / "nope"),
+                        "--data.path", str(data), "--max-steps", "1", "--output-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "model.name" in r.stderr and "no such folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_sft_cli_logs_every_row_to_an_offline_wandb_run(tiny_model_dir, tmp_path):
+    """`sft ... --wandb.offline true`: the command's own forwarder puts each metrics.jsonl row into one offline
+    W&B run with the resolved config; read back from the run file."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from wandb_offline import read_offline_run
+
+    data = tmp_path / "demos.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in reverse_demos(8)))
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "prime_rl.cli.sft", "--model.name", str(tiny_model_dir),
+                        "--data.path", str(data), "--data.batch-size", "4", "--max-steps", "3", "--seq-len", "128",
+                        "--threads", "1", "--output-dir", str(run), "--wandb.offline", "true",
+                        "--wandb.project", "sft-test"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = read_metrics(run, "sft")
+    back = read_offline_run(run)
+    assert (back.project, back.job_type, back.exit_code) == ("sft-test", "sft", 0)
+    assert back.config["sft"]["data"]["batch_size"] == 4 and back.config["sft"]["max_steps"] == 3
+    logged = back.rows("sft")
+    assert [x["step"] for x in logged] == [1, 2, 3] == [x["step"] for x in rows]
+    for want, got in zip(rows, logged, strict=True):
+        assert got["loss"] == want["loss"] and got["lr"] == want["lr"]

@@ -19,6 +19,10 @@ main = Group("gridsim", "the GridSim tools: reference-policy baselines, SFT demo
         "show", "prime_rl.config.gridsim:GridSimShowConfig", "prime_rl.envs.gridsim.cli:show",
         "print one task's prompts and optimal schedule", user_errors=_ERRORS + (IndexError,),
     ),
+    "pack-ercot": Command(
+        "pack-ercot", "prime_rl.config.gridsim:GridSimPackConfig", "prime_rl.envs.gridsim.cli:pack_ercot",
+        "write the five hubs' prices of ERCOT xlsx files as a compact .npz", positional=("out",), user_errors=_ERRORS,
+    ),
 })
 
 if __name__ == "__main__":

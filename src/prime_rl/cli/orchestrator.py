@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prime_rl.cli.command import Command
 
-main = Command("orchestrator", "prime_rl.config.orchestrator:OrchestratorConfig", "prime_rl.orchestrator.main:run", "the orchestrator (rollouts, advantages, packing, eval)")
+main = Command("orchestrator", "prime_rl.config.orchestrator:OrchestratorConfig", "prime_rl.orchestrator.main:run", "the orchestrator (rollouts, advantages, packing, eval)",
+               user_errors=("prime_rl.monitor.wandb_log:WandbStartError", "prime_rl.hf_data:DataLoadError"))
 
 if __name__ == "__main__":
     main()

@@ -28,6 +28,16 @@ main = Group(
             "the final eval table of a run (mean ± SE, paired comparisons) and its reward plot",
             user_errors=(FileNotFoundError, ValueError),
         ),
+        "plot": Command(
+            "plot", "prime_rl.config.utilities:PlotConfig", "prime_rl.monitor.plots:run",
+            "PNGs of a run: reward, loss, entropy, mismatch KL, grad norm, lr, masked fractions, off-policy steps",
+            positional=("run",), user_errors=(FileNotFoundError, "prime_rl.extras:MissingExtraError"),
+        ),
+        "dashboard": Command(
+            "dashboard", "prime_rl.config.utilities:DashboardConfig", "prime_rl.monitor.dashboard:run",
+            "a live web page of a run: steps, panels, eval tables, recent rollouts, process health",
+            positional=("run",), user_errors=(FileNotFoundError, "prime_rl.ports:PortInUseError"),
+        ),
         "gridsim": gridsim_group,
     },
     epilog="The processes of a run are commands of their own (each `@ config.toml`, `--help`): rl, sft, trainer, "

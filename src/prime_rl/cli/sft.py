@@ -1,10 +1,41 @@
-"""`sft @ config.toml [--dotted.flags]`: SFT."""
+"""`sft @ config.toml [--dotted.flags]`: SFT; with a `[slurm]` section, render `output_dir/slurm/sft.sbatch` and
+submit it (`--dry-run`: only write it)."""
 
 from __future__ import annotations
 
-from prime_rl.cli.command import Command
+import os
+import sys
+from typing import TYPE_CHECKING
 
-main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.trainer.sft:run", "supervised fine-tuning on chat data")
+from prime_rl.cli.command import Command, load_impl
+from prime_rl.cli.command import dry_run as write_dry_run
+
+if TYPE_CHECKING:
+    from prime_rl.config.trainer import SFTConfig
+
+
+def _submits(cfg: SFTConfig) -> bool:
+    return cfg.slurm is not None and "PRIME_RL_NODE" not in os.environ  # set by sft_node inside the job: train there
+
+
+def dry_run(cfg: SFTConfig, name: str = "sft") -> None:
+    if _submits(cfg):
+        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_sft")(cfg, sys.argv[1:]))
+    write_dry_run(cfg, name)
+
+
+def run(cfg: SFTConfig) -> None:
+    if _submits(cfg):
+        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_sft")(cfg, sys.argv[1:]))
+    load_impl("prime_rl.trainer.sft:run")(cfg)
+
+
+# [wandb]: trainer.sft.run forwards the metrics to W&B itself (under `rl` the launcher does)
+main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run",
+               "supervised fine-tuning on chat data (on several nodes with [slurm])", dry_run="prime_rl.cli.sft:dry_run",
+               user_errors=("prime_rl.trainer.model:ModelLoadError",  # a wrong model.name: one line, exit 2
+                            "prime_rl.trainer.sft_data:SFTDataError",  # a missing file, a bad row, no hub
+                            "prime_rl.monitor.wandb_log:WandbStartError"))
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prime_rl.cli.command import Command
 
-main = Command("trainer", "prime_rl.config.trainer:TrainerConfig", "prime_rl.trainer.rl:run", "the RL trainer (run under torchrun)")
+main = Command("trainer", "prime_rl.config.trainer:TrainerConfig", "prime_rl.trainer.rl:run", "the RL trainer (run under torchrun)",
+               user_errors=("prime_rl.monitor.wandb_log:WandbStartError",))
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointConfig",
     "WandbConfig",
     "LogConfig",
+    "DatasetSource",
 ]
 
 
@@ -67,7 +68,9 @@ class ModelConfig(BaseConfig):
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Compute dtype; auto = float32 on CPU, bfloat16 on GPU."
     )
-    trust_remote_code: bool = False
+    trust_remote_code: bool = Field(
+        False, description="Let transformers run Python code shipped with the model folder (custom architectures)."
+    )
 
 
 class CheckpointConfig(BaseConfig):
@@ -83,13 +86,29 @@ class CheckpointConfig(BaseConfig):
 class WandbConfig(BaseConfig):
     """Optional Weights & Biases logging (metrics.jsonl is always written)."""
 
-    project: str = "prime-rl"
-    name: str | None = None
-    offline: bool = False
+    project: str = Field("prime-rl", description="W&B project the run is logged to.")
+    name: str | None = Field(None, description="W&B run name; default: the run directory's name.")
+    offline: bool = Field(False, description="Log to a local offline run (wandb/ in the run directory), no network.")
+
+
+class DatasetSource(BaseConfig):
+    """Rows from a Hugging Face dataset (`prime_rl.hf_data`): `name` for `datasets.load_dataset(name, subset,
+    split=...)`, and `columns` to rename the dataset's columns to the ones prime-rl reads."""
+
+    name: str | None = Field(
+        None, description="Hugging Face dataset: a hub id (where the hub is reachable) or a local dataset folder."
+    )
+    subset: str | None = Field(None, description="Dataset configuration (`load_dataset(name, subset)`).")
+    split: str = Field("train", description="Split to read (also of a local dataset folder).")
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="{our column: the dataset's column}, e.g. {messages = \"conversations\"}."
+    )
 
 
 class LogConfig(BaseConfig):
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    """Console and log-file verbosity."""
+
+    level: Literal["debug", "info", "warning", "error"] = Field("info", description="Lowest level printed and logged.")
 
 
 def resolve_path(p: str | Path) -> Path:

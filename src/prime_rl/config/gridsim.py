@@ -1,11 +1,12 @@
-"""Configuration of the `gridsim` tools (`baseline`, `sft-data`, `show`); `gridsim X` is `prime-rl gridsim X`."""
+"""Configuration of the `gridsim` tools (`baseline`, `sft-data`, `show`, `pack-ercot`); `gridsim X` is
+`prime-rl gridsim X`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig
 
@@ -15,7 +16,10 @@ Split = Literal["train", "eval"]
 class GridSimDataConfig(BaseConfig):
     """Which days GridSim plays (the `gridsim` environment's own arguments)."""
 
-    data_dir: Path | None = Field(None, description="Folder of ERCOT DAMLZHBSPP_<year>.xlsx (default: synthetic days).")
+    data_dir: Path | None = Field(
+        None, description="Folder of ERCOT DAMLZHBSPP_<year>.xlsx for other years (default: the packaged 2021-2024 days)."
+    )
+    synthetic: bool = Field(False, description="Seeded synthetic days instead of real ones.")
     seed: int = Field(0, description="Seed of the split draw.")
     num_train: int | Literal["all"] = Field(
         2000, description="Train split size, or `all` for every usable day off the eval dates (eval is always 200)."
@@ -28,16 +32,32 @@ class GridSimDataConfig(BaseConfig):
             raise ValueError("give a positive integer or `all`")
         return v
 
+    @model_validator(mode="after")
+    def _one_data_source(self) -> GridSimDataConfig:
+        if self.synthetic and self.data_dir is not None:
+            raise ValueError("--data-dir and --synthetic both given: choose one")
+        return self
+
     def env_args(self) -> dict:
         """Keyword arguments of `GridSimEnv`."""
-        return {"data_dir": self.data_dir, "seed": self.seed, "num_train": None if self.num_train == "all" else self.num_train}
+        return {"data_dir": self.data_dir, "synthetic": self.synthetic, "seed": self.seed,
+                "num_train": None if self.num_train == "all" else self.num_train}  # fmt: skip
+
+    def data_label(self) -> str:
+        """What the days are, for output lines: `synthetic`, `ercot-2021-2024 (packaged)` or the folder."""
+        if self.synthetic:
+            return "synthetic"
+        return str(self.data_dir) if self.data_dir is not None else "ercot-2021-2024 (packaged)"
 
 
 class GridSimBaselineConfig(GridSimDataConfig):
     """`gridsim baseline`: score a reference policy on a split; print the mean, write per-task scores."""
 
-    policy: Literal["idle", "greedy", "optimal", "random"] = "greedy"
-    split: Split = "eval"
+    policy: Literal["idle", "greedy", "optimal", "random"] = Field(
+        "greedy", description="idle all day; greedy: charge in the 4 cheapest hours, sell in the 4 dearest; the "
+        "optimum; random moves."
+    )
+    split: Split = Field("eval", description="Which split's tasks to score.")
     out: Path | None = Field(
         None, description="Per-task scores JSONL (default outputs/gridsim/baseline-POLICY-SPLIT-{synthetic|ercot}.jsonl)."
     )
@@ -47,11 +67,18 @@ class GridSimDemosConfig(GridSimDataConfig):
     """`gridsim sft-data OUT`: demonstrations (optimal submit_schedule calls) as chat JSONL."""
 
     out: Path = Field(description="Output JSONL.")
-    split: Split = "train"
+    split: Split = Field("train", description="Which split's tasks to demonstrate.")
 
 
 class GridSimShowConfig(GridSimDataConfig):
     """`gridsim show`: print one task's prompts and optimal schedule."""
 
-    split: Split = "eval"
+    split: Split = Field("eval", description="Which split the task is in.")
     index: int = Field(0, description="Position of the task in the split.")
+
+
+class GridSimPackConfig(BaseConfig):
+    """`gridsim pack-ercot --data-dir DIR OUT`: the five hubs' prices of ERCOT's xlsx files as a compact .npz."""
+
+    data_dir: Path = Field(description="Folder of ERCOT DAMLZHBSPP_<year>.xlsx.")
+    out: Path = Field(description="Output .npz (the packaged file: src/prime_rl/envs/gridsim/ercot_data/).")

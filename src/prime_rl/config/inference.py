@@ -11,8 +11,10 @@ from prime_rl.config.base import BaseConfig, LogConfig, ModelConfig
 
 
 class ServerConfig(BaseConfig):
+    """Where the OpenAI-compatible server listens."""
+
     host: str = Field("127.0.0.1", description="Bind address (loopback unless told otherwise).")
-    port: int = Field(8000, gt=0, lt=65536)
+    port: int = Field(8000, gt=0, lt=65536, description="TCP port; refused at once if taken.")
     health_timeout_s: float = Field(300.0, gt=0, description="How long to wait for /health after start.")
     log_file: Path | None = Field(None, description="vLLM's own output; default: <output_dir>/logs/vllm.log.")
 
@@ -21,22 +23,24 @@ class VllmConfig(BaseConfig):
     """Options passed through to vLLM's OpenAI-compatible server (`--kebab-case` flags)."""
 
     tool_call_parser: str | None = Field("hermes", description="vLLM --tool-call-parser; None disables tool parsing.")
-    reasoning_parser: str | None = None
-    max_model_len: int | None = Field(None, gt=0)
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    reasoning_parser: str | None = Field(None, description="vLLM --reasoning-parser (thinking models); None = off.")
+    max_model_len: int | None = Field(None, gt=0, description="Context length; None = the model's own.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights and compute dtype; auto = model.dtype, else float32 on CPU and bfloat16 on GPU."
+    )
     enforce_eager: bool | None = Field(None, description="None = True on CPU, False on GPU.")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    tensor_parallel_size: int = Field(1, gt=0)
-    data_parallel_size: int = Field(1, gt=0)
-    enable_lora: bool = False
-    max_lora_rank: int = Field(64, gt=0)
-    max_num_seqs: int | None = Field(None, gt=0)
-    enable_prefix_caching: bool | None = None
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU only: share of GPU memory vLLM may use.")
+    tensor_parallel_size: int = Field(1, gt=0, description="GPUs one model copy is split over.")
+    data_parallel_size: int = Field(1, gt=0, description="Model copies behind this one server.")
+    enable_lora: bool = Field(False, description="Serve LoRA adapters (vLLM --enable-lora).")
+    max_lora_rank: int = Field(64, gt=0, description="Largest LoRA rank served (with enable_lora).")
+    max_num_seqs: int | None = Field(None, gt=0, description="Most sequences decoded at once; None = vLLM's default.")
+    enable_prefix_caching: bool | None = Field(None, description="Reuse KV of shared prompt prefixes; None = vLLM's default.")
     kv_cache_space_gb: float = Field(1.0, gt=0, description="CPU only: VLLM_CPU_KVCACHE_SPACE in GiB.")
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         "processed_logprobs", description="processed = log_softmax(logits / T) as sampled; the trainer matches it."
     )
-    seed: int = 0
+    seed: int = Field(0, description="vLLM --seed (the sampler's base seed).")
     weight_update_pause_mode: Literal["wait", "keep", "abort"] = Field(
         "wait",
         description="/update_weights: wait = in-flight requests finish on the old weights; keep = frozen, then "
@@ -48,9 +52,9 @@ class VllmConfig(BaseConfig):
 class InferenceConfig(BaseConfig):
     """`inference @ config`: serves `model.name` with vLLM for sampling and live weight updates."""
 
-    model: ModelConfig = ModelConfig()
-    server: ServerConfig = ServerConfig()
-    vllm: VllmConfig = VllmConfig()
-    log: LogConfig = LogConfig()
+    model: ModelConfig = Field(ModelConfig(), description="The served model.")
+    server: ServerConfig = Field(ServerConfig(), description="Address and start-up wait.")
+    vllm: VllmConfig = Field(VllmConfig(), description="vLLM engine options.")
+    log: LogConfig = Field(LogConfig(), description="Logging.")
     output_dir: Path = Field(Path("outputs/run"), description="The run directory (logs go to its logs/).")
-    dry_run: bool = False
+    dry_run: bool = Field(False, description="Write the resolved config and exit.")

@@ -40,10 +40,21 @@ def parse_config(
     """
     from pydantic_config import ConfigFileError, cli
 
+    from prime_rl.config.fast_help import install
+
+    install()  # --help without re-reading every class's source (see fast_help)
+
     from_argv = args is None
     argv = sys.argv[1:] if from_argv else list(args)
+    msg = None
     if argv and argv[0].endswith(".toml"):
         msg = f"{argv[0]!r}: a config file is passed after `@`: `{prog or 'prime-rl'} @ {argv[0]} ...`"
+    else:
+        missing = [f for f in config_files(argv) if not Path(f).expanduser().is_file()]
+        if missing:
+            msg = (f"config file {missing[0]!r} not found (relative paths are read from the working directory "
+                   f"{Path.cwd()})")  # fmt: skip
+    if msg is not None:
         if from_argv:
             print(f"{prog or 'prime-rl'}: config error\n{msg}", file=sys.stderr)
             raise SystemExit(2)
@@ -52,7 +63,7 @@ def parse_config(
         return cli(cls, args=bind_args(cls, argv, positional), prog=prog, description=description)
     except ConfigFileError as e:
         cause = e.__cause__
-        msg = format_validation_error(cls, cause) if isinstance(cause, ValidationError) else str(e)
+        msg = format_validation_error(cls, cause, argv) if isinstance(cause, ValidationError) else str(e)
         if from_argv:
             print(f"{prog or 'prime-rl'}: config error\n{msg}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -131,24 +142,75 @@ def _flag_kind(cls: type[BaseModel], flag: str) -> str:
     return "value"
 
 
-def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
-    """One line per problem: `dotted.path: what is wrong (got value) [did you mean ...]`."""
+def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: list[str] | None = None) -> str:
+    """One line per problem: `dotted.path: what is wrong (got value) [in FILE | from --flag] [did you mean ...]`.
+
+    With `argv` (the command's arguments), each problem names where its value came from: the last `@` file that
+    sets that key, or the command-line flag; a suggestion gives both spellings (`a.b_c`, flag `--a.b-c`).
+    """
     lines = []
     for e in err.errors():
         loc = tuple(e.get("loc", ()))
         path = _dotted(loc)
         value = e.get("input")
         got = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
+        where = _origin(loc, argv) if argv else ""
         if e.get("type") == "extra_forbidden":
             hint = ""
             siblings = _field_names_at(cls, loc[:-1])
             close = difflib.get_close_matches(str(loc[-1]), siblings, n=1, cutoff=0.5)
             if close:
-                hint = f"; did you mean `{_dotted(loc[:-1] + (close[0],))}`?"
-            lines.append(f"  {path}: unknown key{got}{hint}")
+                fixed = loc[:-1] + (close[0],)
+                hint = f"; did you mean `{_dotted(fixed)}` (flag `{_flag(fixed)}`)?"
+            lines.append(f"  {path}: unknown key{got}{where}{hint}")
         else:
-            lines.append(f"  {path}: {e.get('msg')}{got}")
+            lines.append(f"  {path}: {e.get('msg')}{got}{where}")
     return "\n".join(lines)
+
+
+def config_files(argv: list[str]) -> list[str]:
+    """The files given as `@ FILE` (root level) or `--section @ FILE` / `--section @FILE`, in order."""
+    out = []
+    for i, a in enumerate(argv):
+        if a == "@" and i + 1 < len(argv):
+            out.append(argv[i + 1])
+        elif a.startswith("@") and len(a) > 1 and i > 0 and argv[i - 1].startswith("--"):
+            out.append(a[1:])
+    return out
+
+
+def _flag(loc: tuple) -> str:
+    return "--" + ".".join(str(s).replace("_", "-") for s in loc if not isinstance(s, int))
+
+
+def _origin(loc: tuple, argv: list[str]) -> str:
+    """` (from --flag)` when a command-line flag set `loc`, else ` (in FILE)` for the last root-level `@` file
+    whose TOML holds it, else "" (a default, a nested `--x @ file`, or a value a validator derived)."""
+    keys = [str(s) for s in loc if not isinstance(s, int)]
+    if not keys:
+        return ""
+    flags = {_flag(loc), "--" + ".".join(keys)}
+    for a in argv:
+        if a.split("=", 1)[0] in flags:
+            return f" (from {a.split('=', 1)[0]})"
+    import tomllib
+
+    found = ""
+    for i, a in enumerate(argv[:-1]):
+        if a != "@":
+            continue
+        try:
+            with open(Path(argv[i + 1]).expanduser(), "rb") as f:
+                node: Any = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        for k in keys:
+            node = node.get(k) if isinstance(node, dict) else None
+            if node is None:
+                break
+        else:
+            found = f" (in {argv[i + 1]})"
+    return found
 
 
 def _dotted(loc: tuple) -> str:

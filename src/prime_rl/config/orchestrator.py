@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
+from prime_rl.config.base import BaseConfig, CheckpointConfig, DatasetSource, LogConfig, ModelConfig, WandbConfig
 
 
 class ClientConfig(BaseConfig):
@@ -18,57 +18,84 @@ class ClientConfig(BaseConfig):
         description="One URL per inference server (data-parallel: round robin, sticky per rollout).",
     )
     request_timeout_s: float = Field(600.0, gt=0, description="Read timeout of one generate request.")
-    connect_timeout_s: float = Field(10.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0, description="TCP connect timeout of one request.")
     max_retries: int = Field(5, ge=0, description="Retries on 5xx and transport errors (exponential backoff).")
     health_timeout_s: float = Field(300.0, gt=0, description="How long to wait for the servers' /health at start.")
-    api_key: str | None = None
+    api_key: str | None = Field(None, description="Sent as `Authorization: Bearer KEY` (servers started with one).")
 
 
 class SamplingConfig(BaseConfig):
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    """How rollouts are sampled (the trainer's loss uses the same temperature's logprobs)."""
+
+    temperature: float = Field(1.0, gt=0, description="Softmax temperature of sampling (> 0 for training).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of tokens of this mass.")
     top_k: int = Field(-1, description="-1 disables top-k.")
     max_completion_tokens: int = Field(512, gt=0, description="Per model turn.")
-    seed: int | None = None
+    seed: int | None = Field(None, description="Base of a reproducible per-(rollout, turn) seed; None = unseeded.")
 
 
 class EvalSamplingConfig(SamplingConfig):
+    """Sampling of eval rollouts (temperature 0 allowed)."""
+
     temperature: float = Field(
         1.0, ge=0, description="0 = greedy decoding (argmax): a deterministic eval, as verl's validation default."
     )
 
 
 class HarnessConfig(BaseConfig):
+    """The agent harness that turns model output into tool calls."""
+
     id: Literal["null"] = Field("null", description="null = plain chat loop with native (hermes) tool calls.")
 
 
 class RuntimeConfig(BaseConfig):
+    """Where the harness runs (kept for the reference system's configs)."""
+
     type: Literal["subprocess", "inprocess"] = Field(
         "subprocess", description="Where the agent harness runs; the null harness runs in the orchestrator either way."
     )
 
 
 class AgentConfig(BaseConfig):
-    harness: HarnessConfig = HarnessConfig()
+    """The multi-turn agent loop of one rollout."""
+
+    harness: HarnessConfig = Field(HarnessConfig(), description="Tool-call harness.")
     max_turns: int = Field(8, gt=0, description="Cap on model turns per rollout.")
-    runtime: RuntimeConfig = RuntimeConfig()
+    runtime: RuntimeConfig = Field(RuntimeConfig(), description="Where the harness runs.")
 
 
 class ResourcesTaskConfig(BaseConfig):
     """A NeMo Gym resources server the rows are played against."""
 
-    resources_url: str = "http://127.0.0.1:9100"
+    resources_url: str = Field("http://127.0.0.1:9100", description="Base URL of the resources server.")
     request_timeout: float = Field(600.0, gt=0, description="Seconds per request (separate from connect).")
-    connect_timeout: float = Field(10.0, gt=0)
+    connect_timeout: float = Field(10.0, gt=0, description="TCP connect timeout per request, seconds.")
     retry_deadline_s: float = Field(120.0, gt=0, description="Retry 503 / transport errors with backoff up to this.")
     token: str | None = Field(None, description="Bearer token when the server was started with --token.")
 
 
-class TasksetConfig(BaseConfig):
-    id: Literal["nemo-gym"] = "nemo-gym"
-    dataset: Path = Field(description="JSONL of rows (responses_create_params, task_id, split, index).")
+class TasksetConfig(DatasetSource):
+    """Task rows played against a remote server: a local file (`dataset`) or a Hugging Face dataset (`name`)."""
+
+    id: Literal["nemo-gym"] = Field("nemo-gym", description="Taskset kind: NeMo Gym rows + resources server.")
+    dataset: Path | None = Field(
+        None,
+        description="Local rows (responses_create_params or prompt, task_id, ...): .jsonl, or .parquet/.arrow/.csv/"
+        ".json through datasets.",
+    )
     eval_dataset: Path | None = Field(None, description="Eval rows; default: eval.jsonl beside `dataset`.")
-    task: ResourcesTaskConfig = ResourcesTaskConfig()
+    eval_split: str | None = Field(None, description="With `name`: the split of eval rows (e.g. test).")
+    task: ResourcesTaskConfig = Field(ResourcesTaskConfig(), description="The resources server.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TasksetConfig:
+        if (self.dataset is None) == (self.name is None):
+            raise ValueError("set exactly one of `dataset` (a local rows file) and `name` (a Hugging Face dataset)")
+        if self.name is not None and self.eval_dataset is not None:
+            raise ValueError("`eval_dataset` goes with `dataset`; with `name`, set `eval_split`")
+        if self.name is None and self.eval_split is not None:
+            raise ValueError("`eval_split` goes with `name`; with `dataset`, set `eval_dataset`")
+        return self
 
 
 class EnvConfig(BaseConfig):
@@ -76,8 +103,8 @@ class EnvConfig(BaseConfig):
 
     id: str | None = Field(None, description="Built-in environment: gridsim, reverse-text.")
     args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the built-in environment.")
-    taskset: TasksetConfig | None = None
-    agent: AgentConfig = AgentConfig()
+    taskset: TasksetConfig | None = Field(None, description="Remote NeMo Gym rows (instead of `id`).")
+    agent: AgentConfig = Field(AgentConfig(), description="The agent loop.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> EnvConfig:
@@ -87,23 +114,29 @@ class EnvConfig(BaseConfig):
 
 
 class SourceConfig(BaseConfig):
-    name: str = "default"
+    """One source of tasks: an environment and its share of the stream."""
+
+    name: str = Field("default", description="Name in metrics, traces and eval results.")
     ratio: float = Field(1.0, gt=0, description="Relative share of this source's tasks in the train stream.")
-    env: EnvConfig = EnvConfig(id="gridsim")
+    env: EnvConfig = Field(EnvConfig(id="gridsim"), description="The environment.")
 
 
 class TrainSamplingConfig(BaseConfig):
+    """Training rollouts: groups, sampling, sources."""
+
     group_size: int = Field(8, gt=0, description="Rollouts per task.")
-    sampling: SamplingConfig = SamplingConfig()
-    source: list[SourceConfig] = Field(default_factory=lambda: [SourceConfig()])
+    sampling: SamplingConfig = Field(SamplingConfig(), description="Sampling of training rollouts.")
+    source: list[SourceConfig] = Field(default_factory=lambda: [SourceConfig()], description="Task sources.")
 
 
 class EvalConfig(BaseConfig):
+    """Evaluation on the sources' eval splits."""
+
     interval: int | None = Field(None, gt=0, description="Eval every N steps (and on the base policy); None = never.")
     num_examples: int | None = Field(None, gt=0, description="Eval tasks per source; None = the whole eval split.")
-    rollouts_per_example: int = Field(1, gt=0)
+    rollouts_per_example: int = Field(1, gt=0, description="Rollouts per eval task (avg@k and pass@k over them).")
     pass_threshold: float = Field(1.0, description="A rollout passes (pass@k) when its reward is at least this.")
-    sampling: EvalSamplingConfig = EvalSamplingConfig(temperature=1.0)
+    sampling: EvalSamplingConfig = Field(EvalSamplingConfig(temperature=1.0), description="Sampling of eval rollouts.")
     source: list[SourceConfig] | None = Field(None, description="Default: the train sources, eval split.")
 
 
@@ -116,44 +149,50 @@ class AdvantageConfig(BaseConfig):
 
 
 class ConcurrencyConfig(BaseConfig):
+    """How many rollouts run at once."""
+
     max_inflight: int = Field(32, gt=0, description="Rollouts running at once.")
 
 
 class RendererConfig(BaseConfig):
+    """Chat messages to tokens (and back) in the model's own format."""
+
     name: str = Field("qwen3", description="Chat renderer (the `renderers` package) matching the model's format.")
-    enable_thinking: bool = False
+    enable_thinking: bool = Field(
+        False, description="Render with the template's thinking mode on (the model may reason before answering)."
+    )
 
 
 class OrchestratorConfig(BaseConfig):
     """`orchestrator @ config`: plays rollouts, scores groups, packs batches for the trainer."""
 
-    model: ModelConfig = ModelConfig()
+    model: ModelConfig = Field(ModelConfig(), description="The policy model inference serves.")
     backend: str = Field(
         "server",
         description="Inference backend (prime_rl.inference.backend): server = the inference server(s) at "
         "client.base_url. It must load new policy versions; `transformers` cannot (eval only).",
     )
-    client: ClientConfig = ClientConfig()
-    renderer: RendererConfig = RendererConfig()
-    concurrency: ConcurrencyConfig = ConcurrencyConfig()
-    train: TrainSamplingConfig = TrainSamplingConfig()
-    eval: EvalConfig = EvalConfig()
-    advantage: AdvantageConfig = AdvantageConfig()
-    ckpt: CheckpointConfig = CheckpointConfig()
-    wandb: WandbConfig | None = None
-    log: LogConfig = LogConfig()
+    client: ClientConfig = Field(ClientConfig(), description="Inference server(s).")
+    renderer: RendererConfig = Field(RendererConfig(), description="Chat format.")
+    concurrency: ConcurrencyConfig = Field(ConcurrencyConfig(), description="Rollouts in flight.")
+    train: TrainSamplingConfig = Field(TrainSamplingConfig(), description="Training rollouts.")
+    eval: EvalConfig = Field(EvalConfig(), description="Periodic evaluation.")
+    advantage: AdvantageConfig = Field(AdvantageConfig(), description="Advantage estimator.")
+    ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
+    wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
+    log: LogConfig = Field(LogConfig(), description="Logging.")
 
-    output_dir: Path = Path("outputs/run")
+    output_dir: Path = Field(Path("outputs/run"), description="The run directory.")
     batch_size: int = Field(32, gt=0, description="Rollouts per step (a multiple of group_size).")
-    max_steps: int | None = Field(None, gt=0)
+    max_steps: int | None = Field(None, gt=0, description="Stop after this many steps; None = run until stopped.")
     seq_len: int = Field(2048, gt=0, description="Max tokens per rollout sample and per packed micro-batch.")
     max_async_level: int = Field(1, ge=0, description="Steps the orchestrator may run ahead of the trainer.")
     max_off_policy_steps: int = Field(8, ge=0, description="Drop rollouts (and their group) older than this.")
     num_train_ranks: int = Field(1, gt=0, description="Trainer data-parallel ranks (one rank_R.bin each).")
     traces_per_step: int = Field(4, ge=0, description="Readable rollouts written to traces.jsonl per step.")
     weights_timeout_s: float = Field(1800.0, gt=0, description="How long to wait for a policy version.")
-    seed: int = 0
-    dry_run: bool = False
+    seed: int = Field(0, description="Seed of the task stream's order and of random.")
+    dry_run: bool = Field(False, description="Write the resolved config and exit.")
 
     @model_validator(mode="after")
     def _batch_multiple_of_group(self) -> OrchestratorConfig:
@@ -174,20 +213,20 @@ class LocalBackendConfig(BaseConfig):
 class EvalCommandConfig(BaseConfig):
     """`eval @ config`: evaluate a model on environments' eval splits, with a results table."""
 
-    model: ModelConfig = ModelConfig()
+    model: ModelConfig = Field(ModelConfig(), description="The evaluated model (its name must match the server's).")
     backend: str = Field(
         "server",
         description="Inference backend (prime_rl.inference.backend): server = the inference server(s) at "
         "client.base_url serve model.name; transformers = load model.name in this process and sample with "
         "transformers generate (no server; slower per token); or a registered name / module:Class.",
     )
-    local: LocalBackendConfig = LocalBackendConfig()
-    client: ClientConfig = ClientConfig()
-    renderer: RendererConfig = RendererConfig()
-    concurrency: ConcurrencyConfig = ConcurrencyConfig()
-    eval: EvalConfig = EvalConfig(source=[SourceConfig()])
-    log: LogConfig = LogConfig()
-    output_dir: Path = Path("outputs/eval")
-    seq_len: int = Field(2048, gt=0)
-    seed: int = 0
-    dry_run: bool = False
+    local: LocalBackendConfig = Field(LocalBackendConfig(), description="backend = transformers: batching, threads.")
+    client: ClientConfig = Field(ClientConfig(), description="backend = server: the inference server(s).")
+    renderer: RendererConfig = Field(RendererConfig(), description="Chat format.")
+    concurrency: ConcurrencyConfig = Field(ConcurrencyConfig(), description="Rollouts in flight.")
+    eval: EvalConfig = Field(EvalConfig(source=[SourceConfig()]), description="What to evaluate and how.")
+    log: LogConfig = Field(LogConfig(), description="Logging.")
+    output_dir: Path = Field(Path("outputs/eval"), description="Where results, the table and logs go.")
+    seq_len: int = Field(2048, gt=0, description="Max tokens per rollout.")
+    seed: int = Field(0, description="Seed of task order and (backend = transformers) of sampling.")
+    dry_run: bool = Field(False, description="Write the resolved config and exit.")

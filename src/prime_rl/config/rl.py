@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
+from prime_rl.config.deployment import DeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.inference import InferenceConfig
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.trainer import TrainerConfig
@@ -20,42 +21,52 @@ SHARED_FIELDS = ("model", "max_steps", "seq_len", "output_dir", "ckpt", "wandb")
 SECTIONS = ("trainer", "orchestrator", "inference")
 
 
-class DeploymentConfig(BaseConfig):
-    """Device split. On GPU: trainer on the first `num_train_gpus`, inference on the next `num_infer_gpus`.
-    On CPU both share the cores and these only scale data-parallel degrees down to 1."""
-
-    num_train_gpus: int = Field(1, gt=0)
-    num_infer_gpus: int = Field(1, gt=0)
-    cpu_train_procs: int = Field(1, gt=0, description="CPU only: trainer ranks (torchrun processes, gloo).")
-
-
 class EnvServerLaunchConfig(BaseConfig):
     """The NeMo Gym resources server `rl` starts when a source's `resources_url` is not answering."""
 
-    auto_start: bool = True
+    auto_start: bool = Field(True, description="Start (and write rows for) the server when nothing answers.")
     env: str = Field("gridsim", description="Built-in environment to serve.")
-    data_dir: Path | None = Field(None, description="ERCOT NP4-180-ER files; None = synthetic days.")
-    masked_as_error: bool = True
-    idle_timeout_s: float | None = Field(120.0, gt=0)
-    max_concurrent: int = Field(96, gt=0)
+    data_dir: Path | None = Field(
+        None, description="gridsim: folder of ERCOT NP4-180-ER xlsx files; None = the packaged 2021-2024 days."
+    )
+    synthetic: bool = Field(False, description="gridsim: seeded synthetic days instead of real ERCOT days.")
+    masked_as_error: bool = Field(True, description="Answer unmeasurable episodes with 503 so they are masked.")
+    idle_timeout_s: float | None = Field(120.0, gt=0, description="End sessions idle this long; None = never.")
+    max_concurrent: int = Field(96, gt=0, description="Live sessions before /seed_session answers 503.")
+    host: str | None = Field(
+        None, description="Bind address; None = the host of the source's resources_url (multi-node: deployment.bind_host)."
+    )
+    token: str | None = Field(
+        None,
+        description="Bearer token the server requires (sources get it as task.token). A multi-node server bound to a "
+        "non-loopback address gets a random one when unset.",
+    )
+
+    @model_validator(mode="after")
+    def _one_data_source(self) -> EnvServerLaunchConfig:
+        if self.synthetic and self.data_dir is not None:
+            raise ValueError("env_server.data_dir and env_server.synthetic both set: choose one")
+        return self
 
 
 class RLConfig(BaseConfig):
-    """`rl @ config`: one run directory, one inference server, one orchestrator, one trainer (torchrun)."""
+    """`rl @ config`: one run directory; inference replica(s), one orchestrator, one trainer (torchrun); on one host,
+    or on several Slurm nodes (`[deployment] type = "multi-node"` with `[slurm]`)."""
 
-    trainer: TrainerConfig = TrainerConfig()
-    orchestrator: OrchestratorConfig = OrchestratorConfig()
-    inference: InferenceConfig = InferenceConfig()
-    deployment: DeploymentConfig = DeploymentConfig()
-    env_server: EnvServerLaunchConfig = EnvServerLaunchConfig()
-    log: LogConfig = LogConfig()
+    trainer: TrainerConfig = Field(TrainerConfig(), description="The RL trainer.")
+    orchestrator: OrchestratorConfig = Field(OrchestratorConfig(), description="The orchestrator.")
+    inference: InferenceConfig = Field(InferenceConfig(), description="The inference server.")
+    deployment: DeploymentConfig = Field(DeploymentConfig(), description="Nodes and devices per role (docs/scaling.md).")
+    slurm: SlurmConfig | None = Field(None, description="Submit the run as a Slurm batch job (see docs/scaling.md).")
+    env_server: EnvServerLaunchConfig = Field(EnvServerLaunchConfig(), description="The resources server rl starts.")
+    log: LogConfig = Field(LogConfig(), description="The launcher's logging.")
 
-    model: ModelConfig | None = None
-    max_steps: int | None = Field(None, gt=0)
-    seq_len: int | None = Field(None, gt=0)
-    output_dir: Path | None = None
-    ckpt: CheckpointConfig | None = None
-    wandb: WandbConfig | None = None
+    model: ModelConfig | None = Field(None, description="Shared: copied into trainer, orchestrator and inference.")
+    max_steps: int | None = Field(None, gt=0, description="Shared: copied into trainer and orchestrator.")
+    seq_len: int | None = Field(None, gt=0, description="Shared: copied into trainer and orchestrator.")
+    output_dir: Path | None = Field(None, description="Shared: the run directory of every process.")
+    ckpt: CheckpointConfig | None = Field(None, description="Shared: checkpoints of trainer and orchestrator.")
+    wandb: WandbConfig | None = Field(None, description="Shared: one W&B run for trainer and orchestrator.")
 
     resume: bool = Field(False, description="Continue the run from its newest complete checkpoint.")
     startup_timeout_s: float = Field(600.0, gt=0, description="Per-process health wait.")
@@ -66,7 +77,22 @@ class RLConfig(BaseConfig):
     finish_timeout_s: float = Field(
         1800.0, gt=0, description="Once trainer or orchestrator finished, how long the other may take to exit."
     )
-    dry_run: bool = Field(False, description="Write the resolved configs to output_dir/configs/ and exit.")
+    dry_run: bool = Field(
+        False, description="Write the resolved configs to output_dir/configs/ (with [slurm]: also slurm/rl.sbatch) and exit."
+    )
+
+    @model_validator(mode="after")
+    def _check_deployment(self) -> RLConfig:
+        dep = self.deployment
+        check_slurm_nodes(self.slurm, dep.num_nodes, "deployment.num_infer_nodes + deployment.num_train_nodes"
+                          if dep.type == "multi-node" else "a single-node deployment's node count")
+        default_urls = type(self.orchestrator.client)().base_url
+        if dep.type == "multi-node" and self.orchestrator.client.base_url != default_urls:
+            raise ValueError(
+                "orchestrator.client.base_url is set, but a multi-node run points the orchestrator at the replicas it "
+                "starts on the inference nodes; leave base_url unset (ports: deployment.port_base)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -5,9 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, LoRAConfig, ModelConfig, WandbConfig
+from prime_rl.config.base import (
+    BaseConfig,
+    CheckpointConfig,
+    DatasetSource,
+    LogConfig,
+    LoRAConfig,
+    ModelConfig,
+    WandbConfig,
+)
+from prime_rl.config.deployment import SFTDeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.orchestrator import RendererConfig
 
 
@@ -15,25 +24,33 @@ class TrainerModelConfig(ModelConfig):
     """The trained model: a transformers causal LM from a local path, optionally with LoRA adapters."""
 
     lora: LoRAConfig | None = Field(None, description="Train LoRA adapters instead of all weights.")
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = Field(
+        False, description="Recompute each decoder layer's activations in backward: less memory, more compute."
+    )
     fsdp: bool = Field(True, description="Shard with FSDP2 (fully_shard per decoder layer and root).")
-    reshard_after_forward: bool = True
+    reshard_after_forward: bool = Field(
+        True, description="FSDP2: free the gathered parameters after forward (less memory, one more all-gather)."
+    )
 
 
 class OptimizerConfig(BaseConfig):
     """AdamW (Loshchilov & Hutter 2019, arXiv:1711.05101)."""
 
-    lr: float = Field(1e-5, gt=0)
-    betas1: float = Field(0.9, ge=0, lt=1)
-    betas2: float = Field(0.999, ge=0, lt=1)
-    eps: float = Field(1e-8, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    lr: float = Field(1e-5, gt=0, description="Peak learning rate (after warmup; the scheduler scales it).")
+    betas1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1: decay of the gradient's running mean.")
+    betas2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2: decay of the squared gradient's running mean.")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon added to the denominator.")
+    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW).")
     max_norm: float | None = Field(1.0, gt=0, description="Clip the global grad norm to this; None disables.")
 
 
 class SchedulerConfig(BaseConfig):
-    type: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_steps: int = Field(0, ge=0)
+    """Learning-rate schedule over `max_steps`: linear warmup from 0, then constant, linear or cosine decay."""
+
+    type: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="Shape after warmup: constant, linear or cosine decay to min_lr_ratio * lr."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear warmup from 0 to optim.lr.")
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Final lr as a fraction of `optim.lr` (linear/cosine).")
 
 
@@ -43,7 +60,7 @@ class LossConfig(BaseConfig):
     `type` is a registered name (`grpo`) or an import path `package.module:function`.
     """
 
-    type: str = "grpo"
+    type: str = Field("grpo", description="Registered loss (grpo) or `package.module:function`.")
     trust_region_delta: float = Field(
         0.2, gt=0, description="Mask a token when its probability moved by more than this in the advantage's direction."
     )
@@ -64,19 +81,19 @@ class WeightsConfig(BaseConfig):
 class TrainerConfig(BaseConfig):
     """`trainer @ config`: trains step N from `rollouts/step_N/rank_R.bin`, publishes `weights/step_N/`."""
 
-    model: TrainerModelConfig = TrainerModelConfig()
-    optim: OptimizerConfig = OptimizerConfig()
-    scheduler: SchedulerConfig = SchedulerConfig()
-    loss: LossConfig = LossConfig()
-    weights: WeightsConfig = WeightsConfig()
-    ckpt: CheckpointConfig = CheckpointConfig()
-    wandb: WandbConfig | None = None
-    log: LogConfig = LogConfig()
+    model: TrainerModelConfig = Field(TrainerModelConfig(), description="The trained model, LoRA and FSDP2.")
+    optim: OptimizerConfig = Field(OptimizerConfig(), description="AdamW.")
+    scheduler: SchedulerConfig = Field(SchedulerConfig(), description="Learning-rate schedule.")
+    loss: LossConfig = Field(LossConfig(), description="Policy-gradient loss.")
+    weights: WeightsConfig = Field(WeightsConfig(), description="Publishing policy versions to weights/step_N/.")
+    ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
+    wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
+    log: LogConfig = Field(LogConfig(), description="Logging.")
 
     output_dir: Path = Field(Path("outputs/run"), description="The run directory.")
     max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps.")
     seq_len: int = Field(2048, gt=0, description="Tokens per packed micro-batch.")
-    seed: int = 0
+    seed: int = Field(0, description="Seed of torch, numpy and random (the same on every rank).")
     data_timeout_s: float = Field(1800.0, gt=0, description="How long to wait for the next step's rollouts.")
     shared_prefix: bool = Field(
         False,
@@ -88,10 +105,16 @@ class TrainerConfig(BaseConfig):
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
 
 
-class SFTDataConfig(BaseConfig):
-    path: Path = Field(Path("outputs/sft.jsonl"), description="JSONL of chat `messages` (optional `tools`).")
+class SFTDataConfig(DatasetSource):
+    """The SFT conversations (a local file, or a Hugging Face dataset by `name`) and how they are batched."""
+
+    path: Path | None = Field(
+        Path("outputs/sft.jsonl"),
+        description="Local rows: .jsonl (read directly), or .parquet/.arrow/.csv/.json/a dataset folder (through "
+        "datasets); each `messages` (+ `tools`) or `prompt` + `completion`. Unset when `name` is given.",
+    )
     batch_size: int = Field(16, gt=0, description="Samples per optimizer step.")
-    shuffle: bool = True
+    shuffle: bool = Field(True, description="Visit the conversations in a new seeded order each epoch.")
     epochs: int | None = Field(None, gt=0, description="Stop after this many epochs (with max_steps, whichever first).")
     shared_prefix: bool = Field(
         False,
@@ -100,18 +123,28 @@ class SFTDataConfig(BaseConfig):
     )
     micro_batch_size: int = Field(16, gt=0, description="Samples per micro-batch with shared_prefix.")
 
+    @model_validator(mode="after")
+    def _one_source(self) -> SFTDataConfig:
+        if self.name is not None:
+            if "path" in self.model_fields_set and self.path is not None:
+                raise ValueError("data.path and data.name both set: rows come from one of them")
+            self.path = None
+        elif self.path is None:
+            raise ValueError("set data.path (a local file) or data.name (a Hugging Face dataset)")
+        return self
+
 
 class SFTConfig(BaseConfig):
     """`sft @ config`: supervised fine-tuning on chat data, loss on assistant tokens only."""
 
-    model: TrainerModelConfig = TrainerModelConfig()
-    data: SFTDataConfig = SFTDataConfig()
-    optim: OptimizerConfig = OptimizerConfig(lr=1e-3)
-    scheduler: SchedulerConfig = SchedulerConfig()
-    weights: WeightsConfig = WeightsConfig()
-    ckpt: CheckpointConfig = CheckpointConfig()
-    wandb: WandbConfig | None = None
-    log: LogConfig = LogConfig()
+    model: TrainerModelConfig = Field(TrainerModelConfig(), description="The trained model, LoRA and FSDP2.")
+    data: SFTDataConfig = Field(SFTDataConfig(), description="Training conversations.")
+    optim: OptimizerConfig = Field(OptimizerConfig(lr=1e-3), description="AdamW (SFT default lr 1e-3).")
+    scheduler: SchedulerConfig = Field(SchedulerConfig(), description="Learning-rate schedule.")
+    weights: WeightsConfig = Field(WeightsConfig(), description="Publishing the model to weights/step_N/.")
+    ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
+    wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
+    log: LogConfig = Field(LogConfig(), description="Logging.")
 
     renderer: RendererConfig = Field(
         RendererConfig(), description="Chat renderer; use the orchestrator's so SFT trains on what RL samples."
@@ -120,9 +153,21 @@ class SFTConfig(BaseConfig):
         None, gt=0, description="Also publish weights/step_N/ every N steps (the last step is always published)."
     )
 
-    output_dir: Path = Path("outputs/sft")
-    max_steps: int | None = Field(100, gt=0)
-    seq_len: int = Field(2048, gt=0)
-    seed: int = 0
-    threads: int | None = Field(None, gt=0)
-    dry_run: bool = False
+    output_dir: Path = Field(Path("outputs/sft"), description="The run directory.")
+    max_steps: int | None = Field(100, gt=0, description="Stop after this many optimizer steps (None: data.epochs).")
+    seq_len: int = Field(2048, gt=0, description="Longest conversation in tokens (longer ones are truncated).")
+    seed: int = Field(0, description="Seed of the shuffle, torch, numpy and random.")
+    threads: int | None = Field(None, gt=0, description="torch intra-op threads per process (CPU).")
+    deployment: SFTDeploymentConfig = Field(SFTDeploymentConfig(), description="Nodes and ranks per node ([slurm]).")
+    slurm: SlurmConfig | None = Field(None, description="Submit as a Slurm batch job (multi-node torchrun).")
+    dry_run: bool = Field(False, description="Write the resolved config (with [slurm]: also slurm/sft.sbatch) and exit.")
+
+    @model_validator(mode="after")
+    def _check_nodes(self) -> SFTConfig:
+        check_slurm_nodes(self.slurm, self.deployment.num_nodes, "deployment.num_nodes")
+        if self.deployment.num_nodes > 1 and self.slurm is None:
+            raise ValueError(
+                f"deployment.num_nodes = {self.deployment.num_nodes} needs a [slurm] section (sft starts several "
+                f"nodes only through Slurm)"
+            )
+        return self

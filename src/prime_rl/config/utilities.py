@@ -17,7 +17,7 @@ class TinyModelConfig(BaseConfig):
     hidden: int = Field(128, description="Hidden size (a multiple of 32, the head size).")
     layers: int = Field(2, description="Decoder layers.")
     seed: int = Field(0, description="Weight-init seed.")
-    max_position_embeddings: int = Field(4096, gt=0)
+    max_position_embeddings: int = Field(4096, gt=0, description="Longest sequence the model accepts (RoPE table).")
 
 
 class SmolLMConfig(BaseConfig):
@@ -37,7 +37,7 @@ class SummaryConfig(BaseConfig):
         default_factory=list, description="NAME=PATH of a per-task scores JSONL, one per table row in order."
     )
     compare: list[str] = Field(default_factory=list, description="A:B to report A − B paired over common tasks.")
-    title: str = "Eval"
+    title: str = Field("Eval", description="Title of the table and the plot.")
     out: Path | None = Field(None, description="Markdown file (default RUN/eval/summary.md).")
     plot: Path | None = Field(None, description="PNG of train and eval reward by step (default RUN/plots/reward.png).")
 
@@ -50,3 +50,20 @@ class SummaryConfig(BaseConfig):
             if not left or not right:
                 raise ValueError(f"{item!r}: expected {shape}")
         return v
+
+
+class PlotConfig(BaseConfig):
+    """`prime-rl plot RUN_DIR`: PNGs of a run's reward, loss, entropy, mismatch KL, grad norm, lr, masked and
+    truncated fractions and off-policy steps (also written at the end of every `rl` and `sft` run)."""
+
+    run: Path = Field(description="Run directory (output_dir of rl or sft).")
+    out: Path | None = Field(None, description="Folder for the PNGs (default RUN/plots).")
+
+
+class DashboardConfig(BaseConfig):
+    """`prime-rl dashboard RUN_DIR`: a live web page of a run (step, reward and the plot panels, eval tables, recent
+    rollouts with their tool calls, the processes and their health), read from its run directory."""
+
+    run: Path = Field(description="Run directory (output_dir of rl or sft), running or finished.")
+    port: int = Field(8765, gt=0, lt=65536, description="TCP port of the page.")
+    host: str = Field("127.0.0.1", description="Bind address (this machine only unless told otherwise).")

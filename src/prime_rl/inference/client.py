@@ -6,17 +6,18 @@ weight-version spans out, with no detokenisation in between (a byte of a multi-b
 own). Logprobs are vLLM's processed logprobs: log_softmax(logits / T) after top-k/top-p masking, the behaviour
 policy the trainer's importance ratio needs (DESIGN invariant 2).
 
-Several servers (data-parallel inference) sit behind one client: requests go round robin, and every request of
-one `rollout_id` goes to the same server (its prefix cache holds the earlier turns). Transport errors and 5xx
-answers are retried `max_retries` times with exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s; tenacity's
-`wait_exponential`); a 4xx answer is not retried.
+Several servers (data-parallel inference replicas) sit behind one client (`prime_rl.inference.pool`): a
+rollout's first request goes to the replica with the fewest outstanding requests, its later turns to the same
+replica (its prefix cache holds the earlier turns). Transport errors and 5xx answers are retried `max_retries`
+times with exponential backoff (0.5 s, 1 s, 2 s, ... capped at 8 s; tenacity's `wait_exponential`); a 4xx answer
+is not retried. A replica that still fails and no longer answers `/health` is marked down (logged) and the
+request goes to another replica. Weight updates go to every replica that is up and return only when all of them
+loaded the version.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,8 @@ import tenacity
 
 from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
 from prime_rl.inference.backend import GenerateResult, InferenceError, completion_budget
+from prime_rl.inference.pool import NoReplicaLeft as NoReplicaLeft
+from prime_rl.inference.pool import ReplicaPool
 from prime_rl.monitor.logger import get_logger
 
 if TYPE_CHECKING:
@@ -32,11 +35,12 @@ if TYPE_CHECKING:
 
 log = get_logger("inference.client")
 
-_STICKY_MAX = 100_000
-
-
 class _ServerError(InferenceError):
     """A 5xx answer (retried)."""
+
+
+class ServerUnavailable(InferenceError):
+    """Transport errors or 5xx answers until the retries ran out."""
 
 
 async def _sleep(seconds: float) -> None:
@@ -84,8 +88,7 @@ class InferenceClient:
             headers=headers,
             transport=transport,
         )
-        self._rr = itertools.count()
-        self._sticky: OrderedDict[str, str] = OrderedDict()
+        self.pool = ReplicaPool(self.urls)
         self._known_version: dict[str, int] = dict.fromkeys(self.urls, 0)
 
     @classmethod
@@ -95,16 +98,39 @@ class InferenceClient:
 
     # -- routing -------------------------------------------------------------------------------------------------
     def server_for(self, rollout_id: str | None) -> str:
-        """Round robin; the same `rollout_id` always maps to the server it got first (LRU of 100k ids)."""
-        if rollout_id is not None and rollout_id in self._sticky:
-            self._sticky.move_to_end(rollout_id)
-            return self._sticky[rollout_id]
-        url = self.urls[next(self._rr) % len(self.urls)]
-        if rollout_id is not None:
-            self._sticky[rollout_id] = url
-            if len(self._sticky) > _STICKY_MAX:
-                self._sticky.popitem(last=False)
-        return url
+        """The replica for the next request of `rollout_id` (see `ReplicaPool.pick`)."""
+        return self.pool.pick(rollout_id)
+
+    def check_alive(self) -> None:
+        """Raise `NoReplicaLeft` when every replica is down (the run cannot sample any more)."""
+        self.pool.check_alive()
+
+    async def _is_dead(self, url: str) -> bool:
+        """Whether `url` does not answer `GET /health` with 200 now (one quick probe)."""
+        try:
+            r = await self._http.get(url + "/health", timeout=min(5.0, self.cfg.connect_timeout_s))
+            return r.status_code != 200
+        except httpx.HTTPError:
+            return True
+
+    async def _routed_post(self, rollout_id: str | None, route: str, body: dict) -> tuple[str, dict]:
+        """POST to the replica for `rollout_id`; when it fails for good and is dead, mark it down and send the
+        request to another replica. Returns (replica URL, answer).
+
+        Raises:
+            InferenceError: a 4xx answer, or a failure of a replica that is still alive.
+            NoReplicaLeft: every replica is down."""
+        tried: set[str] = set()
+        while True:
+            url = self.pool.pick(rollout_id, exclude=tried)
+            try:
+                with self.pool.busy(url):
+                    return url, await self._post(url, route, body)
+            except ServerUnavailable as e:
+                if not await self._is_dead(url):
+                    raise
+                self.pool.mark_down(url, str(e))
+                tried.add(url)
 
     async def _post(self, url: str, route: str, body: dict) -> dict:
         """POST `body` as JSON, retried per the module docstring (tenacity). Raises InferenceError on a 4xx answer
@@ -126,7 +152,7 @@ class InferenceClient:
                     return r.json()
         except tenacity.RetryError as e:
             last = e.last_attempt.exception()
-            raise InferenceError(
+            raise ServerUnavailable(
                 f"{url}{route} failed after {self.cfg.max_retries + 1} attempts (client.max_retries): "
                 f"{type(last).__name__}: {last}"
             ) from last
@@ -164,8 +190,7 @@ class InferenceClient:
         body: dict = {"token_ids": list(prompt_ids), "sampling_params": params}
         if self.model:
             body["model"] = self.model
-        url = self.server_for(rollout_id)
-        data = await self._post(url, "/inference/v1/generate", body)
+        url, data = await self._routed_post(rollout_id, "/inference/v1/generate", body)
         choice = data["choices"][0]
         ids = list(choice.get("token_ids") or [])
         content = (choice.get("logprobs") or {}).get("content") or []
@@ -198,21 +223,31 @@ class InferenceClient:
             body["seed"] = sampling.seed
         if self.model:
             body["model"] = self.model
-        return await self._post(self.server_for(None), "/v1/chat/completions", body)
+        return (await self._routed_post(None, "/v1/chat/completions", body))[1]
 
     async def update_weights(self, path: str, version: int) -> None:
-        """Load the policy in `path` (weights/step_N/) as `version` on every server, concurrently. Returns when
-        all have reloaded (later requests use it); raises InferenceError naming the servers that failed."""
+        """Load the policy in `path` (weights/step_N/) as `version` on every replica that is up, concurrently.
+        Returns when all of them have reloaded (later requests use it); a replica that fails and no longer answers
+        `/health` is marked down instead.
+
+        Raises:
+            InferenceError: a replica that is alive refused or failed (names each).
+            NoReplicaLeft: no replica is up (before or after this update)."""
+        self.pool.check_alive()
         body = {"path": str(path), "version": int(version)}
-        results = await asyncio.gather(
-            *(self._post(u, "/update_weights", body) for u in self.urls), return_exceptions=True
-        )
-        errors = [f"{u}: {r}" for u, r in zip(self.urls, results, strict=True) if isinstance(r, BaseException)]
-        for u, r in zip(self.urls, results, strict=True):
+        urls = self.pool.up()
+        results = await asyncio.gather(*(self._post(u, "/update_weights", body) for u in urls), return_exceptions=True)
+        errors = []
+        for u, r in zip(urls, results, strict=True):
             if not isinstance(r, BaseException):
                 self._known_version[u] = int(version)
+            elif isinstance(r, ServerUnavailable) and await self._is_dead(u):
+                self.pool.mark_down(u, f"update_weights(version={version}): {r}")
+            else:
+                errors.append(f"{u}: {r}")
         if errors:
             raise InferenceError(f"update_weights({path}, version={version}) failed on: " + "; ".join(errors))
+        self.pool.check_alive()
 
     async def wait_healthy(self, timeout_s: float | None = None) -> None:
         """Poll GET /health on every server every 0.5 s until all answer 200 (at most `timeout_s`, default

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-STEP_RE = re.compile(r"(?:^|[\s\]|:])(Step (\d+) \|.*)$")
+STEP_RE = re.compile(r"(?:^|[\s\]|:])(Step (\d+)(?:/\d+)? \|.*)$")
 EVAL_RE = re.compile(r"(?:^|[\s\]|:])(Eval policy (\d+) \|.*)$")
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

@@ -2,7 +2,7 @@
 
 A nemo-gym source's rows live at `ROOT/resources_servers/<name>/data/train.jsonl` (the layout `env-server write`
 produces). When nothing answers at its (local) `resources_url` and `[env_server] auto_start` is on, the launcher
-writes the rows if they are missing (`env-server write <env> ROOT [--data-dir D]`) and starts
+writes the rows if they are missing (`env-server write <env> ROOT [--data-dir D | --synthetic]`) and starts
 `env-server serve ROOT/resources_servers/<name> --port P --host H [--masked-as-error] [--idle-timeout S]
 --max-concurrent N`, as the reference system ran its GridSim server.
 """
@@ -84,6 +84,12 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
                 f"nothing answers at {path}.env.taskset.task.resources_url = {url!r}; start `env-server serve` "
                 f"there or set `env_server.auto_start = true`"
             )
+        if ts.dataset is None:
+            raise PreflightError(
+                f"nothing answers at {path}.env.taskset.task.resources_url = {url!r}, and rl starts a resources server "
+                f"only from rows written by `env-server write` (env.taskset.dataset), not from a Hugging Face dataset "
+                f"(env.taskset.name); start the server for those rows yourself"
+            )
         dataset = Path(ts.dataset)
         root = rows_root(dataset)
         if root is None:
@@ -104,7 +110,7 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
 
 
 def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) -> None:
-    """Run `env-server write <env> ROOT [--data-dir D]` (output to `log`), bounded by `timeout_s`.
+    """Run `env-server write <env> ROOT [--data-dir D | --synthetic]` (output to `log`), bounded by `timeout_s`.
 
     Raises:
         PreflightError: it failed or timed out (names the log).
@@ -113,6 +119,8 @@ def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) 
     argv = [sys.executable, "-m", "prime_rl.cli.env_server", "write", cfg.env_server.env, str(plan.write_root)]
     if cfg.env_server.data_dir is not None:
         argv += ["--data-dir", str(cfg.env_server.data_dir)]
+    if cfg.env_server.synthetic:
+        argv += ["--synthetic"]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"\n===== prime-rl launcher: {' '.join(argv)}\n".encode())
@@ -137,4 +145,45 @@ def serve_spec(cfg: RLConfig, plan: EnvServerPlan, log: Path, name: str = "env-s
         argv.append("--masked-as-error")
     if es.idle_timeout_s is not None:
         argv += ["--idle-timeout", f"{es.idle_timeout_s:g}"]
+    if es.token is not None:
+        argv += ["--token", es.token]
     return ChildSpec(name=name, argv=argv, log=log)
+
+
+def bind_plans(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
+    """`env_server.host` overrides the address the servers rl starts bind; one bound to an address other than
+    loopback requires a bearer token (`env_server.token`, or a random one when unset), which the sources using
+    it get as `task.token`.
+
+    Raises:
+        PreflightError: a source already has a different `task.token`."""
+    import secrets
+
+    if cfg.env_server.host:
+        for p in plans:
+            p.host = cfg.env_server.host
+    if cfg.env_server.token is None and any(p.host not in ("127.0.0.1", "localhost", "::1") for p in plans):
+        cfg.env_server.token = secrets.token_urlsafe(24)
+    apply_token(cfg, plans)
+
+
+def apply_token(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
+    """Give every source played against a server rl starts the server's bearer token (`env_server.token`).
+
+    Raises:
+        PreflightError: a source already has a different `task.token`.
+    """
+    token = cfg.env_server.token
+    if token is None:
+        return
+    urls = {p.url.rstrip("/") for p in plans}
+    for path, src in nemo_sources(cfg):
+        task = src.env.taskset.task
+        if task.resources_url.rstrip("/") not in urls:
+            continue
+        if task.token not in (None, token):
+            raise PreflightError(
+                f"{path}.env.taskset.task.token differs from env_server.token, which the server rl starts requires; "
+                f"set one of them"
+            )
+        task.token = token

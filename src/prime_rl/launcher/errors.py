@@ -35,3 +35,8 @@ class Interrupted(BaseException):
     def __init__(self, signum: int):
         self.signum = signum
         super().__init__(signum)
+
+    @property
+    def signal_name(self) -> str:
+        """`SIGINT`, `SIGTERM` or `signal N`."""
+        return "SIGINT" if self.signum == 2 else "SIGTERM" if self.signum == 15 else f"signal {self.signum}"

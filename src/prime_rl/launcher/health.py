@@ -14,8 +14,11 @@ def wait_healthy(url: str, child: Child | None, timeout_s: float, what: str, int
         ChildFailed: `child` exited before becoming healthy (names it, its exit and the tail of its log).
         LaunchError: no 200 within `timeout_s` seconds (names the URL and the child's log).
     """
+    from prime_rl.monitor.progress import Progress
+
     try:
-        return wait_for_http(url, child, timeout_s, interval_s)
+        with Progress(f"starting {what}", total=round(timeout_s), unit="s (timeout)", show_eta=False) as bar:
+            return wait_for_http(url, child, timeout_s, interval_s, on_tick=lambda t: bar.update(round(t)))
     except ChildExited as e:
         assert child is not None
         raise ChildFailed(child.name, e.code, child.log, child.tail(), f"before {url} became healthy") from None

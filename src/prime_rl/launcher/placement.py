@@ -27,6 +27,16 @@ class Placement:
     def env_for(self, name: str) -> dict[str, str]:
         return dict(self.env.get(name, {}))
 
+    def replica_env(self, local_index: int, per_node: int) -> dict[str, str]:
+        """The environment of inference replica `local_index` of `per_node` on this node: on GPU its own equal
+        slice of the inference GPUs, on CPU the shared inference environment."""
+        env = self.env_for("inference")
+        gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+        if self.device == "cuda" and gpus:
+            per = len(gpus) // per_node
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[local_index * per : (local_index + 1) * per])
+        return env
+
 
 def visible_gpus() -> list[str]:
     """GPU ids this process may use: `CUDA_VISIBLE_DEVICES` when set, else `nvidia-smi -L` (no torch import)."""
@@ -50,9 +60,12 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def place(cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = None) -> Placement:
+def place(
+    cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = None, roles: set[str] | None = None
+) -> Placement:
     """Decide the placement and apply what it implies to `cfg` in place (`orchestrator.num_train_ranks`,
-    `trainer.threads` on CPU, vLLM data parallel size on GPU).
+    `trainer.threads` on CPU, vLLM data parallel size on GPU). `roles`: the roles of this node in a multi-node run
+    (a trainer node needs only `num_train_gpus`, an inference node only `num_infer_gpus`); None = every role here.
 
     Raises:
         PreflightError: fewer GPUs than `num_train_gpus + num_infer_gpus`, or vLLM parallel sizes that do not
@@ -78,27 +91,41 @@ def place(cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = Non
             },
         )
     nt, ni = dep.num_train_gpus, dep.num_infer_gpus
-    if nt + ni > len(gpus):
+    want_t = roles is None or "trainer" in roles
+    want_i = roles is None or "inference" in roles
+    need = (nt if want_t else 0) + (ni if want_i else 0)
+    if need > len(gpus):
+        fields = " + ".join(f for f, w in (("deployment.num_train_gpus", want_t), ("deployment.num_infer_gpus", want_i)) if w)
         raise PreflightError(
-            f"deployment.num_train_gpus ({nt}) + deployment.num_infer_gpus ({ni}) = {nt + ni} GPUs, but only "
-            f"{len(gpus)} are visible ({','.join(gpus)}); lower them or expose more GPUs (CUDA_VISIBLE_DEVICES)"
+            f"{fields} = {need} GPUs, but only {len(gpus)} are visible on this node ({','.join(gpus)}); lower them or "
+            f"expose more GPUs (CUDA_VISIBLE_DEVICES)"
         )
+    t_gpus = gpus[:nt] if want_t else []
+    i_gpus = gpus[len(t_gpus) : len(t_gpus) + ni] if want_i else []
+    rpn = dep.infer_replicas_per_node
+    if ni % rpn:
+        raise PreflightError(
+            f"deployment.num_infer_gpus ({ni}) must be a multiple of deployment.infer_replicas_per_node ({rpn}): "
+            f"each replica gets the same number of GPUs"
+        )
+    per = ni // rpn
     vllm = cfg.inference.vllm
-    if vllm.tensor_parallel_size * vllm.data_parallel_size != ni:
+    if vllm.tensor_parallel_size * vllm.data_parallel_size != per:
         if vllm.tensor_parallel_size == 1 and vllm.data_parallel_size == 1:
-            vllm.data_parallel_size = ni
+            vllm.data_parallel_size = per
         else:
             raise PreflightError(
                 f"inference.vllm.tensor_parallel_size ({vllm.tensor_parallel_size}) x data_parallel_size "
-                f"({vllm.data_parallel_size}) must equal deployment.num_infer_gpus ({ni})"
+                f"({vllm.data_parallel_size}) must equal the GPUs of one replica: deployment.num_infer_gpus ({ni}) / "
+                f"deployment.infer_replicas_per_node ({rpn}) = {per}"
             )
     cfg.orchestrator.num_train_ranks = nt
     return Placement(
         device="cuda",
         trainer_procs=nt,
         env={
-            "trainer": {"CUDA_VISIBLE_DEVICES": ",".join(gpus[:nt])},
-            "inference": {"CUDA_VISIBLE_DEVICES": ",".join(gpus[nt : nt + ni])},
+            "trainer": {"CUDA_VISIBLE_DEVICES": ",".join(t_gpus)},
+            "inference": {"CUDA_VISIBLE_DEVICES": ",".join(i_gpus)},
             "orchestrator": {"CUDA_VISIBLE_DEVICES": ""},
             "env-server": {"CUDA_VISIBLE_DEVICES": ""},
         },

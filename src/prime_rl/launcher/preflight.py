@@ -51,8 +51,8 @@ def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
     will_write = {p.url for p in plans if p.write_root is not None}
     for path, src in nemo_sources(cfg):
         ts = src.env.taskset
-        if ts.task.resources_url.rstrip("/") in will_write:
-            continue
+        if ts.task.resources_url.rstrip("/") in will_write or ts.name is not None:
+            continue  # rows written by the launcher, or a Hugging Face dataset (checked when the orchestrator loads it)
         if not Path(ts.dataset).is_file():
             raise PreflightError(
                 f"{path}.env.taskset.dataset = {str(ts.dataset)!r}: no such file; write the rows with "
@@ -74,7 +74,7 @@ def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
     if plans and cfg.env_server.data_dir is not None and not Path(cfg.env_server.data_dir).is_dir():
         raise PreflightError(
             f"env_server.data_dir = {str(cfg.env_server.data_dir)!r} is not a directory (ERCOT NP4-180-ER files); "
-            f"unset it for synthetic days"
+            f"unset it for the packaged ERCOT 2021-2024 days"
         )
 
 
@@ -102,8 +102,19 @@ def check_capacity(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
 
 def check_ports(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
     """Every port rl will bind must be free now; fail naming the port, its config field and its holder."""
-    wanted = [(cfg.inference.server.host, cfg.inference.server.port, "inference.server.port")]
+    from prime_rl.launcher.replicas import local_replicas
+
+    wanted = [(r.bind_host, r.port, "inference.server.port" + (f" + {r.index} (replica {r.index})" if r.index else ""))
+              for r in local_replicas(cfg)]
     wanted += [(p.host, p.port, f"the env server for {p.url} ({', '.join(p.sources)})") for p in plans]
+    check_free(wanted)
+
+
+def check_free(wanted: list[tuple[str, int, str]]) -> None:
+    """`(host, port, what)`: each port wanted once and free now.
+
+    Raises:
+        PreflightError: a port is wanted twice or taken (names it, what wants it and its holder)."""
     seen = set()
     for host, port, what in wanted:
         if port in seen:
@@ -114,19 +125,22 @@ def check_ports(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
 
 
 def check_client(cfg: RLConfig) -> None:
-    """Point the orchestrator at the inference server rl starts (when its base_url was left at the default),
-    or check that an explicit base_url matches it."""
-    s = cfg.inference.server
-    host = "127.0.0.1" if s.host in ("0.0.0.0", "", "localhost") else s.host
-    url = f"http://{host}:{s.port}"
+    """Point the orchestrator at the inference replica(s) rl starts (when its base_url was left at the default),
+    or check that an explicit base_url matches them."""
+    from prime_rl.launcher.replicas import local_replicas
+
+    reps = local_replicas(cfg)
+    urls = [r.url for r in reps]
     client = cfg.orchestrator.client
     if "base_url" not in client.model_fields_set:
-        client.base_url = [url]
+        client.base_url = urls
         return
+    ports = {r.port for r in reps}
     for u in client.base_url:
         h, p = url_host_port(u)
-        if p != s.port:
+        if p not in ports:
             raise PreflightError(
-                f"orchestrator.client.base_url has {u!r} but rl serves inference at {url} "
-                f"(inference.server.port = {s.port}); make them agree or leave base_url unset"
+                f"orchestrator.client.base_url has {u!r} but rl serves inference at {', '.join(urls)} "
+                f"(inference.server.port = {cfg.inference.server.port}, deployment.infer_replicas_per_node = "
+                f"{len(reps)}); make them agree or leave base_url unset"
             )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prime_rl.config.rl import RLConfig
-from prime_rl.launcher import envserver, preflight, resume
+from prime_rl.launcher import envserver, preflight, replicas, resume
 from prime_rl.launcher.console import StepView
 from prime_rl.launcher.errors import Interrupted, LaunchError, PreflightError
 from prime_rl.launcher.health import wait_healthy
@@ -57,13 +57,11 @@ def build_specs(cfg: RLConfig, run: RunDir, placement: Placement, plans: list[en
         specs[name] = envserver.serve_spec(cfg, plan, run.log_file(f"{name}.console"), name=name)
         specs[name].env.update(placement.env_for("env-server"))
         health[name] = plan.health_url
-    specs["inference"] = ChildSpec(
-        "inference", module_argv("prime_rl.cli.inference", run.configs / "inference.toml"),
-        run.log_file("inference.console"), placement.env_for("inference"),
-    )
-    s = cfg.inference.server
-    host = "127.0.0.1" if s.host in ("0.0.0.0", "", "localhost") else s.host
-    health["inference"] = f"http://{host}:{s.port}/health"
+    for rep in replicas.local_replicas(cfg):
+        specs[rep.name] = replicas.replica_spec(
+            run, rep, placement.replica_env(rep.index, cfg.deployment.infer_replicas_per_node)
+        )
+        health[rep.name] = rep.health_url
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(placement.trainer_procs),
                 "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     specs["trainer"] = ChildSpec(
@@ -86,6 +84,33 @@ def align_checkpoint_retention(cfg: RLConfig) -> None:
         o.keep_last = max(o.keep_last, t.keep_last + cfg.orchestrator.max_async_level + 1)
 
 
+def resume_or_clean(cfg: RLConfig, run: RunDir) -> int:
+    """`--resume`: the newest complete checkpoint (later step folders removed, both sections told to resume);
+    `--clean`: a previous run's artifacts removed. Returns the step the run starts after (0 when fresh).
+
+    Raises:
+        PreflightError: no checkpoint to resume, or a previous run is there and neither flag was given.
+    """
+    align_checkpoint_retention(cfg)
+    if cfg.resume:
+        start_step = resume.latest_checkpoint(run)
+        gone = resume.drop_steps_after(run, start_step)
+        cfg.trainer.ckpt.resume_step = start_step
+        cfg.orchestrator.ckpt.resume_step = start_step
+        log.info(f"resuming from checkpoint step {start_step}" + (f" (removed {len(gone)} later step folders)" if gone else ""))
+        return start_step
+    leftovers = resume.previous_run(run)
+    if leftovers and cfg.clean:
+        resume.clean(run)
+        log.info(f"--clean: removed the previous run's artifacts in {run.root}")
+    elif leftovers:
+        raise PreflightError(
+            f"output_dir {run.root} already holds a run ({leftovers[0]}); pass --resume to continue it, "
+            f"--clean to start over there, or choose another output_dir"
+        )
+    return 0
+
+
 def prepare(cfg: RLConfig) -> Launch:
     """Pre-flight checks, resume/clean, placement, rows and resolved configs. Starts no long-lived process.
 
@@ -101,28 +126,12 @@ def prepare(cfg: RLConfig) -> Launch:
     preflight.check_model(cfg)
     preflight.check_client(cfg)
     plans = envserver.plan_env_servers(cfg)
+    envserver.bind_plans(cfg, plans)
     preflight.check_data(cfg, plans)
     preflight.check_capacity(cfg, plans)
     preflight.check_ports(cfg, plans)
 
-    align_checkpoint_retention(cfg)
-    start_step = 0
-    if cfg.resume:
-        start_step = resume.latest_checkpoint(run)
-        gone = resume.drop_steps_after(run, start_step)
-        cfg.trainer.ckpt.resume_step = start_step
-        cfg.orchestrator.ckpt.resume_step = start_step
-        log.info(f"resuming from checkpoint step {start_step}" + (f" (removed {len(gone)} later step folders)" if gone else ""))
-    else:
-        leftovers = resume.previous_run(run)
-        if leftovers and cfg.clean:
-            resume.clean(run)
-            log.info(f"--clean: removed the previous run's artifacts in {run.root}")
-        elif leftovers:
-            raise PreflightError(
-                f"output_dir {run.root} already holds a run ({leftovers[0]}); pass --resume to continue it, "
-                f"--clean to start over there, or choose another output_dir"
-            )
+    start_step = resume_or_clean(cfg, run)
     placement = place(cfg)
     log.info(
         f"placement: {placement.device}, trainer {placement.trainer_procs} rank(s)"
@@ -133,6 +142,7 @@ def prepare(cfg: RLConfig) -> Launch:
             log.info(f"rows missing: writing them with `env-server write {cfg.env_server.env} {plan.write_root}`")
             envserver.write_rows(cfg, plan, run.log_file("env-server-write"), cfg.startup_timeout_s)
     write_resolved(cfg)
+    replicas.write_replica_configs(cfg, run, replicas.local_replicas(cfg))
     launch = build_specs(cfg, run, placement, plans)
     launch.start_step = start_step
     return launch
@@ -147,6 +157,9 @@ def supervise(cfg: RLConfig, launch: Launch, console_view: bool = True) -> None:
     """
     specs = launch.specs
     with Supervisor(grace_s=cfg.stop_grace_s) as sup:
+        replica_names = {n for n in specs if n == "inference" or n.startswith("inference-")}
+        if len(replica_names) > 1:
+            sup.expendable = replica_names
         servers = [n for n in specs if n not in FINISHERS]
         for name in servers:
             sup.start(specs[name])
@@ -178,17 +191,34 @@ def launch_and_wait(cfg: RLConfig, prepare_fn=prepare) -> int:
     """`run` without the SystemExit: returns the exit status. `prepare_fn(cfg) -> Launch` can be replaced
     (tests supervise fake children through the same path)."""
     t0 = time.monotonic()
+    wandb = None
+    code = 1  # until the run finishes: an unexpected error marks the W&B run failed
     try:
         with handle_signals():
             launch = prepare_fn(cfg)
             log.info(f"run directory {launch.run.root}; logs in {launch.run.logs}")
+            if cfg.wandb is not None:  # one W&B run for the whole run, fed from metrics.jsonl (monitor.wandb_log)
+                from prime_rl.monitor.wandb_log import WandbForwarder, WandbStartError
+
+                try:
+                    wandb = WandbForwarder(cfg.wandb, launch.run.root, job_type="rl").start_thread()
+                except WandbStartError as e:
+                    raise PreflightError(str(e)) from None
             supervise(cfg, launch, console_view=True)
+            code = 0
     except Interrupted as e:
-        name = "SIGINT" if e.signum == 2 else "SIGTERM" if e.signum == 15 else f"signal {e.signum}"
-        log.warning(f"{name} received: stopped every process of the run")
-        return 128 + e.signum
+        log.warning(f"{e.signal_name} received: stopped every process of the run")
+        code = 128 + e.signum
     except LaunchError as e:
         log.error(str(e))
-        return e.exit_code
-    log.info(f"run finished in {time.monotonic() - t0:.0f} s; results in {launch.run.root}")
-    return 0
+        code = e.exit_code
+    finally:
+        if wandb is not None:
+            wandb.close(exit_code=code)
+        if code != 2:  # the run got past its checks: plot what it wrote, finished or not
+            from prime_rl.monitor.plots import plot_at_end
+
+            plot_at_end(Path(cfg.orchestrator.output_dir), log)
+    if code == 0:
+        log.info(f"run finished in {time.monotonic() - t0:.0f} s; results in {launch.run.root}")
+    return code

@@ -33,6 +33,8 @@ class Supervisor:
         self.stop_order = stop_order
         self.children: dict[str, Child] = {}
         self.finished: set[str] = set()
+        self.expendable: set[str] = set()  # e.g. inference replicas: one may die while another of them runs
+        self.lost: set[str] = set()
         become_subreaper()
 
     def start(self, spec: ChildSpec) -> Child:
@@ -52,7 +54,7 @@ class Supervisor:
     def check(self, finishers: set[str]) -> None:
         """Raise `ChildFailed` for the first child that exited when it should not have; record finishers done."""
         for name, child in self.children.items():
-            if name in self.finished:
+            if name in self.finished or name in self.lost:
                 continue
             code = child.poll()
             if code is None:
@@ -60,6 +62,12 @@ class Supervisor:
             if code == 0 and name in finishers:
                 self.finished.add(name)
                 log.info(f"{name} finished (exit code 0)")
+                continue
+            alive = [n for n in self.expendable - self.lost - {name} if self.children.get(n) and self.children[n].poll() is None]
+            if name in self.expendable and alive:
+                self.lost.add(name)
+                log.warning(f"{name} died ({describe_exit(code)}); the run goes on with {', '.join(sorted(alive))} "
+                            f"(the orchestrator stops sending it requests). Last lines of {child.log}:\n{child.tail(10)}")
                 continue
             when = "unexpectedly" if code == 0 else ""
             raise ChildFailed(name, code, child.log, child.tail(), when)

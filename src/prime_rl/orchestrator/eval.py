@@ -16,6 +16,7 @@ from typing import Any
 
 from prime_rl.config.orchestrator import SamplingConfig
 from prime_rl.inference.backend import InferenceBackend
+from prime_rl.monitor.progress import Progress
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.types import Rollout
@@ -74,14 +75,18 @@ async def run_eval(
     gate: CapacityGate | None = None,
     max_inflight: int = 32,
 ) -> EvalResult:
-    """Play `rollouts_per_example` rollouts of each eval task of each source (concurrently, bounded)."""
+    """Play `rollouts_per_example` rollouts of each eval task of each source (concurrently, bounded), with a
+    progress bar (or log lines when not on a terminal) over the rollouts."""
     sem = inflight_sem or asyncio.Semaphore(max_inflight)
     gate = gate or CapacityGate()
     k = rollouts_per_example
+    progress = Progress("eval rollouts", total=None, unit="rollouts")
 
     async def one(src, task, j):
         async with sem, gate(src):
-            return await run_rollout(task, src, client, renderer, sampling, limits, rollout_id=f"eval/{task.task_id}/{j}")
+            r = await run_rollout(task, src, client, renderer, sampling, limits, rollout_id=f"eval/{task.task_id}/{j}")
+        progress.advance()
+        return r
 
     rows, metrics, by_source = [], {}, {}
     per_source = []
@@ -89,33 +94,35 @@ async def run_eval(
         tasks = eval_tasks(src, num_examples)
         futs = [[asyncio.create_task(one(src, t, j)) for j in range(k)] for t in tasks]
         per_source.append((src, tasks, futs))
-    try:
-        for src, tasks, futs in per_source:
-            done = [list(await asyncio.gather(*fs)) for fs in futs]
-            by_source[src.name] = summarize(done, k, pass_threshold)
-            for t, rs in zip(tasks, done, strict=True):
-                rows.append(
-                    {
-                        "source": src.name,
-                        "task_id": t.task_id,
-                        "index": t.index,
-                        "rewards": [r.reward for r in rs],
-                        "masked": [r.masked for r in rs],
-                        "errors": [r.error for r in rs if r.error],
-                        "turns": [r.num_turns for r in rs],
-                        "truncated": [r.truncated for r in rs],
-                        "avg": (sum(r.reward for r in rs if not r.masked) / max(1, sum(not r.masked for r in rs))),
-                        "pass": any(r.reward >= pass_threshold and not r.masked for r in rs),
-                    }
-                )
-            for name, v in by_source[src.name].items():
-                metrics[f"eval/{src.name}/{name}"] = v
-    except BaseException:
-        for _, _, futs in per_source:
-            for fs in futs:
-                for f in fs:
-                    f.cancel()
-        raise
+    progress.total = sum(len(t) * k for _, t, _ in per_source)
+    with progress:
+        try:
+            for src, tasks, futs in per_source:
+                done = [list(await asyncio.gather(*fs)) for fs in futs]
+                by_source[src.name] = summarize(done, k, pass_threshold)
+                for t, rs in zip(tasks, done, strict=True):
+                    rows.append(
+                        {
+                            "source": src.name,
+                            "task_id": t.task_id,
+                            "index": t.index,
+                            "rewards": [r.reward for r in rs],
+                            "masked": [r.masked for r in rs],
+                            "errors": [r.error for r in rs if r.error],
+                            "turns": [r.num_turns for r in rs],
+                            "truncated": [r.truncated for r in rs],
+                            "avg": (sum(r.reward for r in rs if not r.masked) / max(1, sum(not r.masked for r in rs))),
+                            "pass": any(r.reward >= pass_threshold and not r.masked for r in rs),
+                        }
+                    )
+                for name, v in by_source[src.name].items():
+                    metrics[f"eval/{src.name}/{name}"] = v
+        except BaseException:
+            for _, _, futs in per_source:
+                for fs in futs:
+                    for f in fs:
+                        f.cancel()
+            raise
     if len(sources) > 1:
         allr = []
         for _, _, futs in per_source:

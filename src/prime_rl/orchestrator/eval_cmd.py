@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from prime_rl.config.orchestrator import EvalCommandConfig
 from prime_rl.inference.backend import InferenceBackend, build_backend
@@ -50,6 +52,23 @@ def results_table(res: EvalResult, k: int, title: str = "Eval"):
     return t
 
 
+async def wait_with_progress(wait: Any, what: str) -> Any:
+    """Await `wait` with a progress display of the seconds spent (the inference server's start-up)."""
+    from prime_rl.monitor.progress import Progress
+
+    task = asyncio.ensure_future(wait)
+    try:
+        with Progress(what, total=None, unit="s") as bar:
+            t0 = time.monotonic()
+            while not task.done():
+                await asyncio.wait({task}, timeout=1.0)
+                bar.update(round(time.monotonic() - t0))
+    finally:
+        if not task.done():
+            task.cancel()
+    return task.result()
+
+
 async def evaluate(
     cfg: EvalCommandConfig, client: InferenceBackend | None = None, renderer=None, sources=None
 ) -> EvalResult:
@@ -62,7 +81,7 @@ async def evaluate(
     if client is None:
         client = build_backend(cfg)
         try:
-            await client.wait_healthy()
+            await wait_with_progress(client.wait_healthy(), f"waiting for inference ({cfg.backend})")
             await client.check_model(cfg.model.name)
         except BaseException:
             await client.aclose()

@@ -68,7 +68,7 @@ class Orchestrator:
         self.stream = TaskStream(train_sources, seed=cfg.seed)
         self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens)
         self.watcher = WeightWatcher(self.run_dir.weights, client.update_weights, self.policy, poll_s=poll_s,
-                                     on_loaded=self._on_loaded)
+                                     on_loaded=self._on_loaded, alive=getattr(client, "check_alive", None))
         self.evaluated: list[int] = []
         self.start_step = 1
         random.seed(cfg.seed)
@@ -140,7 +140,7 @@ class Orchestrator:
         write_step(batches, step_dir)
         m["micro_batches_per_rank"] = len(batches[0].micro_batches)
         self.metrics.log(step, m)
-        line = step_line(step, m)
+        line = step_line(step, m, self.cfg.max_steps)
         log.info(line)
         if self.echo:
             print(line, flush=True)
@@ -253,7 +253,15 @@ def run_until_terminated(main: Any) -> bool:
 
 
 def run(cfg: OrchestratorConfig) -> None:
-    """Entry point of the `orchestrator` command. Exits 143 after a SIGTERM (once the open episodes are closed)."""
+    """Entry point of the `orchestrator` command: `orchestrate`, its metrics (orchestrator and eval rows) forwarded to
+    W&B when `[wandb]` is set (started on its own; under `rl` the launcher forwards them)."""
+    from prime_rl.monitor.wandb_log import run_with_wandb
+
+    run_with_wandb(orchestrate, cfg, "orchestrator", {"orchestrator", "eval"})
+
+
+def orchestrate(cfg: OrchestratorConfig) -> None:
+    """Run the orchestrator. Exits 143 after a SIGTERM (once the open episodes are closed)."""
     run_dir = Path(cfg.output_dir)
     setup_logging("orchestrator", run_dir, cfg.log.level)
     try:

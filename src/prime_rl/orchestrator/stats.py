@@ -74,12 +74,14 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
     return m
 
 
-def step_line(step: int, m: dict[str, Any]) -> str:
-    """`Step 12 | 1m 23s | Reward 0.7508 | Trainable 32/32 (100.0%) | Turns 3.9 | Max Off-Policy 1 | Error 0.0% | Truncated 12.5%`."""
+def step_line(step: int, m: dict[str, Any], max_steps: int | None = None) -> str:
+    """`Step 12/50 | 1m 23s | Reward 0.7508 | Trainable 32/32 (100.0%) | Turns 3.9 | Max Off-Policy 1 | Error 0.0% |
+    Truncated 12.5%` (`Step 12 | ...` without `max_steps`)."""
     reward = m["reward"]
     rtxt = "nan" if reward is None or (isinstance(reward, float) and math.isnan(reward)) else f"{reward:.4f}"
+    of = f"/{max_steps}" if max_steps else ""
     return (
-        f"Step {step} | {format_duration(m['step_time_s'])} | Reward {rtxt} | "
+        f"Step {step}{of} | {format_duration(m['step_time_s'])} | Reward {rtxt} | "
         f"Trainable {m['trainable']}/{m['num_rollouts']} ({m['trainable_pct']:.1f}%) | Turns {m['turns']:.1f} | "
         f"Max Off-Policy {m['max_off_policy']} | Error {m['error_pct']:.1f}% | Truncated {m['truncated_pct']:.1f}%"
     )

@@ -16,8 +16,9 @@ log = get_logger("orchestrator.weights")
 
 class WeightWatcher:
     """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` awaits `load(path, N)` (an inference
-    backend's `update_weights`), then records version N in `policy` and awaits `on_loaded(N)` (e.g. an eval).
-    Intermediate versions are skipped when several arrive at once."""
+    backend's `update_weights`: it returns once every replica that is up loaded the version), then records version N
+    in `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped when several arrive at
+    once."""
 
     def __init__(
         self,
@@ -27,8 +28,10 @@ class WeightWatcher:
         *,
         poll_s: float = 0.1,
         on_loaded: Callable[[int], Awaitable[None]] | None = None,
+        alive: Callable[[], None] | None = None,
     ):
         self.dir = Path(weights_dir)
+        self.alive = alive  # raises when sampling can no longer go on (every inference replica down)
         self.load = load
         self.policy = policy
         self.poll_s = poll_s
@@ -54,7 +57,10 @@ class WeightWatcher:
         return n
 
     async def run(self) -> None:
-        """Poll forever (cancel to stop). Errors of the update route propagate: the run cannot go on without them."""
+        """Poll forever (cancel to stop). Errors of the update route propagate, and so does the client's report that
+        every inference replica is down: the run cannot go on without them."""
         while True:
+            if self.alive is not None:
+                self.alive()
             await self.poll_once()
             await asyncio.sleep(self.poll_s)

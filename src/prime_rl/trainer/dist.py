@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from dataclasses import dataclass
 
@@ -79,3 +80,8 @@ def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t
+
+
+def node_name() -> str:
+    """The Slurm node this process runs on (SLURMD_NODENAME), else the host name (for logs)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()

@@ -259,7 +259,8 @@ class Engine:
         if not self.dist.is_main:
             return
         self.metrics.log(step, m)
-        parts = [f"step {step}", f"loss {m['loss']:.4f}"]
+        of = f"/{self.cfg.max_steps}" if self.cfg.max_steps else ""
+        parts = [f"step {step}{of}", f"loss {m['loss']:.4f}"]
         for k in ("entropy", "mismatch_kl", "masked_frac_pos", "masked_frac_neg", *extra_keys):
             if k in m:
                 parts.append(f"{k} {m[k]:.4g}")

@@ -20,6 +20,22 @@ class ModelLoadError(ValueError):
     """The model path or its settings are unusable (names `model.name` / the field)."""
 
 
+def model_dir(name: str | Path) -> Path:
+    """`name` as a local Hugging Face model folder (expanded), checked before anything loads from it.
+
+    Raises:
+        ModelLoadError: no `config.json` there (names `model.name` and what to point it at).
+    """
+    path = Path(name).expanduser()
+    if not (path / "config.json").is_file():
+        what = "no such folder" if not path.exists() else "no config.json there"
+        raise ModelLoadError(
+            f"model.name = {str(name)!r}: {what}; point it at a local Hugging Face model directory "
+            "(e.g. `prime-rl tiny-model outputs/tiny-model`, or an SFT run's weights/step_N)"
+        )
+    return path
+
+
 def compute_dtype(cfg: TrainerModelConfig, device: torch.device) -> torch.dtype:
     """`auto` -> bf16 on CUDA, fp32 on CPU; otherwise the named dtype."""
     if cfg.dtype == "auto":
@@ -45,12 +61,7 @@ def load_model(cfg: TrainerModelConfig, dist_info: DistInfo) -> nn.Module:
     """
     from transformers import AutoModelForCausalLM
 
-    path = Path(cfg.name).expanduser()
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(
-            f"model.name = {cfg.name!r}: no config.json there; point it at a local Hugging Face model directory "
-            "(e.g. one built by `prime_rl.models.tiny.build_tiny_model`)"
-        )
+    path = model_dir(cfg.name)
     device = dist_info.device
     attn = "sdpa"
     model = AutoModelForCausalLM.from_pretrained(

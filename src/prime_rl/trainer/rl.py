@@ -14,7 +14,7 @@ import torch
 
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.monitor.logger import setup_logging
-from prime_rl.trainer.dist import all_reduce_max
+from prime_rl.trainer.dist import all_reduce_max, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss_fn
 from prime_rl.trainer.shared_prefix import regroup
@@ -22,6 +22,14 @@ from prime_rl.transport.batch import BatchFormatError, MicroBatch, wait_for_batc
 
 
 def run(cfg: TrainerConfig) -> dict[str, float] | None:
+    """The `trainer` command: `train`, its metrics forwarded to W&B when `[wandb]` is set (started on its own;
+    under `rl` the launcher forwards them)."""
+    from prime_rl.monitor.wandb_log import run_with_wandb
+
+    return run_with_wandb(train, cfg, "trainer", {"trainer"})
+
+
+def train(cfg: TrainerConfig) -> dict[str, float] | None:
     """Train until `max_steps` (or until no batch arrives within `data_timeout_s`: TimeoutError).
 
     Returns the last step's metrics (all ranks).
@@ -38,7 +46,7 @@ def run(cfg: TrainerConfig) -> dict[str, float] | None:
         engine.maybe_resume()
         rank, world = engine.dist.rank, engine.dist.world_size
         engine.log.info(
-            f"trainer rank {rank}/{world} on {engine.dist.device}, starting at step {engine.step + 1}"
+            f"trainer rank {rank}/{world} on {engine.dist.device}, node {node_name()}, starting at step {engine.step + 1}"
             f" (max_steps={cfg.max_steps})"
         )
         step = engine.step + 1

@@ -16,10 +16,13 @@ import math
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.models.renderer import make_renderer
 from prime_rl.monitor.logger import setup_logging
+from prime_rl.monitor.plots import plot_at_end
+from prime_rl.monitor.progress import Progress
+from prime_rl.trainer.dist import node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import sft_loss
 from prime_rl.trainer.sft_data import (
-    load_jsonl,
+    load_chat_rows,
     pack_samples,
     render_dataset,
     shard_micro_batches,
@@ -45,43 +48,62 @@ def total_steps(cfg: SFTConfig, n: int) -> int:
 
 
 def run(cfg: SFTConfig) -> dict[str, float] | None:
+    """The `sft` command: `train`, its metrics forwarded to W&B when `[wandb]` is set; returns the last step's
+    metrics."""
+    from prime_rl.monitor.wandb_log import run_with_wandb
+
+    return run_with_wandb(train, cfg, "sft", {"sft"})
+
+
+def train(cfg: SFTConfig) -> dict[str, float] | None:
     """Train; returns the last step's metrics."""
     from transformers import AutoTokenizer
 
+    from prime_rl.trainer.model import model_dir
+
     log = setup_logging("sft", cfg.output_dir, cfg.log.level)
-    rows = load_jsonl(cfg.data.path)
-    tokenizer = AutoTokenizer.from_pretrained(str(cfg.model.name))
+    path = model_dir(cfg.model.name)  # before the tokenizer: a missing folder must not end in a hub lookup
+    d = cfg.data
+    rows = load_chat_rows(path=d.path, name=d.name, subset=d.subset, split=d.split, columns=d.columns)
+    source = f"data.path = {str(d.path)!r}" if d.path is not None else f"data.name = {d.name!r} (split {d.split})"
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
     renderer = make_renderer(tokenizer, cfg.renderer.name, cfg.renderer.enable_thinking)
-    samples, truncated = render_dataset(rows, renderer, cfg.seq_len)
+    with Progress("rendering", total=len(rows), unit="conversations", log=log) as p:
+        samples, truncated = render_dataset(rows, renderer, cfg.seq_len, on_row=p.advance)
     n_loss = sum(int(s.loss_mask.sum()) for s in samples)
     log.info(
-        f"{len(samples)} conversations from {cfg.data.path}: {sum(len(s) for s in samples)} tokens, "
+        f"{len(samples)} conversations from {source}: {sum(len(s) for s in samples)} tokens, "
         f"{n_loss} assistant tokens, {truncated} truncated to seq_len={cfg.seq_len}"
     )
     if n_loss == 0:
-        raise ValueError(f"data.path = {str(cfg.data.path)!r}: no assistant tokens to train on after rendering")
+        raise ValueError(f"{source}: no assistant tokens to train on after rendering")
     steps = total_steps(cfg, len(samples))
     engine = Engine(dataclasses.replace(EngineConfig.from_config(cfg), max_steps=steps), process="sft")
     pad_id = tokenizer.pad_token_id or 0
     last = None
     try:
         engine.maybe_resume()
-        for step in range(engine.step + 1, steps + 1):
-            idx = step_indices(step, cfg.data.batch_size, len(samples), cfg.seed, cfg.data.shuffle)
-            batch = [samples[i] for i in idx]
-            total = sum(int(s.loss_mask.sum()) for s in batch)
-            if cfg.data.shared_prefix:
-                mbs = shared_prefix_micro_batches(batch, cfg.data.micro_batch_size, cfg.seq_len, pad_id)
-            else:
-                mbs = pack_samples(batch, cfg.seq_len)
-            mbs = shard_micro_batches(mbs, engine.dist.rank, engine.dist.world_size, pad_id)
-            m = engine.train_step(mbs, total, sft_loss, None)
-            m["epoch"] = (step * cfg.data.batch_size) / len(samples)
-            if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0):
-                engine.publish(step)
-            engine.maybe_checkpoint(step)
-            engine.log_step(step, m, extra_keys=("epoch",))
-            last = m
+        log.info(f"sft rank {engine.dist.rank}/{engine.dist.world_size} on {engine.dist.device}, node {node_name()}")
+        with Progress("sft", total=steps, unit="steps", start=engine.step, log=log, log_every_s=60.0) as bar:
+            for step in range(engine.step + 1, steps + 1):
+                idx = step_indices(step, cfg.data.batch_size, len(samples), cfg.seed, cfg.data.shuffle)
+                batch = [samples[i] for i in idx]
+                total = sum(int(s.loss_mask.sum()) for s in batch)
+                if cfg.data.shared_prefix:
+                    mbs = shared_prefix_micro_batches(batch, cfg.data.micro_batch_size, cfg.seq_len, pad_id)
+                else:
+                    mbs = pack_samples(batch, cfg.seq_len)
+                mbs = shard_micro_batches(mbs, engine.dist.rank, engine.dist.world_size, pad_id)
+                m = engine.train_step(mbs, total, sft_loss, None)
+                m["epoch"] = (step * cfg.data.batch_size) / len(samples)
+                if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0):
+                    engine.publish(step)
+                engine.maybe_checkpoint(step)
+                engine.log_step(step, m, extra_keys=("epoch",))
+                bar.advance()
+                last = m
     finally:
         engine.close()
+    if engine.dist.is_main:
+        plot_at_end(cfg.output_dir, log)
     return last

@@ -1,8 +1,11 @@
-"""SFT data: chat JSONL -> token ids + assistant-only loss mask (with the orchestrator's renderer) -> packed
+"""SFT data: chat rows -> token ids + assistant-only loss mask (with the orchestrator's renderer) -> packed
 micro-batches (or shared-prefix micro-batches, `data.shared_prefix`).
 
-Each JSONL line is `{"messages": [...], "tools": [...] (optional)}` in OpenAI chat format (assistant
-`tool_calls` allowed, `tool` role for results). A sample is rendered with the same `renderers` renderer the
+Rows come from `data.path` (a JSONL file, or parquet/arrow/csv/json/a dataset folder through Hugging Face
+`datasets`) or `data.name` (`datasets.load_dataset(name, subset, split=split)`), with `data.columns` renaming
+columns (`prime_rl.hf_data`). A row is `{"messages": [...], "tools": [...] (optional)}` in OpenAI chat format
+(assistant `tool_calls` allowed, `tool` role for results), or TRL's prompt-completion form `{"prompt": ...,
+"completion": ...}` (each a string or a list of messages), which becomes the messages prompt + completion. A sample is rendered with the same `renderers` renderer the
 orchestrator samples with (so SFT trains on exactly the token sequences RL later samples), and its loss mask
 selects the tokens the model itself would emit in each assistant turn: the assistant's content, reasoning and
 tool calls, and its closing `<|im_end|>`. Excluded: system/user/tool messages (tool results included), role
@@ -41,28 +44,76 @@ class SFTSample:
 
 
 def load_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read the dataset. Raises SFTDataError naming the line for bad JSON, missing/empty `messages`, or a
-    conversation without an assistant message; FileNotFoundError naming `data.path`."""
+    """Chat rows of a JSONL file (`load_chat_rows` with `path`). Raises SFTDataError naming the line;
+    FileNotFoundError naming `data.path`."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data.path = {str(path)!r} does not exist (JSONL of {{'messages': [...]}} rows)")
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+    return load_chat_rows(path=path)
+
+
+def _as_messages(value: Any, role: str, where: str, col: str) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, list) and all(isinstance(m, dict) and "role" in m for m in value):
+        return list(value)
+    raise SFTDataError(f"{where}: '{col}' must be a string or a list of messages, got {type(value).__name__}")
+
+
+def to_chat_row(row: dict[str, Any], where: str) -> dict[str, Any]:
+    """`{"messages": [...], "tools": [...]?}` from a chat row or a prompt-completion row; `tools` given as a JSON
+    string is parsed.
+
+    Raises:
+        SFTDataError: neither form, empty messages, or no assistant message (names `where`, the row).
+    """
+    if "messages" in row:
+        msgs = row["messages"]
+        if isinstance(msgs, str):
+            try:
+                msgs = json.loads(msgs)
+            except json.JSONDecodeError:
+                raise SFTDataError(f"{where}: 'messages' is a string that is not JSON") from None
+    elif "prompt" in row and "completion" in row:
+        msgs = _as_messages(row["prompt"], "user", where, "prompt") + _as_messages(
+            row["completion"], "assistant", where, "completion"
+        )
+    else:
+        raise SFTDataError(
+            f"{where}: needs a 'messages' column, or 'prompt' and 'completion' (it has {sorted(row)}); map yours "
+            f"with data.columns, e.g. {{messages = \"conversations\"}}"
+        )
+    if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+        raise SFTDataError(f"{where}: needs a non-empty 'messages' list")
+    if not any(m.get("role") == "assistant" for m in msgs):
+        raise SFTDataError(f"{where}: no assistant message, so nothing to train on")
+    out: dict[str, Any] = {"messages": msgs}
+    tools = row.get("tools")
+    if isinstance(tools, str):
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SFTDataError(f"{path}:{i}: not valid JSON ({e})") from e
-        msgs = row.get("messages") if isinstance(row, dict) else None
-        if not isinstance(msgs, list) or not msgs:
-            raise SFTDataError(f"{path}:{i}: needs a non-empty 'messages' list")
-        if not any(m.get("role") == "assistant" for m in msgs):
-            raise SFTDataError(f"{path}:{i}: no assistant message, so nothing to train on")
-        rows.append(row)
-    if not rows:
-        raise SFTDataError(f"{path}: no rows")
-    return rows
+            tools = json.loads(tools)
+        except json.JSONDecodeError:
+            raise SFTDataError(f"{where}: 'tools' is a string that is not JSON") from None
+    if tools:
+        out["tools"] = tools
+    return out
+
+
+def load_chat_rows(*, path: str | Path | None = None, name: str | None = None, subset: str | None = None,
+                   split: str = "train", columns: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The SFT conversations of `data` (see the module docstring), as chat rows.
+
+    Raises:
+        SFTDataError: a source or row problem, naming `data.path`/`data.name` and the row (1-based).
+    """
+    from prime_rl.hf_data import DataLoadError, load_rows
+
+    try:
+        rows = load_rows(path=path, name=name, subset=subset, split=split, columns=columns, field="data")
+    except DataLoadError as e:
+        raise SFTDataError(str(e)) from None
+    src = f"data.path = {str(path)!r}" if path is not None else f"data.name = {name!r}"
+    return [to_chat_row(r, f"{src}, row {i + 1}") for i, r in enumerate(rows)]
 
 
 def render_sample(renderer: Any, messages: list[dict], tools: list[dict] | None = None) -> SFTSample:
@@ -83,8 +134,9 @@ def render_sample(renderer: Any, messages: list[dict], tools: list[dict] | None 
     return SFTSample(np.asarray(ids, dtype=np.int64), mask)
 
 
-def render_dataset(rows: list[dict], renderer: Any, seq_len: int) -> tuple[list[SFTSample], int]:
-    """Render every row; samples longer than `seq_len` are truncated. Returns (samples, number truncated)."""
+def render_dataset(rows: list[dict], renderer: Any, seq_len: int, on_row: Any = None) -> tuple[list[SFTSample], int]:
+    """Render every row; samples longer than `seq_len` are truncated. Returns (samples, number truncated).
+    `on_row()` is called after each row (progress)."""
     out, truncated = [], 0
     for row in rows:
         s = render_sample(renderer, row["messages"], row.get("tools"))
@@ -92,6 +144,8 @@ def render_dataset(rows: list[dict], renderer: Any, seq_len: int) -> tuple[list[
             s = SFTSample(s.input_ids[:seq_len], s.loss_mask[:seq_len])
             truncated += 1
         out.append(s)
+        if on_row is not None:
+            on_row()
     return out, truncated
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prime_rl.config.gridsim import GridSimBaselineConfig, GridSimDataConfig, GridSimDemosConfig, GridSimShowConfig
+from prime_rl.config.gridsim import (
+    GridSimBaselineConfig,
+    GridSimDataConfig,
+    GridSimDemosConfig,
+    GridSimPackConfig,
+    GridSimShowConfig,
+)
 
 
 def _env(cfg: GridSimDataConfig):
@@ -24,14 +30,14 @@ def baseline(cfg: GridSimBaselineConfig) -> None:
 
     rows = run_baseline(_env(cfg), cfg.policy, cfg.split, seed=cfg.seed)
     scores = np.array([r["score"] for r in rows], dtype=float)
-    kind = "synthetic" if cfg.data_dir is None else "ercot"  # real and synthetic scores never share a file
+    kind = "synthetic" if cfg.synthetic else "ercot"  # real and synthetic scores never share a file
     out = cfg.out or Path("outputs") / "gridsim" / f"baseline-{cfg.policy}-{cfg.split}-{kind}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in rows))
-    source = cfg.data_dir or "synthetic"
+    se = scores.std(ddof=1) / np.sqrt(len(scores)) if len(scores) > 1 else float("nan")
     print(
-        f"policy {cfg.policy} split {cfg.split} data {source} tasks {len(rows)} "
-        f"mean {scores.mean():.4f} median {np.median(scores):.4f} below_0.2 {(scores < 0.2).mean():.3f}"
+        f"policy {cfg.policy} split {cfg.split} data {cfg.data_label()} tasks {len(rows)} "
+        f"mean {scores.mean():.4f} se {se:.4f} median {np.median(scores):.4f} below_0.2 {(scores < 0.2).mean():.3f}"
     )
     print(f"per-task scores: {out}")
 
@@ -54,3 +60,14 @@ def show(cfg: GridSimShowConfig) -> None:
     for m in task.messages:
         print(f"--- {m['role']} ({len(m['content'].encode())} bytes)\n{m['content']}")
     print(f"--- optimal schedule (profit {ep.optimal_profit:.2f}): {ep.optimal}")
+
+
+def pack_ercot(cfg: GridSimPackConfig) -> None:
+    """`gridsim pack-ercot --data-dir DIR OUT`: the five hubs' prices of ERCOT's workbooks as a compact `.npz`
+    (`data.save_compact`; how the packaged file is made)."""
+    from prime_rl.envs.gridsim.data import HUBS, ercot_files, load_ercot, save_compact
+
+    files = [p.name for p in ercot_files(cfg.data_dir)]
+    table = load_ercot(cfg.data_dir, HUBS, use_cache=False)
+    out = save_compact(table, cfg.out, source=f"ERCOT report NP4-180-ER: {', '.join(files)}; five hubs")
+    print(f"wrote {len(table)} (date, hub) days ({len(table.dropped)} dropped) to {out} ({out.stat().st_size:,} bytes)")

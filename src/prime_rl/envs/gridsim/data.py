@@ -1,4 +1,10 @@
-"""ERCOT day-ahead hub prices from ERCOT's own NP4-180-ER files, with a parse cache.
+"""ERCOT day-ahead hub prices: the packaged 2021-2024 file (the default), or ERCOT's own NP4-180-ER files.
+
+The package ships the five hubs' hourly day-ahead prices of 2021-2024 as a compact file derived from ERCOT's
+report NP4-180-ER (`ercot_data/README.md`; `load_packaged`). It holds exactly what `load_ercot` parses from the
+four yearly workbooks (same days, same order, same prices to the cent; a test compares them where the files are
+present), so GridSim's splits and every recorded score are the same either way. Other years or settlement
+points: point `load_ercot` at a folder of the workbooks.
 
 Format (../shared/data/README.md): `DAMLZHBSPP_<year>.xlsx`, one sheet a month, columns `Delivery Date`
 (MM/DD/YYYY), `Hour Ending` (`01:00`..`24:00`), `Repeated Hour Flag` (`Y` on the repeated autumn hour),
@@ -24,6 +30,9 @@ import numpy as np
 HUBS = ("HB_HOUSTON", "HB_NORTH", "HB_SOUTH", "HB_WEST", "HB_BUSAVG")
 FILE_GLOB = "DAMLZHBSPP_*.xlsx"
 _PARSER_VERSION = 1
+PACKAGED = Path(__file__).parent / "ercot_data" / "ercot_hubs_da_2021_2024.npz"
+PACKAGED_YEARS = (2021, 2024)
+_COMPACT_FORMAT = 1
 _COLUMNS = ("Delivery Date", "Hour Ending", "Repeated Hour Flag", "Settlement Point", "Settlement Point Price")
 
 
@@ -55,7 +64,10 @@ def ercot_files(data_dir: str | Path) -> list[Path]:
     """The NP4-180-ER files in `data_dir`, sorted. Raises FileNotFoundError when there are none."""
     d = Path(data_dir).expanduser()
     if not d.is_dir():
-        raise FileNotFoundError(f"ERCOT data dir {d} does not exist (set data_dir to a folder of {FILE_GLOB})")
+        raise FileNotFoundError(
+            f"ERCOT data folder {d} does not exist: give a folder of {FILE_GLOB} files (--data-dir on the command "
+            f"line, data_dir in a config), or leave it unset for the packaged 2021-2024 days"
+        )
     files = sorted(d.glob(FILE_GLOB))
     if not files:
         raise FileNotFoundError(f"no {FILE_GLOB} files in {d}; download report NP4-180-ER from ercot.com")
@@ -99,8 +111,11 @@ def parse_file(path: Path, points: tuple[str, ...]) -> dict[tuple[str, str], lis
 
     Raises:
         ValueError: a sheet lacks a needed column, or a cell cannot be read (names file, sheet and row).
+        MissingExtraError: python-calamine is not installed (`pip install 'prime-rl[gridsim]'`).
     """
-    from python_calamine import CalamineWorkbook
+    from prime_rl.extras import require
+
+    CalamineWorkbook = require("python_calamine", "gridsim", "reading ERCOT's xlsx files").CalamineWorkbook
 
     out: dict[tuple[str, str], list[tuple[int, bool, float]]] = defaultdict(list)
     wanted = set(points)
@@ -185,3 +200,74 @@ def load_ercot(
         except OSError:
             pass
     return table
+
+
+def save_compact(table: PriceTable, path: str | Path, source: str = "") -> Path:
+    """Write `table` as a compact `.npz` (no pickle): prices as int32 cents, dates as days since 1970-01-01,
+    points as indices into a list of names, the dropped days as text. Written atomically.
+
+    Raises:
+        ValueError: a price is not a whole number of cents or does not fit int32 (the file would not read back
+            equal), or the table holds more than 255 points.
+    """
+    cents = np.round(table.prices * 100.0)
+    if not np.array_equal(cents / 100.0, table.prices) or np.abs(cents).max(initial=0) >= 2**31:
+        raise ValueError("prices must be whole cents within int32 to be stored exactly")
+    names, point_idx = np.unique(table.points, return_inverse=True)
+    if len(names) > 255:
+        raise ValueError(f"{len(names)} points; the compact file stores at most 255")
+    days = (table.dates.astype("datetime64[D]") - np.datetime64("1970-01-01", "D")).astype(np.int32)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+    with os.fdopen(fd, "wb") as fh:
+        np.savez_compressed(
+            fh,
+            format=np.int32(_COMPACT_FORMAT),
+            day=days,
+            point=point_idx.astype(np.uint8),
+            point_names=names.astype("U16"),
+            cents=cents.astype(np.int32),
+            dropped=table.dropped.astype("U40"),
+            source=np.array(source),
+        )
+    os.replace(tmp, path)
+    return path
+
+
+def load_compact(path: str | Path, points: tuple[str, ...] = HUBS) -> PriceTable:
+    """Read a file written by `save_compact`, keeping the rows of `points` (in the file's order).
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: an unknown format, or a point the file does not hold.
+    """
+    with np.load(Path(path), allow_pickle=False) as z:
+        if int(z["format"]) != _COMPACT_FORMAT:
+            raise ValueError(f"{path}: compact price file format {int(z['format'])}, expected {_COMPACT_FORMAT}")
+        names = z["point_names"]
+        missing = sorted(set(points) - set(names.tolist()))
+        if missing:
+            raise ValueError(
+                f"{path} holds the points {names.tolist()}, not {missing}; give a folder of ERCOT's "
+                f"{FILE_GLOB} files (data_dir / --data-dir) for other settlement points"
+            )
+        pts = names[z["point"]]
+        keep = np.isin(pts, list(points))
+        dates = (np.datetime64("1970-01-01", "D") + z["day"].astype("timedelta64[D]")).astype("U10")
+        dropped = z["dropped"]
+        dropped = dropped[np.isin([d.split()[1] for d in dropped.tolist()], list(points))] if len(dropped) else dropped
+        return PriceTable(
+            dates=dates[keep],
+            points=pts[keep].astype("U16"),
+            prices=z["cents"][keep].astype(np.float64) / 100.0,
+            dropped=dropped.astype("U40"),
+        )
+
+
+def load_packaged(points: tuple[str, ...] = HUBS) -> PriceTable:
+    """The five hubs' hourly day-ahead prices of 2021-2024 shipped with prime-rl (see `ercot_data/README.md`).
+
+    Raises:
+        ValueError: a point other than the five hubs (give `data_dir` for those).
+    """
+    return load_compact(PACKAGED, tuple(points))

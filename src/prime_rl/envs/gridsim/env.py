@@ -1,8 +1,9 @@
 """GridSim: one grid battery, one day of the ERCOT day-ahead market, graded against the day's exact optimum.
 
 Tasks are (operating date, settlement point) pairs over the five hubs; splits `train` (2,000) and `eval` (200) are
-date-disjoint and drawn with a seed, so the same data always gives the same splits. The data are ERCOT's
-NP4-180-ER files (`data_dir`) or, by default, seeded synthetic days (`prime_rl.envs.gridsim.synthetic`).
+date-disjoint and drawn with a seed, so the same data always gives the same splits. The data are, by default, the
+real ERCOT 2021-2024 hub prices shipped with the package (`gridsim/ercot_data/`), or ERCOT's NP4-180-ER files in a
+folder (`data_dir`, for other years), or seeded synthetic days (`synthetic=True`, `prime_rl.envs.gridsim.synthetic`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from prime_rl.envs.base import Environment, Episode, Task, VerifyResult
 from prime_rl.envs.gridsim import prompts
 from prime_rl.envs.gridsim.battery import HOURS, optimal_profits, optimal_schedule, score, simulate, validate_schedule
-from prime_rl.envs.gridsim.data import HUBS, PriceTable, load_ercot
+from prime_rl.envs.gridsim.data import HUBS, PACKAGED_YEARS, PriceTable, load_ercot, load_packaged
 from prime_rl.envs.gridsim.synthetic import synthetic_days
 from prime_rl.monitor.logger import get_logger
 
@@ -125,13 +126,18 @@ class GridSimEnv(Environment):
     """The GridSim environment.
 
     Args:
-        data_dir: folder of ERCOT `DAMLZHBSPP_<year>.xlsx` files; None = synthetic days (seeded by `data_seed`).
+        data_dir: folder of ERCOT `DAMLZHBSPP_<year>.xlsx` files; None = the packaged ERCOT 2021-2024 hub prices.
+        synthetic: seeded synthetic days (seeded by `data_seed`) instead of real ones.
         seed: seed of the split draw.
         num_train, num_eval: split sizes (fewer when the data have fewer usable days); `num_train=None` takes every
             usable day off the eval dates (6,171 on ERCOT 2021-2024).
         points: settlement points (default the five hubs).
         min_optimal_profit: keep only days whose optimal profit is above this ($).
         cache_dir: parse cache of the ERCOT files (default `~/.cache/prime-rl/gridsim`).
+        data_seed: seed of the synthetic days (only with `synthetic=True`).
+
+    Raises:
+        ValueError: both `data_dir` and `synthetic`, or `data_seed` without `synthetic`.
     """
 
     name = "gridsim"
@@ -146,7 +152,13 @@ class GridSimEnv(Environment):
         min_optimal_profit: float = 500.0,
         cache_dir: str | Path | None = None,
         data_seed: int = 0,
+        synthetic: bool = False,
     ):
+        if synthetic and data_dir is not None:
+            raise ValueError("gridsim: give either data_dir (ERCOT files) or synthetic=True, not both")
+        if data_seed != 0 and not synthetic:
+            raise ValueError("gridsim: data_seed seeds synthetic days only; set synthetic=True or drop data_seed")
+        self.synthetic = bool(synthetic)
         self.data_dir = None if data_dir is None else Path(data_dir)
         self.seed, self.num_train, self.num_eval = seed, num_train, num_eval
         self.points = tuple(points)
@@ -156,9 +168,12 @@ class GridSimEnv(Environment):
     @cached_property
     def table(self) -> PriceTable:
         """All usable (date, point) days of the data, before the profit filter."""
-        if self.data_dir is None:
-            log.info("GridSim: synthetic days (seed %d); set data_dir for real ERCOT days", self.data_seed)
+        if self.synthetic:
+            log.info("GridSim: synthetic days (seed %d)", self.data_seed)
             return synthetic_days(seed=self.data_seed, points=self.points)
+        if self.data_dir is None:
+            log.info("GridSim: real ERCOT days %d-%d (packaged, report NP4-180-ER)", *PACKAGED_YEARS)
+            return load_packaged(self.points)
         log.info("GridSim: real ERCOT days from %s", self.data_dir)
         return load_ercot(self.data_dir, self.points, cache_dir=self.cache_dir)
 

@@ -14,10 +14,12 @@ def _write(args: argparse.Namespace) -> int:
     from prime_rl.envs.nemo_gym.rows import write_server
 
     env_args = {}
+    if (args.data_dir is not None or args.synthetic) and args.env != "gridsim":
+        raise ValueError(f"--data-dir and --synthetic apply to gridsim only, not {args.env!r}")
     if args.data_dir is not None:
-        if args.env != "gridsim":
-            raise ValueError(f"--data-dir applies to gridsim only, not {args.env!r}")
         env_args["data_dir"] = str(args.data_dir.expanduser().resolve())
+    if args.synthetic:
+        env_args["synthetic"] = True
     root = write_server(args.env, args.out, env_args)
     n = {s: sum(1 for _ in open(root / "data" / f"{s}.jsonl")) for s in ("train", "eval")}
     print(f"wrote {root} ({n['train']} train rows, {n['eval']} eval rows); serve it with `env-server serve {root}`")
@@ -88,7 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument("env", help="built-in environment: gridsim, reverse-text")
     w.add_argument("out", type=Path, help="output root")
-    w.add_argument("--data-dir", type=Path, default=None, help="gridsim: ERCOT files (default: synthetic days)")
+    data = w.add_mutually_exclusive_group()
+    data.add_argument(
+        "--data-dir", type=Path, default=None, help="gridsim: folder of ERCOT xlsx files (default: packaged 2021-2024)"
+    )
+    data.add_argument("--synthetic", action="store_true", help="gridsim: seeded synthetic days instead of real ones")
     w.set_defaults(fn=_write)
     s = sub.add_parser("serve", help="serve a written resources server directory over HTTP")
     s.add_argument("dir", type=Path, help="OUT/resources_servers/<env>_v1 (or OUT holding exactly one)")

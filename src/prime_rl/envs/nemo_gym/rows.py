@@ -109,14 +109,24 @@ def read_tasks(path: str | Path, split: str) -> list[tuple[Task, dict[str, Any]]
     Raises:
         ValueError: a bad row (names the file and line) or two rows with the same `task_id`.
     """
+    return tasks_from_rows(read_rows(path), split, str(path), Path(path).stem)
+
+
+def tasks_from_rows(rows: list[dict[str, Any]], split: str, origin: str, stem: str) -> list[tuple[Task, dict[str, Any]]]:
+    """(task, row) of every row, as `split`; a row without `task_id` is `<stem>-<index>`; `origin` names the source
+    in errors.
+
+    Raises:
+        ValueError: a bad row (names `origin` and the row) or two rows with the same `task_id`.
+    """
     out, seen = [], set()
-    for i, row in enumerate(read_rows(path)):
+    for i, row in enumerate(rows):
         try:
-            task = row_to_task(row, default_task_id=f"{Path(path).stem}-{i}")
+            task = row_to_task(row, default_task_id=f"{stem}-{i}")
         except ValueError as e:
-            raise ValueError(f"{path}: row {i}: {e}") from None
+            raise ValueError(f"{origin}: row {i}: {e}") from None
         if task.task_id in seen:
-            raise ValueError(f"{path}: row {i}: task_id {task.task_id!r} repeats an earlier row's")
+            raise ValueError(f"{origin}: row {i}: task_id {task.task_id!r} repeats an earlier row's")
         seen.add(task.task_id)
         task.split = split
         out.append((task, row))

@@ -42,9 +42,11 @@ def corpus_texts(min_len: int = 10, max_len: int = 50) -> list[str]:
     """Sorted distinct text pieces of `min_len`..`max_len` characters cut from pyjokes' English jokes.
 
     Raises:
-        ImportError: pyjokes is not installed (it is a dependency of prime-rl).
+        MissingExtraError: pyjokes is not installed (`pip install 'prime-rl[reverse-text]'`).
     """
-    from pyjokes.jokes_en import jokes_en
+    from prime_rl.extras import require
+
+    jokes_en = require("pyjokes.jokes_en", "reverse-text", "the reverse-text environment").jokes_en
 
     pieces: set[str] = set()
     for joke in jokes_en["all"]:

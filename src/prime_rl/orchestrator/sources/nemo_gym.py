@@ -23,7 +23,7 @@ from prime_rl.config.orchestrator import TasksetConfig
 from prime_rl.envs.base import Task, VerifyResult
 from prime_rl.envs.nemo_gym.client import NemoGymClient, NemoGymError, Session
 from prime_rl.envs.nemo_gym.responses import trajectory_response
-from prime_rl.envs.nemo_gym.rows import read_tasks
+from prime_rl.envs.nemo_gym.rows import read_tasks, tasks_from_rows
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.sources.base import AsyncEpisode, EnvError, TaskSource
 
@@ -76,9 +76,29 @@ def verify_result(out: dict[str, Any], task_id: str = "") -> VerifyResult:
     return VerifyResult(float(reward), metrics, False, out.get("failure_reason"))
 
 
+def as_nemo_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A NeMo Gym row from a dataset row: as it is when it has `responses_create_params`; else its `prompt` (a
+    string or a list of messages) and `tools` become `responses_create_params`, and the other columns stay in the
+    row for the server's verify (e.g. `{"prompt": "2+2?", "answer": "4"}`).
+
+    Raises:
+        ValueError: neither `responses_create_params` nor `prompt`.
+    """
+    if "responses_create_params" in row:
+        return row
+    if "prompt" not in row:
+        raise ValueError(
+            f"needs `responses_create_params` or `prompt` (it has {sorted(row)}); map yours with env.taskset.columns"
+        )
+    out = {k: v for k, v in row.items() if k not in ("prompt", "tools")}
+    out["responses_create_params"] = {"input": row["prompt"], "tools": row.get("tools") or []}
+    return out
+
+
 class NemoGymSource(TaskSource):
     """Rows of `taskset.dataset` (train) and `taskset.eval_dataset` (eval; default `eval.jsonl` beside the
-    dataset) against `taskset.task.resources_url`."""
+    dataset), or of the Hugging Face dataset `taskset.name` (`split`, `eval_split`), against
+    `taskset.task.resources_url`."""
 
     def __init__(self, name: str, cfg: TasksetConfig, ratio: float = 1.0, max_connections: int = 256):
         self.name, self.cfg, self.ratio = name, cfg, ratio
@@ -98,13 +118,32 @@ class NemoGymSource(TaskSource):
             return Path(self.cfg.eval_dataset) if self.cfg.eval_dataset else Path(self.cfg.dataset).with_name("eval.jsonl")
         raise KeyError(f"unknown split {split!r} (train, eval)")
 
+    def _pairs(self, split: str) -> list[tuple[Task, dict[str, Any]]]:
+        from prime_rl.hf_data import load_rows
+
+        c = self.cfg
+        if c.name is not None:
+            if split not in ("train", "eval"):
+                raise KeyError(f"unknown split {split!r} (train, eval)")
+            which = c.split if split == "train" else c.eval_split
+            if which is None:
+                raise ValueError(f"source {self.name!r}: eval rows from env.taskset.name = {c.name!r} need "
+                                 f"env.taskset.eval_split (e.g. test)")  # fmt: skip
+            rows = load_rows(name=c.name, subset=c.subset, split=which, columns=c.columns, field="env.taskset")
+            origin = f"env.taskset.name = {c.name!r} split {which!r}"
+            return tasks_from_rows([as_nemo_row(r) for r in rows], split, origin, f"{self.name}-{which}")
+        path = self._path(split)
+        if not path.is_file():
+            raise FileNotFoundError(f"rows file {path} not found (env.taskset.dataset / eval_dataset); `env-server write` makes one")
+        if path.suffix == ".jsonl" and not c.columns:
+            return read_tasks(path, split)
+        rows = load_rows(path=path, columns=c.columns, field="env.taskset")
+        return tasks_from_rows([as_nemo_row(r) for r in rows], split, str(path), path.stem)
+
     def tasks(self, split: str) -> list[Task]:
         if split not in self._tasks:
-            path = self._path(split)
-            if not path.is_file():
-                raise FileNotFoundError(f"rows file {path} not found (env.taskset.dataset / eval_dataset); `env-server write` makes one")
             tasks = []
-            for task, row in read_tasks(path, split):
+            for task, row in self._pairs(split):
                 self._rows[(split, task.task_id)] = row
                 tasks.append(task)
             self._tasks[split] = tasks

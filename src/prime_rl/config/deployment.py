@@ -1,0 +1,158 @@
+"""Where a run's processes go: `[deployment]` (nodes per role, processes/GPUs per node, placement of the
+orchestrator and env server, bind addresses, ports) and `[slurm]` (the sbatch job that starts one launcher per
+node). Shared by `rl` and `sft`.
+
+Node indices are the order of the Slurm allocation (`SLURM_PROCID` with one task per node): in an `rl` job the
+first `num_infer_nodes` nodes run inference replicas, the next `num_train_nodes` run the trainer (one torchrun
+job over all of them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from prime_rl.config.base import BaseConfig
+
+# Ports of node k in a multi-node run: port_base + PORT_STRIDE * k + offset (so roles sharing a host never collide).
+PORT_STRIDE = 16
+PORT_RENDEZVOUS = 0  # torchrun c10d rendezvous (first trainer node)
+PORT_ENV_SERVER = 1  # env servers: +1 .. +3
+MAX_ENV_SERVERS = 3
+PORT_INFERENCE = 4  # inference replicas: +4 .. +15
+MAX_REPLICAS_PER_NODE = PORT_STRIDE - PORT_INFERENCE
+
+
+class DeploymentConfig(BaseConfig):
+    """Device split and node layout.
+
+    Single node: trainer on the first `num_train_gpus` GPUs, inference on the next `num_infer_gpus` (on CPU both
+    share the cores, the trainer runs `cpu_train_procs` ranks). Multi-node (through Slurm): the same counts hold
+    per node; `num_infer_nodes` nodes run `infer_replicas_per_node` inference servers each, `num_train_nodes`
+    nodes run `num_train_gpus` (GPU) or `cpu_train_procs` (CPU) trainer ranks each.
+    """
+
+    type: Literal["single-node", "multi-node"] = Field(
+        "single-node", description="single-node: every process on this host; multi-node: one launcher per Slurm node."
+    )
+    num_train_gpus: int = Field(1, gt=0, description="GPUs (trainer ranks) per trainer node.")
+    num_infer_gpus: int = Field(1, gt=0, description="GPUs per inference node (split over its replicas).")
+    cpu_train_procs: int = Field(1, gt=0, description="CPU only: trainer ranks (torchrun processes, gloo) per trainer node.")
+    num_train_nodes: int = Field(1, gt=0, description="Nodes running the trainer (multi-node).")
+    num_infer_nodes: int = Field(1, gt=0, description="Nodes running inference replicas (multi-node).")
+    infer_replicas_per_node: int = Field(
+        1, gt=0, le=MAX_REPLICAS_PER_NODE,
+        description="Independent inference servers per inference node (the orchestrator spreads requests over all).",
+    )
+    orchestrator_node: int | None = Field(
+        None, ge=0, description="Index of the node running the orchestrator; default: the first inference node (0)."
+    )
+    env_server_node: int | None = Field(
+        None, ge=0, description="Index of the node running the env server(s) rl starts; default: the orchestrator's."
+    )
+    bind_host: str | None = Field(
+        None,
+        description="Multi-node: the address servers bind and other nodes reach; default: the node's address as "
+        "Slurm knows it (NodeAddr). Single-node runs keep each server's own host (loopback by default).",
+    )
+    port_base: int = Field(
+        29500, gt=1023, lt=65536 - PORT_STRIDE * 64,
+        description=f"Multi-node: node k uses ports port_base + {PORT_STRIDE}k + 0..{PORT_STRIDE - 1} "
+        f"(+{PORT_RENDEZVOUS} torchrun rendezvous, +{PORT_ENV_SERVER}.. env servers, +{PORT_INFERENCE}.. inference).",
+    )
+    rendezvous_timeout_s: float = Field(
+        300.0, gt=0, description="Multi-node: how long nodes wait for each other's files in output_dir/slurm/."
+    )
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes the run needs (1 for single-node)."""
+        return self.num_infer_nodes + self.num_train_nodes if self.type == "multi-node" else 1
+
+    @model_validator(mode="after")
+    def _check_layout(self) -> DeploymentConfig:
+        if self.type == "single-node":
+            for name in ("num_train_nodes", "num_infer_nodes"):
+                if getattr(self, name) != 1:
+                    raise ValueError(
+                        f"deployment.{name} = {getattr(self, name)} needs deployment.type = \"multi-node\" "
+                        f"(a single-node run uses one node for every role)"
+                    )
+            for name in ("orchestrator_node", "env_server_node"):
+                v = getattr(self, name)
+                if v not in (None, 0):
+                    raise ValueError(f"deployment.{name} = {v}: a single-node run has only node 0")
+            return self
+        n = self.num_nodes
+        for name in ("orchestrator_node", "env_server_node"):
+            v = getattr(self, name)
+            if v is not None and v >= n:
+                raise ValueError(
+                    f"deployment.{name} = {v} but the run has {n} nodes (num_infer_nodes {self.num_infer_nodes} + "
+                    f"num_train_nodes {self.num_train_nodes}), indices 0..{n - 1}"
+                )
+        return self
+
+    def orchestrator_index(self) -> int:
+        return self.orchestrator_node if self.orchestrator_node is not None else 0
+
+    def env_server_index(self) -> int:
+        return self.env_server_node if self.env_server_node is not None else self.orchestrator_index()
+
+    def node_ports(self, index: int) -> int:
+        """First port of node `index`'s block."""
+        return self.port_base + PORT_STRIDE * index
+
+
+class SlurmConfig(BaseConfig):
+    """Submit the run as a Slurm batch job: `rl @ cfg.toml` renders `output_dir/slurm/rl.sbatch` (`sft`:
+    `sft.sbatch`) from a packaged Jinja2 template and submits it with `sbatch`."""
+
+    job_name: str = Field("prime-rl", description="#SBATCH --job-name.")
+    partition: str | None = Field(None, description="#SBATCH --partition; None = the cluster's default.")
+    account: str | None = Field(None, description="#SBATCH --account.")
+    time: str | None = Field(None, description="#SBATCH --time (e.g. 2:00:00 or 1-00:00:00); None = partition default.")
+    nodes: int | None = Field(
+        None, gt=0, description="#SBATCH --nodes; default (and the only accepted value): what [deployment] needs."
+    )
+    gpus_per_node: int | None = Field(None, ge=0, description="#SBATCH --gpus-per-node; None = not requested.")
+    sbatch_lines: list[str] = Field(
+        default_factory=list, description="Extra `#SBATCH` lines, e.g. [\"--exclusive\", \"--mem=0\"] (prefix optional)."
+    )
+    setup: list[str] = Field(
+        default_factory=list,
+        description="Shell lines run on every node before the launcher (module load, source a venv, exports).",
+    )
+    template: Path | None = Field(None, description="Your own Jinja2 sbatch template; None = the packaged one.")
+    python: str | None = Field(
+        None, description="Python on the nodes; None = the interpreter running `rl` (works with a shared venv)."
+    )
+    workdir: Path | None = Field(None, description="Directory the job runs in; None = where `rl` was started.")
+
+    @model_validator(mode="after")
+    def _check_lines(self) -> SlurmConfig:
+        for i, line in enumerate(self.sbatch_lines):
+            if "\n" in line or not line.strip():
+                raise ValueError(f"slurm.sbatch_lines[{i}] = {line!r}: one non-empty option per entry, no newlines")
+        return self
+
+
+def check_slurm_nodes(slurm: SlurmConfig | None, needed: int, what: str) -> None:
+    """`slurm.nodes` must equal what the deployment needs (`what` names the fields that decide it).
+
+    Raises:
+        ValueError: they differ (names both fields).
+    """
+    if slurm is not None and slurm.nodes is not None and slurm.nodes != needed:
+        raise ValueError(f"slurm.nodes = {slurm.nodes} but {what} = {needed}; leave slurm.nodes unset or make them agree")
+
+
+class SFTDeploymentConfig(BaseConfig):
+    """`sft` on several nodes: one torchrun job of `num_nodes` x (`num_gpus` on GPU | `cpu_procs` on CPU) ranks."""
+
+    num_nodes: int = Field(1, gt=0, description="Nodes of the torchrun job (through [slurm]).")
+    num_gpus: int = Field(1, gt=0, description="GPUs (ranks) per node on GPU.")
+    cpu_procs: int = Field(1, gt=0, description="Ranks per node on CPU (gloo).")
+    port_base: int = Field(29500, gt=1023, lt=65536, description="torchrun c10d rendezvous port on the first node.")

@@ -1,0 +1,153 @@
+"""The configuration reference (`docs/config.md`), generated from the pydantic models.
+
+`python -m prime_rl.config.reference --write docs/config.md` rewrites the page; `tests/test_config_docs.py` fails
+when the committed page differs from what the models give (a field added, a default or description changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import PydanticUndefined
+
+HEADER = """# Configuration reference
+
+Generated from the config models by `python -m prime_rl.config.reference --write docs/config.md`; do not edit by
+hand (`tests/test_config_docs.py` fails when this page is stale). Every field can be set in a TOML file passed with
+`@ file.toml` (the dotted name is the TOML table and key) or on the command line as `--dotted.name value` (dashes or
+underscores); precedence is defaults < files (left to right) < flags. `None` in a file or on the command line
+sets an optional field to None. `prime-rl eval` takes the same flags as `eval`; `gridsim X` is `prime-rl gridsim X`.
+For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands.
+"""
+
+
+def commands() -> list[tuple[str, type[BaseModel], str]]:
+    """(command, config class, what it is) for every command line: the processes of a run, then the `prime-rl`
+    utilities (groups walked, so a new command is documented once it is registered)."""
+    import importlib
+
+    from prime_rl.registry import import_path
+
+    out: list[tuple[str, type[BaseModel], str]] = []
+
+    def add(prog: str, cmd: Any) -> None:
+        if hasattr(cmd, "commands"):  # a Group
+            for name in cmd.commands.names():
+                add(f"{prog} {name}", cmd.commands.get(name))
+        elif prog != "prime-rl eval":  # the same command as `eval`
+            out.append((prog, import_path(cmd.config, "config"), cmd.help))
+
+    for name in ("rl", "sft", "trainer", "orchestrator", "inference", "eval"):
+        add(name, importlib.import_module(f"prime_rl.cli.{name}").main)
+    add("prime-rl", importlib.import_module("prime_rl.cli.prime_rl").main)
+    return out
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in typing.get_args(annotation) for m in _models_in(a)]
+
+
+def type_text(annotation: Any) -> str:
+    """A short type name: `int`, `float | None`, `"constant" | "cosine"`, `list[str]`, `dict[str, Any]`."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(f'"{a}"' if isinstance(a, str) else str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_text(a) for a in args)
+    if origin is typing.Annotated:
+        return type_text(args[0])
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join(type_text(a) for a in args)}]"
+    if annotation is type(None):
+        return "None"
+    if annotation is Any:
+        return "Any"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def default_text(finfo: Any) -> str:
+    """The default as a reader would write it; `(required)` when there is none."""
+    if finfo.default is PydanticUndefined and finfo.default_factory is None:
+        return "(required)"
+    value = finfo.default_factory() if finfo.default is PydanticUndefined else finfo.default
+    if isinstance(value, BaseModel):
+        return ""
+    if isinstance(value, list) and value and isinstance(value[0], BaseModel):
+        return f"{len(value)} item(s)"
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, str | Path):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _tables(cls: type[BaseModel], prefix: str, skip: set[str]) -> list[str]:
+    """Markdown for `cls`: one table of its leaf fields, then one per nested model (depth first)."""
+    rows, nested = [], []
+    for name, finfo in cls.model_fields.items():
+        if not prefix and name in skip:
+            continue
+        path = f"{prefix}.{name}" if prefix else name
+        models = _models_in(finfo.annotation)
+        is_list = typing.get_origin(finfo.annotation) is list or any(
+            typing.get_origin(a) is list for a in typing.get_args(finfo.annotation)
+        )
+        if models and not is_list and len(models) == 1:
+            nested.append((path, models[0], finfo))
+            continue
+        rows.append(f"| `{path}` | `{_cell(type_text(finfo.annotation))}` | {_cell(default_text(finfo))} | "
+                    f"{_cell(finfo.description or '')} |")  # fmt: skip
+        if models:
+            nested.append((f"{path}[*]", models[0], finfo))
+    out = []
+    if rows:
+        out += ["| field | type | default | description |", "|---|---|---|---|", *rows, ""]
+    for path, model, finfo in nested:
+        title = _cell(finfo.description or (model.__doc__ or "").strip().split("\n")[0])
+        optional = " (optional section, default None)" if finfo.default is None else ""
+        out += [f"### `{path}`{optional}", "", title, ""]
+        out += _tables(model, path, skip)
+    return out
+
+
+def render() -> str:
+    """The whole page."""
+    parts = [HEADER]
+    for cmd, cls, what in commands():
+        skip = {"trainer", "orchestrator", "inference"} if cmd == "rl" else set()
+        doc = (cls.__doc__ or "").strip().split("\n")[0]
+        parts += [f"## `{cmd}`", "", _cell(what) + ".", "", _cell(doc), ""]
+        parts += _tables(cls, "", skip)
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m prime_rl.config.reference", description=__doc__.split("\n")[0])
+    p.add_argument("--write", type=Path, default=None, help="write the page to this file (default: print it)")
+    args = p.parse_args(argv)
+    text = render()
+    if args.write is None:
+        print(text, end="")
+    else:
+        args.write.write_text(text)
+        print(f"wrote {args.write} ({len(text.splitlines())} lines)")
+
+
+if __name__ == "__main__":
+    main()

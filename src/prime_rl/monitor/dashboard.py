@@ -1,0 +1,228 @@
+"""`prime-rl dashboard RUN_DIR [--port 8765] [--host 127.0.0.1]`: a live web page that follows a run.
+
+A FastAPI app serves one self-contained page (`dashboard_page.html`: no external scripts, fonts or styles) and
+`GET /api/state`, which reads the run directory afresh on every call (so the page follows a run while it trains,
+and works for a finished one):
+
+- the latest step of each process and `max_steps` (from `configs/`);
+- the panels of `prime-rl plot` (`monitor.plots.PANELS`, the reward with its SE band and the evals' task mean ±
+  SE) as series for the page's charts;
+- the eval tables: per eval step and source, tasks, avg, pass, errors (from `eval/step_N.jsonl`);
+- the recent rollouts (`rollouts/step_N/traces.jsonl` of the last steps): reward, advantage, turns and the
+  conversation with its tool calls;
+- the processes: each log file's age and last line, and a `GET /health` of the servers the configs name
+  (inference, resources servers; 1 s timeout each).
+
+The server binds 127.0.0.1 unless `--host` says otherwise; it only reads the run directory (no path comes from a
+request) and deserialises JSON and TOML only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from prime_rl.monitor.metrics import read_metrics
+from prime_rl.monitor.plots import PANELS, eval_curve, series, train_reward_band
+from prime_rl.monitor.rundir import RunDir, step_dirs
+
+PAGE = Path(__file__).with_name("dashboard_page.html")
+RECENT_STEPS = 3
+
+
+def _finite(v: Any) -> Any:
+    return v if not (isinstance(v, float) and not math.isfinite(v)) else None
+
+
+def json_safe(v: Any) -> Any:
+    """`v` with NaN and infinities as None and anything JSON cannot hold as text (a browser's JSON.parse rejects
+    NaN)."""
+    if isinstance(v, dict):
+        return {str(k): json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [json_safe(x) for x in v]
+    if isinstance(v, float):
+        return _finite(v)
+    if v is None or isinstance(v, bool | int | str):
+        return v
+    return str(v)
+
+
+def _configs(run: RunDir) -> dict[str, dict[str, Any]]:
+    out = {}
+    for p in sorted(run.configs.glob("*.toml")) if run.configs.is_dir() else []:
+        try:
+            out[p.stem] = tomllib.loads(p.read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+    return out
+
+
+def max_steps(configs: dict[str, dict[str, Any]]) -> int | None:
+    """`max_steps` of the run (rl, orchestrator, trainer or sft config, first that has it)."""
+    for name in ("rl", "orchestrator", "trainer", "sft"):
+        v = configs.get(name, {}).get("max_steps")
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def health_urls(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """`{name: health URL}` of the servers the run's configs name: the inference server(s) the orchestrator uses
+    and the resources servers of its nemo-gym sources."""
+    out: dict[str, str] = {}
+    orch = configs.get("orchestrator") or configs.get("rl", {}).get("orchestrator") or {}
+    for i, url in enumerate((orch.get("client") or {}).get("base_url") or []):
+        out["inference" if i == 0 else f"inference-{i}"] = url.rstrip("/") + "/health"
+    sources = list((orch.get("train") or {}).get("source") or []) + list((orch.get("eval") or {}).get("source") or [])
+    for src in sources:
+        url = (((src.get("env") or {}).get("taskset") or {}).get("task") or {}).get("resources_url")
+        if url:
+            out.setdefault(f"env {src.get('name', 'source')}", url.rstrip("/") + "/health")
+    return out
+
+
+def _probe(url: str) -> str:
+    import httpx
+
+    try:
+        r = httpx.get(url, timeout=1.0)
+    except httpx.HTTPError as e:
+        return f"unreachable ({type(e).__name__})"
+    return "healthy" if r.status_code == 200 else f"HTTP {r.status_code}"
+
+
+def processes(run: RunDir, configs: dict[str, dict[str, Any]], probe=_probe) -> list[dict[str, Any]]:
+    """One row per log file (`name`, `age_s` since its last write, `last_line`) and per server (`name`, `health`)."""
+    rows: list[dict[str, Any]] = []
+    now = time.time()
+    for p in sorted(run.logs.glob("*.log")) if run.logs.is_dir() else []:
+        try:
+            st = p.stat()
+            with open(p, "rb") as f:
+                f.seek(max(0, st.st_size - 4096))
+                tail = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            continue
+        rows.append({"name": p.stem, "kind": "log", "age_s": round(now - st.st_mtime, 1),
+                     "last_line": tail[-1][-300:] if tail else ""})  # fmt: skip
+    for name, url in health_urls(configs).items():
+        rows.append({"name": name, "kind": "server", "url": url, "health": probe(url)})
+    return rows
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    except (OSError, json.JSONDecodeError):
+        return []
+
+
+def eval_tables(run: RunDir) -> list[dict[str, Any]]:
+    """Per eval step and source: tasks, avg (mean of the per-task avg), pass rate, rollouts with errors."""
+    out = []
+    files = sorted((int(p.stem[5:]), p) for p in run.eval.glob("step_*.jsonl") if p.stem[5:].isdigit()) if run.eval.is_dir() else []
+    for step, p in files:
+        by_src: dict[str, list[dict[str, Any]]] = {}
+        for r in _read_jsonl(p):
+            by_src.setdefault(str(r.get("source", "")), []).append(r)
+        for src, rows in sorted(by_src.items()):
+            avgs = [r["avg"] for r in rows if isinstance(r.get("avg"), int | float)]
+            out.append({
+                "step": step, "source": src, "tasks": len(rows),
+                "avg": sum(avgs) / len(avgs) if avgs else None,
+                "pass": sum(bool(r.get("pass")) for r in rows) / len(rows) if rows else None,
+                "errors": sum(len(r.get("errors") or []) for r in rows),
+            })  # fmt: skip
+    return out
+
+
+def recent_rollouts(run: RunDir, n_steps: int = RECENT_STEPS) -> list[dict[str, Any]]:
+    """The traced rollouts of the last `n_steps` steps, newest first (step, task, reward, ..., messages)."""
+    out = []
+    for step, d in reversed(step_dirs(run.rollouts)[-n_steps:]):
+        for r in _read_jsonl(d / "traces.jsonl"):
+            out.append({k: r.get(k) for k in ("task_id", "source", "reward", "advantage", "masked", "error", "turns",
+                                               "truncated", "policy_versions", "messages")} | {"step": step})  # fmt: skip
+    return out
+
+
+def state(run_dir: Path, probe=_probe) -> dict[str, Any]:
+    """Everything the page shows, read from `run_dir` now (JSON-ready; NaN and infinities as null)."""
+    run = RunDir(Path(run_dir))
+    rows = read_metrics(run.root)
+    configs = _configs(run)
+    by_proc: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_proc.setdefault(str(r.get("process")), []).append(r)
+    latest = {p: max(int(r["step"]) for r in rs) for p, rs in by_proc.items()}
+    panels = [{
+        "name": "reward", "title": "Reward", "ylabel": "reward", "log": False,
+        "lines": [{"label": "train (batch mean ± SE)", "points": [[s, m, e] for s, m, e in train_reward_band(by_proc.get("orchestrator", []))]},
+                  {"label": "eval (task mean ± SE)", "points": [[s, m, e] for s, m, e in eval_curve(run.root)]}],
+    }]  # fmt: skip
+    for p in PANELS:
+        lines = [{"label": ln.label, "points": [[s, v] for s, v in series(by_proc.get(ln.process, []), ln.key, ln.scale)]}
+                 for ln in p.lines]  # fmt: skip
+        panels.append({"name": p.name, "title": p.title, "ylabel": p.ylabel, "log": p.log,
+                       "lines": [ln for ln in lines if ln["points"]]})  # fmt: skip
+    last_rows = {p: max(rs, key=lambda r: (int(r["step"]), r.get("time", 0))) for p, rs in by_proc.items()}
+    return {
+        "run": run.root.name,
+        "run_dir": str(run.root.resolve()),
+        "time": time.time(),
+        "max_steps": max_steps(configs),
+        "latest_step": latest,
+        "last_rows": {p: {k: _finite(v) for k, v in r.items() if isinstance(v, int | float | str) or v is None}
+                      for p, r in last_rows.items()},  # fmt: skip
+        "panels": [p for p in panels if any(ln["points"] for ln in p["lines"])],
+        "evals": eval_tables(run),
+        "rollouts": recent_rollouts(run),
+        "processes": processes(run, configs, probe),
+    }
+
+
+def create_app(run_dir: Path) -> Any:
+    """The FastAPI app of the dashboard of `run_dir`."""
+    from fastapi import FastAPI
+    from fastapi.responses import HTMLResponse, JSONResponse
+
+    app = FastAPI(title="prime-rl dashboard", docs_url=None, redoc_url=None, openapi_url=None)
+    page = PAGE.read_text()
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> str:
+        return page
+
+    @app.get("/api/state")
+    def api_state() -> JSONResponse:
+        return JSONResponse(json_safe(state(run_dir)))
+
+    @app.get("/favicon.ico")
+    def favicon() -> HTMLResponse:
+        return HTMLResponse(status_code=204)
+
+    return app
+
+
+def run(cfg: Any) -> None:
+    """`prime-rl dashboard`: serve the page until Ctrl-C.
+
+    Raises:
+        FileNotFoundError: RUN_DIR does not exist.
+        PortInUseError: the port is taken (names its holder).
+    """
+    import uvicorn
+
+    from prime_rl.ports import check_port_free
+
+    run_dir = Path(cfg.run)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist (the output_dir of rl or sft)")
+    check_port_free(cfg.host, cfg.port, field="port")
+    print(f"dashboard of {run_dir.resolve()} on http://{cfg.host}:{cfg.port} (Ctrl-C stops it)", flush=True)
+    uvicorn.run(create_app(run_dir), host=cfg.host, port=cfg.port, log_level="warning", access_log=False)

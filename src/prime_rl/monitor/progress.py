@@ -1,0 +1,152 @@
+"""Progress of long loops: a rich bar (count/total, elapsed, ETA) on a terminal, plain log lines elsewhere.
+
+    with Progress("rendering", total=len(rows), unit="conversations") as p:
+        for row in rows:
+            ...
+            p.advance()
+
+On a terminal (stderr is a TTY) a rich progress bar is drawn on stderr, and the process's log lines are printed
+above it while it runs (the console log handlers are pointed at the bar's console, so nothing garbles it). When
+stderr is not a terminal (a log file, a pipe, CI), no bar is drawn: a log line `rendering 120/6171 conversations
+(2%), 4 s elapsed, eta 3m 21s` is written at most every `log_every_s` seconds, and one at the end.
+`PRIME_RL_PROGRESS=bar|log|off` overrides the choice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from prime_rl.monitor.logger import get_logger
+
+
+def format_duration(seconds: float) -> str:
+    """`1h 2m 3s`, `1m 23s`, `42s` (whole seconds)."""
+    s = int(round(max(0.0, seconds)))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    if h:
+        return f"{h}h {m}m {s}s"
+    if m:
+        return f"{m}m {s}s"
+    return f"{s}s"
+
+
+def eta_seconds(done: float, total: float | None, elapsed: float) -> float | None:
+    """Remaining seconds at the mean rate so far (`elapsed / done * (total - done)`), or None when unknown."""
+    if total is None or done <= 0 or elapsed <= 0:
+        return None
+    return elapsed / done * max(0.0, total - done)
+
+
+def mode() -> str:
+    """`bar` on a terminal, else `log`; `PRIME_RL_PROGRESS` (bar, log, off) overrides; `off` on every torchrun rank
+    but 0 (one process reports)."""
+    if int(os.environ.get("RANK", "0") or 0) != 0:
+        return "off"
+    forced = os.environ.get("PRIME_RL_PROGRESS", "").strip().lower()
+    if forced in ("bar", "log", "off"):
+        return forced
+    return "bar" if sys.stderr.isatty() else "log"
+
+
+class Progress:
+    """One counted loop. `total` may be None (count and elapsed only). `unit` names what is counted.
+
+    `log` is the logger of the log-line mode (default `prime_rl.progress`). `show_eta=False` for a bound rather
+    than a goal (a timeout as the total of a wait: the ETA would only say when it gives up).
+    """
+
+    def __init__(self, description: str, total: float | None, unit: str = "", start: float = 0,
+                 log: logging.Logger | None = None, log_every_s: float = 10.0, show_eta: bool = True):  # fmt: skip
+        self.description, self.total, self.unit, self.show_eta = description, total, unit, show_eta
+        self.done = start
+        self.start = start
+        self.log = log or get_logger("progress")
+        self.log_every_s = log_every_s
+        self.mode = mode()
+        self._bar: Any = None
+        self._task: Any = None
+        self._swapped: list[tuple[logging.StreamHandler, Any]] = []
+        self._t0 = 0.0
+        self._last_log = 0.0
+
+    # ---- life cycle ----
+    def __enter__(self) -> Progress:
+        self._t0 = self._last_log = time.monotonic()
+        if self.mode == "bar":
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bar
+
+            console = Console(stderr=True, highlight=False)
+            eta = [TextColumn("eta"), TimeRemainingColumn()] if self.show_eta else []
+            self._bar = Bar(
+                TextColumn(f"[bold]{self.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn(self.unit), TimeElapsedColumn(), *eta,
+                console=console, transient=False, redirect_stdout=False, redirect_stderr=False,
+            )  # fmt: skip
+            self._task = self._bar.add_task(self.description, total=self.total, completed=self.done)
+            self._bar.start()
+            self._route_logs(console)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            for handler, stream in self._swapped:
+                handler.setStream(stream)
+            self._swapped.clear()
+        elif self.mode == "log" and exc_type is None:
+            self._log_line(final=True)
+
+    def _route_logs(self, console: Any) -> None:
+        """Console log handlers write through the bar's console while it is drawn (lines above the bar)."""
+
+        class _ToConsole:
+            def write(self, text: str) -> int:
+                console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+                return len(text)
+
+            def flush(self) -> None:
+                pass
+
+        target = _ToConsole()
+        for logger in (logging.getLogger("prime_rl"), logging.getLogger()):
+            for h in logger.handlers:
+                if type(h) is logging.StreamHandler and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__):
+                    self._swapped.append((h, h.setStream(target)))
+
+    # ---- counting ----
+    def advance(self, n: float = 1) -> None:
+        self.update(self.done + n)
+
+    def update(self, done: float, total: float | None = None) -> None:
+        """Set the count (and, optionally, a new total)."""
+        self.done = done
+        if total is not None:
+            self.total = total
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=self.total)
+        elif self.mode == "log" and time.monotonic() - self._last_log >= self.log_every_s:
+            self._log_line()
+
+    def line(self) -> str:
+        """`description done/total unit (pct%), Xs elapsed, eta Ys` (what the log mode writes)."""
+        elapsed = time.monotonic() - self._t0
+        count = f"{self.done:g}" + (f"/{self.total:g}" if self.total is not None else "")
+        text = f"{self.description} {count}" + (f" {self.unit}" if self.unit else "")
+        if self.total:
+            text += f" ({100.0 * self.done / self.total:.0f}%)"
+        text += f", {format_duration(elapsed)} elapsed"
+        eta = eta_seconds(self.done - self.start, None if self.total is None else self.total - self.start, elapsed)
+        if self.show_eta and eta is not None and self.done < (self.total or 0):
+            text += f", eta {format_duration(eta)}"
+        return text
+
+    def _log_line(self, final: bool = False) -> None:
+        self._last_log = time.monotonic()
+        self.log.info(self.line() + (" (done)" if final else ""))
