@@ -40,6 +40,13 @@ def examples(tmp_path_factory):
         (folder / name).write_text(code)
     sys.path.insert(0, str(folder))
     yield folder
+    from prime_rl.envs.base import ENVS
+    from prime_rl.inference.backend import BACKENDS
+    from prime_rl.orchestrator.advantages import ADVANTAGES
+    from prime_rl.trainer.loss import LOSSES
+
+    for registry, name in ((ENVS, "multiply"), (ADVANTAGES, "range"), (LOSSES, "is_pg"), (BACKENDS, "reverse-oracle")):
+        registry.unregister(name)  # the examples' registrations end with this module's tests
     sys.path.remove(str(folder))
     for mod in ("my_env", "my_advantage", "my_loss", "my_backend"):
         sys.modules.pop(mod, None)

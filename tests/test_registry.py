@@ -37,6 +37,9 @@ def test_registered_object_decorator_and_lazy_path(plugin_module):
     assert reg.get("house_plugin:Box.make")() == "made"  # dotted attribute
     reg.register("direct", "house_plugin:double")  # a later registration replaces the earlier one
     assert reg.get("direct")(5) == 10
+    reg.unregister("direct")
+    reg.unregister("never-there")
+    assert reg.names() == ["deco", "lazy"]
 
 
 def test_one_error_format_names_field_value_and_choices(plugin_module):

@@ -77,6 +77,10 @@ class Registry(Generic[T]):
         self._entries[name] = obj
         return obj
 
+    def unregister(self, name: str) -> None:
+        """Remove `name` (no error when it is not registered): a test or a plugin undoing its registration."""
+        self._entries.pop(name, None)
+
     def names(self) -> list[str]:
         """Registered names, sorted."""
         return sorted(self._entries)
