@@ -33,6 +33,8 @@ from prime_rl.models.renderer import make_renderer
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.sources.nemo_gym import NemoGymSource
 
+pytestmark = pytest.mark.slow  # the first run builds the peer venvs (minutes, once per machine)
+
 SCHED = [1, 1, 1, 1] + [0] * 16 + [-1, -1, -1, -1]
 
 

@@ -17,6 +17,8 @@ from prime_rl.envs.gridsim.env import GridSimEnv
 from prime_rl.envs.nemo_gym.rows import row_to_task, task_to_row
 from prime_rl.envs.nemo_gym.server import ServerState, serve_in_thread
 
+pytestmark = pytest.mark.slow  # the first run builds the peer venvs (minutes, once per machine)
+
 SCHED = [1, 1, 1, 1] + [0] * 16 + [-1, -1, -1, -1]
 
 
