@@ -57,7 +57,7 @@ async def adapter() -> dict:
     rollouts, independent = [], []
     for task in src.tasks("train"):
         r = await run_rollout(task, src, ScriptedClient(tok, arith_script), renderer, SamplingConfig(),
-                              AgentLimits(8, 2048, 64))  # fmt: skip
+                              AgentLimits(2048, 64))  # fmt: skip
         rollouts.append({"task_id": task.task_id, "reward": r.reward, "masked": r.masked, "error": r.error,
                          "turns": r.num_turns, "metrics": r.env_metrics, "tools": [t["function"]["name"] for t in task.tools],
                          "messages": r.messages})  # fmt: skip
