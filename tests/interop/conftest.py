@@ -54,7 +54,7 @@ def verifiers_python() -> Path:
 def peer_env() -> dict[str, str]:
     """Environment of a peer script: prime-rl's sources importable (no install needed), no project venv leaking."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO)])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO), str(PEER)])
     return env
 
 

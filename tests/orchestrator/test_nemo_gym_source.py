@@ -132,3 +132,32 @@ async def test_server_killed_mid_step(tmp_path, tok):
         assert b.total_loss_tokens == m["loss_tokens"]  # masked rollouts contribute no tokens at all
         assert m["trainable"] <= 8 * (1 - m["error_pct"] / 100) + 1e-9
     assert state_b.live == {}  # every session seeded on the surviving server was closed
+
+
+def test_taskset_config_takes_the_fields_of_its_kind(tmp_path):
+    import pydantic
+
+    from prime_rl.config.orchestrator import SourceConfig
+    from prime_rl.orchestrator.sources import build_source
+
+    with pytest.raises(pydantic.ValidationError, match="exactly one of `dataset`"):
+        TasksetConfig()
+    with pytest.raises(pydantic.ValidationError, match="configure a verifiers taskset"):
+        TasksetConfig(dataset=tmp_path / "x.jsonl", args={"n": 1})
+    with pytest.raises(pydantic.ValidationError, match="dataset does not apply"):
+        TasksetConfig(id="my-taskset", dataset=tmp_path / "x.jsonl")
+    with pytest.raises(pydantic.ValidationError, match="name does not apply"):
+        TasksetConfig(id="my-taskset", name="some/dataset")
+    with pytest.raises(pydantic.ValidationError, match="dataset does not apply"):
+        TasksetConfig(id="my-taskset", dataset=tmp_path / "x.jsonl")
+    with pytest.raises(pydantic.ValidationError, match="task does not apply"):
+        TasksetConfig(id="my-taskset", task={"resources_url": "http://127.0.0.1:1"})
+    cfg = SourceConfig(env={"taskset": {"id": "my-taskset", "args": {"n": 1}}})
+    try:
+        import verifiers  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="verifiers is not installed"):
+            build_source(cfg)
+    else:
+        with pytest.raises(ModuleNotFoundError, match="my-taskset"):
+            build_source(cfg)

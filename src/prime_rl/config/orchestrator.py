@@ -75,20 +75,34 @@ class ResourcesTaskConfig(BaseConfig):
 
 
 class TasksetConfig(DatasetSource):
-    """Task rows played against a remote server: a local file (`dataset`) or a Hugging Face dataset (`name`)."""
+    """`nemo-gym`: task rows played against a NeMo Gym resources server: a local file (`dataset`) or a Hugging Face
+    dataset (`name`), and the server (`task`). Any other id: an installed verifiers v1 taskset (configured by
+    `args`, its eval split by `eval_args`), played by our agent loop (`prime_rl.orchestrator.sources.verifiers_taskset`)."""
 
-    id: Literal["nemo-gym"] = Field("nemo-gym", description="Taskset kind: NeMo Gym rows + resources server.")
+    id: str = Field("nemo-gym", min_length=1, description="nemo-gym, or the id of an installed verifiers taskset.")
     dataset: Path | None = Field(
         None,
-        description="Local rows (responses_create_params or prompt, task_id, ...): .jsonl, or .parquet/.arrow/.csv/"
-        ".json through datasets.",
+        description="nemo-gym: local rows (responses_create_params or prompt, task_id, ...): .jsonl, or "
+        ".parquet/.arrow/.csv/.json through datasets.",
     )
-    eval_dataset: Path | None = Field(None, description="Eval rows; default: eval.jsonl beside `dataset`.")
-    eval_split: str | None = Field(None, description="With `name`: the split of eval rows (e.g. test).")
-    task: ResourcesTaskConfig = Field(ResourcesTaskConfig(), description="The resources server.")
+    eval_dataset: Path | None = Field(None, description="nemo-gym: eval rows; default: eval.jsonl beside `dataset`.")
+    eval_split: str | None = Field(None, description="nemo-gym with `name`: the split of eval rows (e.g. test).")
+    task: ResourcesTaskConfig = Field(ResourcesTaskConfig(), description="nemo-gym: the resources server.")
+    args: dict[str, Any] = Field(default_factory=dict, description="verifiers taskset: its config fields.")
+    eval_args: dict[str, Any] | None = Field(None, description="verifiers taskset: config of the eval split.")
 
     @model_validator(mode="after")
     def _one_source(self) -> TasksetConfig:
+        if self.id != "nemo-gym":
+            wrong = [k for k, v in (("dataset", self.dataset), ("name", self.name), ("eval_dataset", self.eval_dataset),
+                                    ("eval_split", self.eval_split), ("task", self.task != ResourcesTaskConfig()))
+                     if v]  # fmt: skip
+            if wrong:
+                raise ValueError(f"env.taskset.{wrong[0]} does not apply to taskset id {self.id!r} (a verifiers "
+                                 "taskset takes args/eval_args; dataset/name/task are nemo-gym's)")  # fmt: skip
+            return self
+        if self.args or self.eval_args:
+            raise ValueError("env.taskset.args/eval_args configure a verifiers taskset, not nemo-gym rows")
         if (self.dataset is None) == (self.name is None):
             raise ValueError("set exactly one of `dataset` (a local rows file) and `name` (a Hugging Face dataset)")
         if self.name is not None and self.eval_dataset is not None:

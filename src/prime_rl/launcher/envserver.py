@@ -41,10 +41,10 @@ def nemo_sources(cfg: RLConfig) -> list[tuple[str, SourceConfig]]:
     """`(dotted path, source)` of every train and eval source that plays rows against a resources server."""
     out = []
     for i, s in enumerate(cfg.orchestrator.train.source):
-        if s.env.taskset is not None:
+        if s.env.taskset is not None and s.env.taskset.id == "nemo-gym":
             out.append((f"orchestrator.train.source[{i}]", s))
     for i, s in enumerate(cfg.orchestrator.eval.source or []):
-        if s.env.taskset is not None:
+        if s.env.taskset is not None and s.env.taskset.id == "nemo-gym":
             out.append((f"orchestrator.eval.source[{i}]", s))
     return out
 

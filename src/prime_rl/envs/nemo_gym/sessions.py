@@ -63,7 +63,14 @@ class SessionStore:
         self.live: dict[str, Session] = {}
         self.ended: OrderedDict[str, Ended] = OrderedDict()
         self.active = 0  # sessions holding a slot
-        self._freed = asyncio.Event()
+        self._freed: asyncio.Event | None = None  # made in the serving loop (a store may outlive one loop)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _event(self) -> asyncio.Event:
+        loop = asyncio.get_running_loop()
+        if self._freed is None or self._loop is not loop:
+            self._freed, self._loop = asyncio.Event(), loop
+        return self._freed
 
     # ---- cookies ----
     def sign(self, sid: str) -> str:
@@ -87,9 +94,10 @@ class SessionStore:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            self._freed.clear()
+            freed = self._event()
+            freed.clear()
             try:
-                await asyncio.wait_for(self._freed.wait(), timeout=min(left, 1.0))
+                await asyncio.wait_for(freed.wait(), timeout=min(left, 1.0))
             except TimeoutError:
                 pass
         self.active += 1
@@ -100,12 +108,14 @@ class SessionStore:
         if sess.holds_slot:
             sess.holds_slot = False
             self.active -= 1
-            self._freed.set()
+            if self._freed is not None:
+                self._freed.set()
         if sess.episode is not None:
             try:
                 sess.episode.close()
             except Exception:  # noqa: BLE001 - closing must not fail the request
                 pass
+            sess.episode = None  # a verified session keeps only its result
 
     # ---- sessions ----
     def new_sid(self) -> str:

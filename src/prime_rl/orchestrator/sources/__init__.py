@@ -2,7 +2,8 @@
 
 A source gives tasks by split and opens async episodes; every kind looks the same to the agent loop
 (`base.TaskSource`, `base.AsyncEpisode`). Kinds, one module each: `inprocess` (a built-in environment, `env.id`) and
-`nemo_gym` (rows played against a NeMo Gym resources server, `env.taskset`). `build_source` picks the kind a
+`nemo_gym` (rows played against a NeMo Gym resources server, `env.taskset.id = "nemo-gym"`) and `verifiers_taskset`
+(any installed verifiers v1 taskset, `env.taskset.id = "<its id>"`; verifiers is imported only then). `build_source` picks the kind a
 `[[...source]]` entry names; `capacity.CapacityGate` enforces each source's concurrency cap.
 """
 
@@ -22,12 +23,17 @@ __all__ = [
 
 
 def build_source(cfg: SourceConfig) -> TaskSource:
-    """The source a `[[...source]]` entry names: a built-in environment or a NeMo Gym taskset."""
+    """The source a `[[...source]]` entry names: a built-in environment, NeMo Gym rows or a verifiers taskset."""
     env: EnvConfig = cfg.env
     source: TaskSource
     if env.id is not None:
         source = InProcessSource(cfg.name, load_env(env.id, **env.args), ratio=cfg.ratio)
-    else:
+    elif env.taskset.id == "nemo-gym":
         source = NemoGymSource(cfg.name, env.taskset, ratio=cfg.ratio)
+    else:
+        from prime_rl.orchestrator.sources.verifiers_taskset import VerifiersSource
+
+        ts = env.taskset
+        source = VerifiersSource(cfg.name, ts.id, ts.args, ts.eval_args, ratio=cfg.ratio)
     source.max_turns = env.agent.max_turns
     return source
