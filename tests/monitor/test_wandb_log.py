@@ -106,3 +106,13 @@ def test_missing_wandb_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)
     with pytest.raises(WandbStartError, match=r"prime-rl\[wandb\]"):
         WandbForwarder(WandbConfig(offline=True), tmp_path).start()
+
+
+def test_online_without_login_refuses_with_the_fix(tmp_path, monkeypatch):
+    """Online W&B with no API key: a clear error before training, not a silent switch to offline."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    with pytest.raises(WandbStartError, match=r"wandb login.*wandb.offline = true"):
+        WandbForwarder(WandbConfig(project="x"), tmp_path / "run").start()
