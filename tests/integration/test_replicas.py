@@ -114,9 +114,11 @@ lr = 0.05
     for i in (0, 1):
         assert logs[i].count("POST /inference/v1/generate HTTP/1.1\" 200") > 0, i
     updates = {i: len(re.findall(r'"POST /update_weights HTTP/1.1" 200', logs[i])) for i in (0, 1)}
-    assert updates[0] == STEPS and updates[1] >= 1, updates
-
+    # versions 1..STEPS-1 are loaded for sampling (the last one only when something samples it, e.g. an eval)
+    assert updates[0] >= STEPS - 1 and updates[1] >= 1, updates
     orch = (run / "logs/orchestrator.log").read_text()
+    for k in range(1, STEPS):
+        assert f"loaded policy version {k} from" in orch
     assert f"inference replica http://127.0.0.1:{port + 1} is down" in orch
     assert "inference-1 died" in (run / "logs/rl.log").read_text()
     # nothing failed is trained: every rollout with an error is masked (a retried request leaves no error)

@@ -167,3 +167,17 @@ def test_gpu_placement_per_node_role():
     assert cfg.inference.vllm.data_parallel_size == 4  # each replica: data parallel over its 4 GPUs
     with pytest.raises(PreflightError, match=r"deployment.num_train_gpus \+ deployment.num_infer_gpus = 16 GPUs"):
         place(cfg, gpus=gpus)  # both roles on one 8-GPU node do not fit
+
+
+@pytest.mark.parametrize(
+    "cls, args, msg",
+    [
+        (RLConfig, ["--deployment.bind-host", "0.0.0.0"], "deployment.bind_host applies to multi-node runs only"),
+        (RLConfig, ["--deployment.port-base", "31000"], "deployment.port_base applies to multi-node runs only"),
+        (RLConfig, ["--deployment.type", "multi-node", "--inference.server.port", "9000"], "inference.server.port is not used"),
+        (SFTConfig, ["--deployment.cpu-procs", "2"], "deployment.cpu_procs applies to \\[slurm\\] runs"),
+    ],
+)
+def test_settings_that_would_not_take_effect_are_refused(cls, args, msg):
+    with pytest.raises(ConfigError, match=msg):
+        parse_config(cls, args)

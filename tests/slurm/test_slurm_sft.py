@@ -58,7 +58,7 @@ job_name = "prime-rl-sft-test"
     r = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_block(1)),
          "-m", "prime_rl.cli.sft", "@", str(run / "configs/sft.toml"), "--output-dir", str(ref),
-         "--deployment.num-nodes", "1", "--slurm", "None"], capture_output=True, text=True, timeout=300, env=job_env({}),
+         "--deployment.num-nodes", "1", "--deployment.port-base", "29500", "--slurm", "None"], capture_output=True, text=True, timeout=300, env=job_env({}),
     )  # fmt: skip
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     multi = {row["step"]: row["loss"] for row in read_metrics(run, "sft")}

@@ -84,6 +84,14 @@ class DeploymentConfig(BaseConfig):
                 v = getattr(self, name)
                 if v not in (None, 0):
                     raise ValueError(f"deployment.{name} = {v}: a single-node run has only node 0")
+            for name, where in (("bind_host", "inference.server.host / env_server.host"),
+                                ("port_base", "inference.server.port and the sources' resources_url"),
+                                ("rendezvous_timeout_s", "nothing: one host needs no rendezvous")):  # fmt: skip
+                if getattr(self, name) != type(self).model_fields[name].default:
+                    raise ValueError(
+                        f"deployment.{name} applies to multi-node runs only (deployment.type = \"multi-node\"); "
+                        f"on one host it is {where}"
+                    )
             return self
         n = self.num_nodes
         for name in ("orchestrator_node", "env_server_node"):
@@ -156,3 +164,23 @@ class SFTDeploymentConfig(BaseConfig):
     num_gpus: int = Field(1, gt=0, description="GPUs (ranks) per node on GPU.")
     cpu_procs: int = Field(1, gt=0, description="Ranks per node on CPU (gloo).")
     port_base: int = Field(29500, gt=1023, lt=65536, description="torchrun c10d rendezvous port on the first node.")
+
+
+
+def check_sft_deployment(dep: SFTDeploymentConfig, slurm: SlurmConfig | None) -> None:
+    """Without `[slurm]` these settings would not take effect (sft is one process unless torchrun starts it).
+
+    Raises:
+        ValueError: one of them is set without `[slurm]` (names it and the alternative)."""
+    if slurm is not None:
+        return
+    if dep.num_nodes > 1:
+        raise ValueError(
+            f"deployment.num_nodes = {dep.num_nodes} needs a [slurm] section (sft starts several nodes only through Slurm)"
+        )
+    for name in ("num_gpus", "cpu_procs", "port_base"):
+        if getattr(dep, name) != type(dep).model_fields[name].default:
+            raise ValueError(
+                f"deployment.{name} applies to [slurm] runs; on one host start ranks yourself: "
+                f"`torchrun --nproc-per-node N -m prime_rl.cli.sft @ cfg.toml`"
+            )

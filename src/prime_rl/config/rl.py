@@ -86,6 +86,14 @@ class RLConfig(BaseConfig):
         dep = self.deployment
         check_slurm_nodes(self.slurm, dep.num_nodes, "deployment.num_infer_nodes + deployment.num_train_nodes"
                           if dep.type == "multi-node" else "a single-node deployment's node count")
+        if dep.type == "multi-node":
+            srv, default = self.inference.server, type(self.inference.server)()
+            for name in ("host", "port"):
+                if getattr(srv, name) != getattr(default, name):
+                    raise ValueError(
+                        f"inference.server.{name} is not used by a multi-node run: replicas bind deployment.bind_host "
+                        f"(default: the node's address) on ports from deployment.port_base"
+                    )
         default_urls = type(self.orchestrator.client)().base_url
         if dep.type == "multi-node" and self.orchestrator.client.base_url != default_urls:
             raise ValueError(

@@ -16,7 +16,7 @@ from prime_rl.config.base import (
     ModelConfig,
     WandbConfig,
 )
-from prime_rl.config.deployment import SFTDeploymentConfig, SlurmConfig, check_slurm_nodes
+from prime_rl.config.deployment import SFTDeploymentConfig, SlurmConfig, check_sft_deployment, check_slurm_nodes
 from prime_rl.config.orchestrator import RendererConfig
 from prime_rl.monitor.logger import get_logger
 
@@ -219,9 +219,5 @@ class SFTConfig(BaseConfig):
     @model_validator(mode="after")
     def _check_nodes(self) -> SFTConfig:
         check_slurm_nodes(self.slurm, self.deployment.num_nodes, "deployment.num_nodes")
-        if self.deployment.num_nodes > 1 and self.slurm is None:
-            raise ValueError(
-                f"deployment.num_nodes = {self.deployment.num_nodes} needs a [slurm] section (sft starts several "
-                f"nodes only through Slurm)"
-            )
+        check_sft_deployment(self.deployment, self.slurm)
         return self
