@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -106,8 +107,6 @@ def score(model: Path, args: argparse.Namespace, out: Path) -> dict[str, float]:
         if r.returncode != 0:
             raise RuntimeError(f"prime-rl eval exited {r.returncode}; see {out / 'eval.log'}")
     finally:
-        import signal
-
         try:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(60)
@@ -140,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-days", type=int, default=None, help="default: all 200 eval days")
     p.add_argument("--eval-rollouts", type=int, default=4)
     args = p.parse_args(argv)
-    args.model = args.model.resolve()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the `finally` that stops the inference server
+    args.model, args.out = args.model.resolve(), args.out.resolve()
     if args.data_dir:
         args.data_dir = args.data_dir.resolve()
     py = ensure_trl_venv()
