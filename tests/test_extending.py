@@ -17,9 +17,9 @@ import torch
 from tests.orchestrator.fakes import ScriptedClient, tool_call_text
 
 from prime_rl.config.loader import parse_config
-from prime_rl.config.orchestrator import AdvantageConfig, SamplingConfig, SourceConfig
+from prime_rl.config.orchestrator import CustomAdvantageConfig, SamplingConfig, SourceConfig
 from prime_rl.config.rl import RLConfig
-from prime_rl.config.trainer import LossConfig
+from prime_rl.config.trainer import CustomLossConfig
 from prime_rl.registry import RegistryError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,26 +108,27 @@ def test_advantage_example(examples):
 
     run_block(examples, "register_advantage.py")
     cfg = parse_config(RLConfig, ["@", str(examples / "range.toml")]).orchestrator.advantage
-    assert cfg.type == "range" and "range" in ADVANTAGES
+    assert cfg.type == "custom" and cfg.import_path == "range" and "range" in ADVANTAGES
     # trainable rewards 1, 0, 0.5: mean 0.5, range 1 -> 0.5, -0.5, 0; the masked member gets 0 and no say
     assert compute_advantages([1.0, 0.0, 0.5, 9.0], [True, True, True, False], cfg) == [0.5, -0.5, 0.0, 0.0]
     # rewards 2, 4, 9: mean 5, range 7
-    got = compute_advantages([2.0, 4.0, 9.0], [True] * 3, AdvantageConfig(type="my_advantage:range_advantages"))
+    got = compute_advantages([2.0, 4.0, 9.0], [True] * 3, CustomAdvantageConfig(import_path="my_advantage:range_advantages"))
     assert got == pytest.approx([-3 / 7, -1 / 7, 4 / 7])
     assert compute_advantages([0.3, 0.3], [True, True], cfg) == [0.0, 0.0]
 
 
 def test_loss_example(examples):
-    from prime_rl.trainer.loss import LossInputs, get_loss_fn
+    from prime_rl.trainer.loss import LossInputs, get_loss
 
     cfg = parse_config(RLConfig, ["@", str(examples / "is_pg.toml")]).trainer.loss
-    fn = get_loss_fn(cfg.type)
-    assert fn is get_loss_fn("is_pg")  # importing the module registered the name too
+    fn = get_loss(cfg)
+    assert fn.fn is get_loss(CustomLossConfig(import_path="is_pg")).fn  # importing the module registered the name
+    assert fn.console == ("ratio",)
     lp = torch.tensor([-1.0, -2.0, -0.5, -3.0], dtype=torch.float64, requires_grad=True)
     lp_inf = torch.tensor([-1.0, -2.5, -0.5, -1.0], dtype=torch.float64)
     adv = torch.tensor([0.5, 0.5, -2.0, 7.0], dtype=torch.float64)
     mask = torch.tensor([True, True, True, False])
-    out = fn(LossInputs(lp, lp_inf, adv, mask), LossConfig())
+    out = fn(LossInputs(lp, lp_inf, adv, mask), cfg)
     out.loss.backward()
     # ratios 1, e^0.5, 1 on the loss tokens; loss = -(0.5 * 1 + 0.5 * e^0.5 - 2 * 1); grad = -A * ratio, 0 off-mask
     assert out.loss.item() == pytest.approx(-(0.5 + 0.5 * math.exp(0.5) - 2.0))

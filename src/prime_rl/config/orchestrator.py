@@ -184,7 +184,9 @@ class CustomAdvantageConfig(_AdvantageBase):
     it reads its settings from `cfg.kwargs`."""
 
     type: Literal["custom"] = Field("custom", description="An advantage function of your own.")
-    import_path: str = Field(description="`package.module:function` of the advantage function.")
+    import_path: str = Field(
+        description="`package.module:function` of the advantage function, or a name given to `register_advantage`."
+    )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Settings passed as `cfg.kwargs`.")
 
 

@@ -75,7 +75,7 @@ class CustomLossConfig(BaseConfig):
     (`prime_rl.trainer.loss`); it reads its settings from `cfg.kwargs`."""
 
     type: Literal["custom"] = Field("custom", description="A loss of your own.")
-    import_path: str = Field(description="`package.module:function` of the loss.")
+    import_path: str = Field(description="`package.module:function` of the loss, or a name given to `register_loss`.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Settings passed to the loss as `cfg.kwargs`.")
 
 
