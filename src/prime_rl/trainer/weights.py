@@ -67,6 +67,24 @@ def merge_lora_state_dict(sd: dict[str, torch.Tensor], scaling: float, adapter: 
     return out
 
 
+def check_output_head(sd: dict[str, torch.Tensor], config) -> None:
+    """A published full model must load as the trained one, in transformers and vLLM alike.
+
+    Tied (`tie_word_embeddings = true`): the file holds the input embedding only (vLLM and transformers both
+    rebuild the head from it), so the trained head must BE the embedding; untied: `lm_head.weight` must be in the
+    file. Raises RuntimeError otherwise (never publishes a model whose head would silently change on load).
+    """
+    head, embed = sd.get("lm_head.weight"), sd.get("model.embed_tokens.weight")
+    if getattr(config, "tie_word_embeddings", False):
+        if head is not None and embed is not None and not torch.equal(head, embed):
+            raise RuntimeError(
+                "tie_word_embeddings = true but the trained lm_head.weight differs from model.embed_tokens.weight: "
+                "a tied file would load with the embedding as the head; untie the model before training"
+            )
+    elif head is None and embed is not None:
+        raise RuntimeError("tie_word_embeddings = false but the state dict has no lm_head.weight to publish")
+
+
 def lora_scaling(model: nn.Module) -> float:
     pc = model.peft_config["default"]
     return pc.lora_alpha / (pc.r**0.5 if getattr(pc, "use_rslora", False) else pc.r)
@@ -106,6 +124,7 @@ def publish_weights(
             else:
                 msd = merge_lora_state_dict(sd, lora_scaling(model)) if is_lora(model) else dict(sd)
                 config = hf_config(model)
+                check_output_head(msd, config)
                 if getattr(config, "tie_word_embeddings", False):
                     msd.pop("lm_head.weight", None)
                 save_file(_prep(msd, dtype), str(tmp / "model.safetensors"), metadata={"format": "pt"})
