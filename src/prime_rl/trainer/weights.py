@@ -98,11 +98,14 @@ def publish_weights(
     base_model_path: Path,
     dist_info: DistInfo,
     dtype: torch.dtype = torch.float32,
+    chat_template: Path | None = None,
 ) -> Path | None:
     """Write policy version `step` to `weights_dir/step_<step>/` (rank 0), then `STABLE`; prune old versions.
 
     Collective (all ranks gather the state dict). Returns the folder on rank 0, None elsewhere.
     `dtype`: dtype of the floating-point tensors written (fp32 on CPU, the compute dtype on GPU).
+    `chat_template`: a template file (`model.chat_template`) written as the folder's `chat_template.jinja`, so the
+    published model renders as it was trained without the setting.
     """
     sd = full_state_dict(model)
     out = None
@@ -133,11 +136,28 @@ def publish_weights(
                     src = Path(base_model_path) / name
                     if src.is_file() and not (tmp / name).exists():
                         shutil.copy2(src, tmp / name)
+                if chat_template is not None:
+                    write_chat_template(tmp, Path(chat_template))
 
         out = atomic_write_dir(target, fill, marker=STABLE)
         prune_step_dirs(Path(weights_dir), cfg.keep_last)
     barrier()
     return out
+
+
+def write_chat_template(folder: Path, template: Path) -> None:
+    """Make `template` the chat template of the model folder: `chat_template.jinja`, and no `chat_template` key left
+    in `tokenizer_config.json` or a `chat_template.json` that could take precedence."""
+    import json
+
+    shutil.copyfile(template, folder / "chat_template.jinja")
+    (folder / "chat_template.json").unlink(missing_ok=True)
+    tc = folder / "tokenizer_config.json"
+    if tc.is_file():
+        data = json.loads(tc.read_text())
+        if "chat_template" in data:
+            del data["chat_template"]
+            tc.write_text(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def _prep(sd: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
