@@ -4,6 +4,7 @@ Shared by the tiny-model and SmolLM2 tests."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,11 +43,17 @@ def max_logprob_gap(a: Outputs, b: Outputs) -> float:
     return gap
 
 
-def hf_greedy(model_dir: Path, prompt: list[int], n: int, stop: set[int]) -> list[int]:
-    """Greedy continuation under transformers (fp32), stopping after a token in `stop` (included)."""
+@functools.lru_cache(maxsize=2)
+def hf_model(model_dir: Path):
+    """transformers model of a folder (fp32, eval mode); the last two are kept loaded."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+
+
+def hf_greedy(model_dir: Path, prompt: list[int], n: int, stop: set[int]) -> list[int]:
+    """Greedy continuation under transformers (fp32), stopping after a token in `stop` (included)."""
+    model = hf_model(Path(model_dir))
     ids = list(prompt)
     with torch.no_grad():
         for _ in range(n):

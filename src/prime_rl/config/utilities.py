@@ -43,6 +43,9 @@ class SummaryConfig(BaseConfig):
     title: str = Field("Eval", description="Title of the table and the plot.")
     out: Path | None = Field(None, description="Markdown file (default RUN/eval/summary.md).")
     plot: Path | None = Field(None, description="PNG of train and eval reward by step (default RUN/plots/reward.png).")
+    reference: list[str] | None = Field(
+        None, description="Entries drawn as horizontal lines on the plot (default: idle, greedy, optimum, optimal)."
+    )
 
     @field_validator("entry", "compare")
     @classmethod
