@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from prime_rl.config.trainer import LossConfig, SFTConfig
     from prime_rl.envs.base import load_env
-    from prime_rl.models.cli import write_sft_data
+    from prime_rl.envs.sft_data import write_sft_data
     from prime_rl.models.renderer import load_tokenizer, make_renderer
     from prime_rl.trainer import sft
     from prime_rl.trainer.loss import grpo_loss

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -29,6 +30,16 @@ class SmolLMConfig(BaseConfig):
     untied: bool = Field(
         False, description="Write lm_head.weight as its own copy of the embedding (default: tied, as published)."
     )
+
+
+class SFTDataConfig(BaseConfig):
+    """`prime-rl sft-data ENV OUT`: a built-in environment's demonstrations (`sft_examples`) as SFT JSONL."""
+
+    env: str = Field(description="Built-in environment (e.g. reverse-text), or module:attr.")
+    out: Path = Field(description="Output .jsonl file.")
+    split: str = Field("train", description="Task split.")
+    limit: int | None = Field(None, gt=0, description="Write at most this many rows.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the environment.")
 
 
 class SummaryConfig(BaseConfig):
