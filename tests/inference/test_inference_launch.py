@@ -74,7 +74,7 @@ def test_taken_port_fails_fast_naming_port_and_holder(held_port):
     check_port_free("127.0.0.1", free_port())  # a free one passes
 
 
-def test_inference_cli_taken_port_exits_under_5s(held_port, tmp_path):
+def test_inference_cli_taken_port_exits_under_5s(held_port, tmp_path, tiny_model_dir):
     t = time.monotonic()
     p = subprocess.run(
         [
@@ -82,7 +82,7 @@ def test_inference_cli_taken_port_exits_under_5s(held_port, tmp_path):
             "-m",
             "prime_rl.cli.inference",
             "--model.name",
-            "/m",
+            str(tiny_model_dir),  # a real folder: `inference` names a missing model before anything else
             "--server.port",
             str(held_port),
             "--output-dir",

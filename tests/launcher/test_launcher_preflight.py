@@ -71,7 +71,7 @@ def test_env_server_port_checked_only_when_rl_starts_it(tmp_path):
 def test_model_and_data_and_sizes(tmp_path):
     cfg = nemo_cfg(tmp_path)
     cfg.inference.model.name = str(tmp_path / "nope")
-    with pytest.raises(PreflightError, match=r"inference.model.name = .*nope.*no such directory.*prime-rl tiny-model"):
+    with pytest.raises(PreflightError, match=r"inference.model.name = .*nope.*no such folder.*prime-rl tiny-model"):
         preflight.check_model(cfg)
     cfg = nemo_cfg(tmp_path)
     preflight.check_model(cfg)

@@ -6,7 +6,7 @@ from prime_rl.cli.command import Command
 
 main = Command("eval", "prime_rl.config.orchestrator:EvalCommandConfig", "prime_rl.orchestrator.eval_cmd:run",
                "evaluate a model on environments' eval splits (served by `inference`, or in-process)",
-               user_errors=("prime_rl.hf_data:DataLoadError",))  # fmt: skip
+               user_errors=("prime_rl.hf_data:DataLoadError", "prime_rl.models.hub:ModelNotFoundError"))  # fmt: skip
 
 if __name__ == "__main__":
     main()

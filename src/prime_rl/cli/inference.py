@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from prime_rl.cli.command import Command
 
-main = Command("inference", "prime_rl.config.inference:InferenceConfig", "prime_rl.inference.server:run", "the inference server (vLLM with the prime-rl worker extension)")
+main = Command("inference", "prime_rl.config.inference:InferenceConfig", "prime_rl.inference.server:run",
+               "the inference server (vLLM with the prime-rl worker extension)",
+               user_errors=("prime_rl.models.hub:ModelNotFoundError", FileNotFoundError))  # fmt: skip
 
 if __name__ == "__main__":
     main()

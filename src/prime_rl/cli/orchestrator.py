@@ -5,7 +5,8 @@ from __future__ import annotations
 from prime_rl.cli.command import Command
 
 main = Command("orchestrator", "prime_rl.config.orchestrator:OrchestratorConfig", "prime_rl.orchestrator.main:run", "the orchestrator (rollouts, advantages, packing, eval)",
-               user_errors=("prime_rl.monitor.wandb_log:WandbStartError", "prime_rl.hf_data:DataLoadError"))
+               user_errors=("prime_rl.monitor.wandb_log:WandbStartError", "prime_rl.hf_data:DataLoadError",
+                            "prime_rl.models.hub:ModelNotFoundError"))
 
 if __name__ == "__main__":
     main()

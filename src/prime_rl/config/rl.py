@@ -126,6 +126,35 @@ class RLConfig(BaseConfig):
                 data[section] = sec
         return data
 
+    @model_validator(mode="after")
+    def _same_distribution(self) -> RLConfig:
+        check_training_distribution(self)
+        return self
+
+
+# vLLM flags that change every request's distribution behind the client's back (custom logits processors)
+DISTRIBUTION_FLAGS = ("logits_processors", "logits-processors", "--logits-processors")
+
+
+def check_training_distribution(cfg: RLConfig) -> None:
+    """The policy vLLM samples from must be the one the trainer scores (DESIGN invariant 9): processed logprobs
+    (log_softmax(logits / T), what the trainer computes) and no server-wide logits processors. Top-p/top-k are
+    refused by `orchestrator.train.sampling`; the client pins every other sampling option to its neutral value.
+    Raises ValueError naming the field."""
+    v = cfg.inference.vllm
+    if v.logprobs_mode != "processed_logprobs":
+        raise ValueError(
+            f"inference.vllm.logprobs_mode = {v.logprobs_mode!r}: training needs 'processed_logprobs' (the logprob "
+            "of each token under the tempered distribution it was sampled from, which the trainer recomputes); raw "
+            "logprobs ignore the temperature and bias the importance ratio"
+        )
+    bad = [k for k in v.extra_args if k in DISTRIBUTION_FLAGS]
+    if bad:
+        raise ValueError(
+            f"inference.vllm.extra_args.{bad[0]}: server-side logits processors change the sampled distribution, "
+            "which the trainer's logprobs do not replay; remove it for training"
+        )
+
 
 def merge_shared(top: Any, section: Any, top_path: str, section_path: str) -> Any:
     """Deep-merge a shared top-level value into a section's value.

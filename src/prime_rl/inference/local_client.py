@@ -168,10 +168,11 @@ class TransformersClient:
         s = batch[0].sampling
         stops = sorted(set(self.eos_ids) | set(batch[0].stop_ids))
         width = max(len(r.prompt_ids) for r in batch)
-        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        dev = self.model.device  # CPU, or wherever the caller moved the model (scripts/gpu_check.py)
+        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long, device=dev)
+        mask = torch.zeros((len(batch), width), dtype=torch.long, device=dev)
         for i, r in enumerate(batch):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, device=dev)
             mask[i, width - len(r.prompt_ids) :] = 1
         greedy = s.temperature == 0
         knobs = {"do_sample": False} if greedy else {

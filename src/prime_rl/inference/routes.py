@@ -5,7 +5,8 @@
     `keep` freezes them and resumes them on the new ones, `abort` ends them with finish_reason "abort"),
     reload every weight in place on every worker (`PrimeWorkerExtension.prime_load_weights`), reset the prefix
     cache (stale KV otherwise matches neither policy), label later tokens with `version`, resume.
-    200 -> {"version", "path", "reload_s", "num_tensors"}; 400 bad path/body; 500 engine failure (the error text).
+    200 -> {"version", "path", "reload_s", "num_tensors", "refreshed"} (`refreshed`: modules sharing a parameter,
+    e.g. a tied output head, whose kernel state was rebuilt); 400 bad path/body; 500 engine failure (the error text).
 `GET /policy_version` -> {"version": int | null, "path": str | null}
 
 Updates are serialised by a lock. vLLM's dev-mode route of the same name (NCCL/IPC weight transfer) is replaced.
@@ -72,10 +73,11 @@ async def update_weights(request: Request) -> JSONResponse:
             return JSONResponse({"error": f"weight reload from {path} failed: {type(e).__name__}: {e}"}, 500)
         finally:
             await engine.resume_generation()
-        num = results[0]["num_tensors"] if results and isinstance(results[0], dict) else None
+        first = results[0] if results and isinstance(results[0], dict) else {}
     return JSONResponse(
-        {"version": _state["version"], "path": path, "reload_s": time.perf_counter() - t0, "num_tensors": num}
-    )
+        {"version": _state["version"], "path": path, "reload_s": time.perf_counter() - t0,
+         "num_tensors": first.get("num_tensors"), "refreshed": first.get("refreshed", [])}
+    )  # fmt: skip
 
 
 @router.get("/policy_version")

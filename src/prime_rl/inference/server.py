@@ -68,6 +68,8 @@ def build_vllm_args(cfg: InferenceConfig, cpu: bool) -> list[str]:
         args += ["--enable-lora", "--max-lora-rank", str(v.max_lora_rank)]
     if cfg.model.trust_remote_code:
         args.append("--trust-remote-code")
+    if cfg.model.chat_template is not None:
+        args += ["--chat-template", str(Path(cfg.model.chat_template).expanduser().resolve())]
     for key, val in v.extra_args.items():
         flag = key if key.startswith("--") else _flag(key)
         if val is True:
@@ -168,12 +170,17 @@ def run(cfg: InferenceConfig) -> None:
     from prime_rl.monitor.logger import setup_logging
     from prime_rl.ports import PortInUseError
 
+    from prime_rl.models.hub import resolve_model
+
     log = setup_logging("inference", cfg.output_dir, cfg.log.level)
     try:
         check_port_free(cfg.server.host, cfg.server.port)  # before anything slow: fail in well under a second
     except PortInUseError as e:
         log.error("%s", e)
         raise SystemExit(1) from None
+    resolve_model(cfg.model.name)  # a local folder or a hub id in the cache, else one error naming model.name
+    if cfg.model.chat_template is not None and not Path(cfg.model.chat_template).expanduser().is_file():
+        raise FileNotFoundError(f"model.chat_template = {str(cfg.model.chat_template)!r}: no such file")
     server = VllmServer(cfg)
     stopping = False
 

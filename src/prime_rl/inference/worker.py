@@ -59,6 +59,34 @@ def _patch_cpu_seeded_generator_rewind() -> None:
 _patch_cpu_seeded_generator_rewind()
 
 
+def refresh_shared_weight_modules(model) -> list[str]:
+    """Re-run the post-load processing of every module whose parameter is shared with another module.
+
+    A tied output head (`tie_word_embeddings = true`: `lm_head.weight` IS `embed_tokens.weight`) has no tensor of
+    its own in the checkpoint, so vLLM's layer-wise reload loads nothing into it and keeps its old kernel state.
+    The shared parameter's values are new (the embedding was reloaded in place), but on CPU the head computes
+    with a packed copy of the weight made at load time (`dispatch_cpu_unquantized_gemm`: oneDNN / sgl packed
+    GEMM), which stays the OLD embedding: greedy outputs of the previous policy, logprobs tens of nats off.
+    Re-running `quant_method.process_weights_after_loading` on such modules rebuilds that copy from the current
+    values, as a fresh load does (on GPU the unquantized method does nothing there: the head reads the shared
+    parameter directly). Returns the names of the modules processed (e.g. `["lm_head", "model.embed_tokens"]`).
+    """
+    owners: dict[int, list[tuple[str, object]]] = {}
+    for mod_name, mod in model.named_modules():
+        for _, p in mod.named_parameters(recurse=False):
+            owners.setdefault(id(p), []).append((mod_name, mod))
+    done: list[str] = []
+    for mods in owners.values():
+        if len(mods) < 2:
+            continue
+        for mod_name, mod in mods:
+            method = getattr(mod, "quant_method", None)
+            if method is not None and hasattr(method, "process_weights_after_loading"):
+                method.process_weights_after_loading(mod)
+                done.append(mod_name)
+    return sorted(done)
+
+
 class PrimeWorkerExtension:
     """Weight reload from a published policy directory, plus a fingerprint of the live weights for checks."""
 
@@ -68,7 +96,9 @@ class PrimeWorkerExtension:
         Uses vLLM's layer-wise in-place reload (`Worker.reload_weights` with checkpoint-format tensors), which
         re-runs each layer's post-load processing (CPU weight repacking), so results equal a fresh engine on the
         same weights. Raises WeightsDirError (bad path) or whatever vLLM raises on a name/shape mismatch. The caller
-        must reset the prefix cache afterwards. Returns {"seconds": float, "num_tensors": int}.
+        must reset the prefix cache afterwards. Modules that share a parameter (a tied output head) are then
+        re-processed (`refresh_shared_weight_modules`). Returns {"seconds": float, "num_tensors": int,
+        "refreshed": [module names re-processed]}.
         """
         from prime_rl.inference.weights import iter_safetensors
 
@@ -82,7 +112,8 @@ class PrimeWorkerExtension:
                 yield item
 
         self.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
-        return {"seconds": time.perf_counter() - t0, "num_tensors": count}
+        refreshed = refresh_shared_weight_modules(self.model_runner.get_model())  # type: ignore[attr-defined]
+        return {"seconds": time.perf_counter() - t0, "num_tensors": count, "refreshed": refreshed}
 
     def prime_weights_fingerprint(self) -> str:
         """SHA-256 over the names, shapes and bytes of this rank's parameters (kernel format), for tests/debug."""

@@ -30,20 +30,22 @@ def check_sizes(cfg: RLConfig) -> None:
 
 
 def check_model(cfg: RLConfig) -> None:
-    """Every section's `model.name` must be a local model directory (no hub is reachable)."""
+    """Every section's `model.name` must resolve (a local model folder, or a hub id downloaded once:
+    `prime_rl.models.hub`), and its `model.chat_template` file exist."""
+    from prime_rl.models.hub import ModelNotFoundError, resolve_model
+
     seen = set()
     for section in ("trainer", "orchestrator", "inference"):
-        name = getattr(cfg, section).model.name
-        if name in seen:
+        model = getattr(cfg, section).model
+        if model.chat_template is not None and not Path(model.chat_template).expanduser().is_file():
+            raise PreflightError(f"{section}.model.chat_template = {str(model.chat_template)!r}: no such file")
+        if model.name in seen:
             continue
-        seen.add(name)
-        p = Path(name).expanduser()
-        if not (p / "config.json").is_file():
-            what = "no such directory" if not p.exists() else "no config.json in it"
-            raise PreflightError(
-                f"{section}.model.name = {name!r}: {what}. Point `model.name` at a local Hugging Face model "
-                f"directory, or build a tiny one with `prime-rl tiny-model {name}`"
-            )
+        seen.add(model.name)
+        try:
+            resolve_model(model.name)
+        except ModelNotFoundError as e:
+            raise PreflightError(f"{section}.{e}") from None
 
 
 def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:

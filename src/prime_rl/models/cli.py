@@ -22,5 +22,6 @@ def smollm(cfg: SmolLMConfig) -> None:
     Raises SmolLMUnavailable when the package (or gguf) is missing."""
     from prime_rl.models.smollm import convert_smollm
 
-    out = convert_smollm(cfg.out, gguf_path=None if cfg.gguf is None else str(cfg.gguf))
-    print(f"SmolLM2-135M-Instruct written to {out}")
+    variant = "untied" if cfg.untied else "tied"
+    out = convert_smollm(cfg.out, gguf_path=None if cfg.gguf is None else str(cfg.gguf), variant=variant)
+    print(f"SmolLM2-135M-Instruct ({variant} embeddings) written to {out}")

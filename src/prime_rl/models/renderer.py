@@ -1,7 +1,18 @@
-"""The chat renderer (the `renderers` package) shared by sampling (orchestrator) and training (SFT).
+"""The chat renderer shared by sampling (orchestrator, eval) and training (SFT), and the tokenizer it renders with.
 
 One renderer serves both, so every next-turn prompt extends the tokens actually sampled and SFT trains on the
 same token layout that RL samples (../shared/notes/vllm-cpu.md, "Tool calls and rendering").
+
+`renderer.name`:
+- `auto` (default): a named `renderers` renderer for the model's family, else `template`. The family is found by
+  the tokenizer's hub id (`renderers`' model map), else by parity: the first text renderer of the `renderers`
+  package whose token ids equal the model's own chat template on probe conversations (system + user; a finished
+  assistant turn; a tool call and its result, with tools) is the model's family (e.g. `qwen3` for Qwen3 templates).
+- `template`: `prime_rl.models.template_renderer.TemplateRenderer`, driven by the tokenizer's chat template.
+- any name `renderers` knows (`qwen3`, `llama-3`, `default`, ...).
+
+`renderer.enable_thinking` goes to the renderer's `enable_thinking` field, or to the chat template when the
+template reads that variable; an explicit setting that can do neither is refused.
 """
 
 from __future__ import annotations
@@ -9,34 +20,146 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from prime_rl.models.template_renderer import TemplateRenderer, template_reads
 
-def make_renderer(tokenizer: Any, cfg: Any = "qwen3", enable_thinking: bool | None = None) -> Any:
-    """A `renderers` renderer for `tokenizer`.
+# renderers that probe the network or need multimodal processors: never candidates for parity matching
+_NOT_PROBED = {"default", "auto", "gpt-oss"}
+_PROBE_TOOLS = [
+    {"type": "function", "function": {"name": "get", "description": "Get a value.",
+                                      "parameters": {"type": "object", "properties": {"key": {"type": "string"}}}}}
+]  # fmt: skip
+_PROBES: list[tuple[list[dict], bool, bool]] = [  # (messages, with tools, add_generation_prompt)
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}], False, True),
+    ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}], False, False),
+    (
+        [
+            {"role": "system", "content": "Use tools."},
+            {"role": "user", "content": "Get a."},
+            {"role": "assistant", "content": "",
+             "tool_calls": [{"type": "function", "function": {"name": "get", "arguments": {"key": "a"}}}]},
+            {"role": "tool", "name": "get", "content": "1"},
+        ],
+        True,
+        True,
+    ),
+]  # fmt: skip
+
+
+def _template_ids(tokenizer: Any, messages: list[dict], tools: list[dict] | None, gen: bool) -> list[int]:
+    kw = {"tools": tools} if tools else {}
+    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=gen, return_dict=False, **kw)
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+def family_renderer(tokenizer: Any) -> str | None:
+    """The named `renderers` renderer for this tokenizer's model family, or None (see the module docstring)."""
+    from renderers.base import MODEL_RENDERER_MAP, RENDERER_REGISTRY, _populate_registry, create_renderer
+    from renderers.configs import _config_class_for
+
+    by_id = MODEL_RENDERER_MAP.get(getattr(tokenizer, "name_or_path", "") or "")
+    if by_id is not None:
+        return by_id
+    if not isinstance(getattr(tokenizer, "chat_template", None), str):
+        return None
+    try:
+        wants = [_template_ids(tokenizer, m, _PROBE_TOOLS if t else None, g) for m, t, g in _PROBES]
+    except Exception:  # noqa: BLE001 - a template that cannot render the probes matches no family
+        return None
+    _populate_registry()
+    for name in sorted(set(RENDERER_REGISTRY) - _NOT_PROBED):
+        try:
+            r = create_renderer(tokenizer, _config_class_for(name)())
+            got = [list(r.render_ids(m, tools=_PROBE_TOOLS if t else None, add_generation_prompt=g))
+                   for m, t, g in _PROBES]  # fmt: skip
+        except Exception:  # noqa: BLE001 - renderers assert their family's special tokens: not this family
+            continue
+        if got == wants:
+            return name
+    return None
+
+
+def resolve_renderer_name(tokenizer: Any, name: str) -> str:
+    """`auto` -> the family's renderer name or `template`; any other name unchanged."""
+    if name != "auto":
+        return name
+    return family_renderer(tokenizer) or "template"
+
+
+def make_renderer(tokenizer: Any, cfg: Any = "auto", enable_thinking: bool | None = None) -> Any:
+    """The renderer of `cfg` for `tokenizer`.
 
     Args:
-        cfg: a renderer name (e.g. `qwen3`) or a config with `.name` and `.enable_thinking` (RendererConfig).
-        enable_thinking: overrides the config's value; applied where the renderer supports it.
+        cfg: a renderer name or a config with `.name` and `.enable_thinking` (RendererConfig); `auto` resolves as
+            the module docstring says.
+        enable_thinking: overrides the config's value (and counts as explicitly set).
 
     Raises:
-        ValueError: unknown renderer name (`renderer.name`).
+        ValueError: unknown renderer name (`renderer.name`); an explicit `enable_thinking` the renderer and the
+            chat template cannot honour; `template` on a tokenizer without a chat template.
     """
     from renderers import create_renderer
     from renderers.configs import config_from_name
 
     name = cfg if isinstance(cfg, str) else cfg.name
+    explicit = enable_thinking is not None or (
+        not isinstance(cfg, str) and "enable_thinking" in getattr(cfg, "model_fields_set", set())
+    )
     if enable_thinking is None:
         enable_thinking = False if isinstance(cfg, str) else bool(cfg.enable_thinking)
+    resolved = resolve_renderer_name(tokenizer, name)
+    reads = template_reads(tokenizer, "enable_thinking")
+    if resolved == "template":
+        if explicit and not reads:
+            raise _thinking_refused(name, resolved)
+        return TemplateRenderer(tokenizer, {"enable_thinking": enable_thinking} if reads else None)
     try:
-        base = config_from_name(name)
+        base = config_from_name(resolved)
     except Exception as e:
-        raise ValueError(f"renderer.name = {name!r} is not a known `renderers` renderer ({e}); try 'qwen3'") from e
-    if base is not None and "enable_thinking" in type(base).model_fields:
+        raise ValueError(
+            f"renderer.name = {name!r} is not a known `renderers` renderer ({e}); try 'auto', 'template' or 'qwen3'"
+        ) from e
+    fields = type(base).model_fields if base is not None else {}
+    if "enable_thinking" in fields:
         base = type(base)(enable_thinking=enable_thinking)
+    elif resolved == "default" and reads:
+        base = type(base)(enable_thinking=enable_thinking)  # DefaultRendererConfig passes extras to the template
+    elif explicit:
+        raise _thinking_refused(name, resolved)
     return create_renderer(tokenizer, base)
 
 
-def load_tokenizer(model_name: str | Path) -> Any:
-    """`transformers.AutoTokenizer` of the model directory (or hub id)."""
+def _thinking_refused(name: str, resolved: str) -> ValueError:
+    via = f" (resolved to {resolved!r})" if resolved != name else ""
+    return ValueError(
+        f"renderer.enable_thinking is set, but renderer {name!r}{via} has no enable_thinking field and the model's "
+        "chat template does not read `enable_thinking`: the setting would be ignored. Remove it, or use a renderer "
+        "or chat template (model.chat_template) that supports thinking"
+    )
+
+
+def load_tokenizer(model_name: str | Path, chat_template: str | Path | None = None) -> Any:
+    """`transformers.AutoTokenizer` of `model.name` (a local folder or a hub id, see `prime_rl.models.hub`), with
+    the chat template replaced by the file `chat_template` when given (`model.chat_template`).
+
+    Raises:
+        ModelNotFoundError: `model.name` cannot be resolved. FileNotFoundError: no `chat_template` file.
+    """
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(model_name))
+    from prime_rl.models.hub import is_hub_id, resolve_model
+
+    name = str(model_name)
+    local = resolve_model(name)
+    # a hub id loads by its id (from the cache resolve_model filled), so the tokenizer keeps it as name_or_path
+    tok = AutoTokenizer.from_pretrained(name if is_hub_id(name) else str(local))
+    if chat_template is not None:
+        tok.chat_template = read_chat_template(chat_template)
+    return tok
+
+
+def read_chat_template(path: str | Path) -> str:
+    """The text of a chat template file (`model.chat_template`). Raises FileNotFoundError naming the field."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"model.chat_template = {str(path)!r}: no such file (a Jinja chat template)")
+    return p.read_text(encoding="utf-8")

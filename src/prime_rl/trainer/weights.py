@@ -67,6 +67,24 @@ def merge_lora_state_dict(sd: dict[str, torch.Tensor], scaling: float, adapter: 
     return out
 
 
+def check_output_head(sd: dict[str, torch.Tensor], config) -> None:
+    """A published full model must load as the trained one, in transformers and vLLM alike.
+
+    Tied (`tie_word_embeddings = true`): the file holds the input embedding only (vLLM and transformers both
+    rebuild the head from it), so the trained head must BE the embedding; untied: `lm_head.weight` must be in the
+    file. Raises RuntimeError otherwise (never publishes a model whose head would silently change on load).
+    """
+    head, embed = sd.get("lm_head.weight"), sd.get("model.embed_tokens.weight")
+    if getattr(config, "tie_word_embeddings", False):
+        if head is not None and embed is not None and not torch.equal(head, embed):
+            raise RuntimeError(
+                "tie_word_embeddings = true but the trained lm_head.weight differs from model.embed_tokens.weight: "
+                "a tied file would load with the embedding as the head; untie the model before training"
+            )
+    elif head is None and embed is not None:
+        raise RuntimeError("tie_word_embeddings = false but the state dict has no lm_head.weight to publish")
+
+
 def lora_scaling(model: nn.Module) -> float:
     pc = model.peft_config["default"]
     return pc.lora_alpha / (pc.r**0.5 if getattr(pc, "use_rslora", False) else pc.r)
@@ -80,11 +98,14 @@ def publish_weights(
     base_model_path: Path,
     dist_info: DistInfo,
     dtype: torch.dtype = torch.float32,
+    chat_template: Path | None = None,
 ) -> Path | None:
     """Write policy version `step` to `weights_dir/step_<step>/` (rank 0), then `STABLE`; prune old versions.
 
     Collective (all ranks gather the state dict). Returns the folder on rank 0, None elsewhere.
     `dtype`: dtype of the floating-point tensors written (fp32 on CPU, the compute dtype on GPU).
+    `chat_template`: a template file (`model.chat_template`) written as the folder's `chat_template.jinja`, so the
+    published model renders as it was trained without the setting.
     """
     sd = full_state_dict(model)
     out = None
@@ -106,6 +127,7 @@ def publish_weights(
             else:
                 msd = merge_lora_state_dict(sd, lora_scaling(model)) if is_lora(model) else dict(sd)
                 config = hf_config(model)
+                check_output_head(msd, config)
                 if getattr(config, "tie_word_embeddings", False):
                     msd.pop("lm_head.weight", None)
                 save_file(_prep(msd, dtype), str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -114,11 +136,28 @@ def publish_weights(
                     src = Path(base_model_path) / name
                     if src.is_file() and not (tmp / name).exists():
                         shutil.copy2(src, tmp / name)
+                if chat_template is not None:
+                    write_chat_template(tmp, Path(chat_template))
 
         out = atomic_write_dir(target, fill, marker=STABLE)
         prune_step_dirs(Path(weights_dir), cfg.keep_last)
     barrier()
     return out
+
+
+def write_chat_template(folder: Path, template: Path) -> None:
+    """Make `template` the chat template of the model folder: `chat_template.jinja`, and no `chat_template` key left
+    in `tokenizer_config.json` or a `chat_template.json` that could take precedence."""
+    import json
+
+    shutil.copyfile(template, folder / "chat_template.jinja")
+    (folder / "chat_template.json").unlink(missing_ok=True)
+    tc = folder / "tokenizer_config.json"
+    if tc.is_file():
+        data = json.loads(tc.read_text())
+        if "chat_template" in data:
+            del data["chat_template"]
+            tc.write_text(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def _prep(sd: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
