@@ -167,10 +167,9 @@ class VllmServer:
 
 def run(cfg: InferenceConfig) -> None:
     """Serve `cfg.model.name` until vLLM exits or SIGINT/SIGTERM; exit code 1 on start failures."""
+    from prime_rl.models.hub import resolve_model
     from prime_rl.monitor.logger import setup_logging
     from prime_rl.ports import PortInUseError
-
-    from prime_rl.models.hub import resolve_model
 
     log = setup_logging("inference", cfg.output_dir, cfg.log.level)
     try:

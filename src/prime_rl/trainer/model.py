@@ -7,6 +7,8 @@ everything is fp32 (`auto`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
