@@ -155,6 +155,7 @@ async def test_missing_or_non_finite_reward_masks_the_rollout(body, masked, tmp_
     (tmp_path / "train.jsonl").write_text(json.dumps(task_to_row(env.tasks("train")[0])) + "\n")
     server, t, url = _stub_server([body])
     src = NemoGymSource("stub", TasksetConfig(dataset=tmp_path / "train.jsonl", task={"resources_url": url}))
+    src.max_turns = 2
     try:
         r = await run_rollout(src.tasks("train")[0], src, ScriptedClient(tok, lambda p, k: "answer"),
                               make_renderer(tok, RendererConfig()), SamplingConfig(), AgentLimits(1024, 32))  # fmt: skip

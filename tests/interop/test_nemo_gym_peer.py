@@ -115,6 +115,7 @@ async def test_orchestrator_source_plays_nemo_examples(example, weather_url, sta
     script = _weather_script if example == "example_single_tool_call" else _counter_script
     rows = _nemo_rows(tmp_path, nemo_root / example / "data" / "example.jsonl")
     src = NemoGymSource("nemo", TasksetConfig(dataset=rows, task={"resources_url": url, "retry_deadline_s": 10}))
+    src.max_turns = 6
     renderer = make_renderer(tok, RendererConfig())
     tasks = src.tasks("train")
     assert [t.task_id for t in tasks] == [f"train-{i}" for i in range(len(tasks))]
