@@ -72,7 +72,7 @@ SUBMITTED: list[tuple[str, dict[str, str]]] = []
 def submit(cmd: list[str], env: dict[str, str]) -> tuple[str, str]:
     """Run `rl`/`sft` with `[slurm]`; returns (job id, its printout). The job is cancelled at the end of the test
     if it is still queued or running (a failed test leaves nothing on the cluster)."""
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     m = re.search(r"submitted Slurm job (\d+)", out)
