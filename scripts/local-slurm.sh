@@ -94,7 +94,8 @@ start_munge() {
   else
     munged --force 2>>"$STATE/log/munged.err"
   fi
-  pgrep -x munged > "$STATE/run/munged.started"
+  for _ in $(seq 1 20); do [ -s /run/munge/munged.pid ] && break; sleep 0.1; done
+  cp /run/munge/munged.pid "$STATE/run/munged.started" 2>/dev/null || pgrep -x munged > "$STATE/run/munged.started"
 }
 
 export_env() {
@@ -152,7 +153,7 @@ down() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   rm -f "$STATE"/run/slurmctld.pid "$STATE"/run/slurmd-*.pid
   if [ -f "$STATE/run/munged.started" ]; then
-    kill "$(cat "$STATE/run/munged.started")" 2>/dev/null || true
+    for p in $(cat "$STATE/run/munged.started"); do kill "$p" 2>/dev/null || true; done
     rm -f "$STATE/run/munged.started"
   fi
   log "down"

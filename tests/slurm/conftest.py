@@ -66,14 +66,31 @@ def job_env(slurm_env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+SUBMITTED: list[tuple[str, dict[str, str]]] = []
+
+
 def submit(cmd: list[str], env: dict[str, str]) -> tuple[str, str]:
-    """Run `rl`/`sft` with `[slurm]`; returns (job id, its printout)."""
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    """Run `rl`/`sft` with `[slurm]`; returns (job id, its printout). The job is cancelled at the end of the test
+    if it is still queued or running (a failed test leaves nothing on the cluster)."""
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     m = re.search(r"submitted Slurm job (\d+)", out)
     assert m, out
+    SUBMITTED.append((m.group(1), env))
     return m.group(1), out
+
+
+@pytest.fixture(autouse=True)
+def cancel_leftover_jobs():
+    yield
+    while SUBMITTED:
+        job, env = SUBMITTED.pop()
+        if squeue_state(job, env):
+            subprocess.run(["scancel", job], env=env, timeout=30)
+            deadline = time.monotonic() + 120
+            while squeue_state(job, env) and time.monotonic() < deadline:
+                time.sleep(1)
 
 
 def job_state(job_id: str, env: dict[str, str]) -> tuple[str, str] | None:
@@ -96,7 +113,7 @@ def squeue_state(job_id: str, env: dict[str, str]) -> str:
     return r.stdout.strip()
 
 
-def wait_job(job_id: str, env: dict[str, str], job_log: Path, timeout_s: float = 480) -> tuple[str, str]:
+def wait_job(job_id: str, env: dict[str, str], job_log: Path, timeout_s: float = 1200) -> tuple[str, str]:
     """Block until the job ended; returns (State, ExitCode). AssertionError with the job log after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -17,7 +17,7 @@ from tests.slurm.test_slurm_rl import free_block
 from prime_rl.models.tiny import cached_tiny_model
 from prime_rl.monitor.metrics import read_metrics
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # slow on a busy machine
 
 
 def test_sft_two_nodes(slurm_cluster, tmp_path):
@@ -48,7 +48,7 @@ job_name = "prime-rl-sft-test"
     run = tmp_path / "run"
     job, _ = submit([str(BIN / "sft"), "@", str(cfg)], env)
     job_log = run / "slurm" / f"job_{job}.log"
-    assert wait_job(job, env, job_log, timeout_s=300) == ("COMPLETED", "0:0"), tail(job_log)
+    assert wait_job(job, env, job_log, timeout_s=900) == ("COMPLETED", "0:0"), tail(job_log)
     assert (run / "weights/step_3/STABLE").is_file()
     ranks = dict(re.findall(r"sft rank (\d)/2 on cpu, node (\S+)", (run / "logs/sft.log").read_text()))
     assert sorted(ranks) == ["0", "1"] and set(ranks.values()) == {"node1", "node2"}, ranks
