@@ -50,9 +50,10 @@ class EnvDataConfig(BaseConfig):
 
 
 class EnvServerWriteConfig(EnvDataConfig):
-    """`env-server write ENV OUT`: write OUT/resources_servers/<env>_v1/ (NeMo Gym config, data/train.jsonl,
-    data/eval.jsonl, server.json) for a built-in environment, or for the environment an `env-server openenv` server
-    serves when ENV is its URL (tasks and tools read through the OpenEnv client)."""
+    """`env-server write ENV OUT`: a built-in environment's NeMo Gym folder, or an `env-server openenv` URL's.
+
+    Writes OUT/resources_servers/<env>_v1/ (NeMo Gym config, data/train.jsonl, data/eval.jsonl, server.json); when
+    ENV is an OpenEnv server's URL, its tasks and tools are read through the OpenEnv client."""
 
     env: str = Field(
         description="Built-in environment (gridsim, reverse-text, ...), or the root URL of an `env-server openenv` "
@@ -62,8 +63,7 @@ class EnvServerWriteConfig(EnvDataConfig):
 
 
 class EnvServerServeConfig(BaseConfig):
-    """`env-server serve DIR`: serve a written resources server directory over HTTP (NeMo Gym's resources-server
-    protocol)."""
+    """`env-server serve DIR`: a written resources server directory over HTTP (NeMo Gym's protocol)."""
 
     dir: Path = Field(description="OUT/resources_servers/<env>_v1 (or OUT holding exactly one).")
     port: int = Field(9100, ge=0, le=65535, description="Port to bind.")
@@ -81,8 +81,9 @@ class EnvServerServeConfig(BaseConfig):
 
 
 class EnvServerOpenEnvConfig(EnvDataConfig):
-    """`env-server openenv ENV`: serve a built-in environment's tasks as OpenEnv environments (openenv-core's own
-    server: reset, step, state, schema, metadata, health and the /ws session), one per split at /<split>: `all`
+    """`env-server openenv ENV`: a built-in environment's tasks as OpenEnv environments, one per split.
+
+    openenv-core's own server (reset, step, state, schema, metadata, health and the /ws session) at /<split>: `all`
     (every task) and `eval`. An episode is one task; GET /<split>/tasks lists a split's task ids."""
 
     port: int = Field(8200, ge=0, le=65535, description="Port to bind (not inference's).")
