@@ -19,31 +19,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def start_server(port: int, log: Path) -> subprocess.Popen:
-    """`env-server openenv gridsim` on 127.0.0.1:`port`, answering GET / (waits up to 300 s, naming what it waited for)."""
-    import httpx
-
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "prime_rl.cli.env_server", "openenv", "gridsim", "--port", str(port)],
-                            env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"env-server openenv exited {proc.returncode}; see {log}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise TimeoutError(f"env-server openenv gridsim did not answer GET / on port {port} within 300 s; see {log}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from peer_trl import ensure_trl_venv
 
     from prime_rl.ports import free_port
+    from prime_rl.process import Child, ChildSpec, wait_for_http
 
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -71,8 +50,11 @@ def main(argv: list[str] | None = None) -> int:
                        env={**os.environ, "PYTHONPATH": str(REPO / "src")})  # fmt: skip
     py = ensure_trl_venv()
     port = free_port()
-    server = start_server(port, out / "env-server.log")
+    server = Child(ChildSpec("env-server", [sys.executable, "-m", "prime_rl.cli.env_server", "openenv", "gridsim",
+                                            "--port", str(port)], out / "env-server.log",
+                             env={"PYTHONPATH": str(REPO / "src")}))  # fmt: skip
     try:
+        wait_for_http(f"http://127.0.0.1:{port}/", server, timeout_s=300)  # openenv-core imports gradio: seconds
         cmd = [str(py), str(Path(__file__).with_name("_openenv_trl_worker.py")), "--model", str(model),
                "--url", f"http://127.0.0.1:{port}/all", "--out", str(out), "--steps", str(args.steps),
                "--prompts-per-step", str(args.prompts_per_step), "--group-size", str(args.group_size),
@@ -86,11 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"TRL worker exited {r.returncode}; see {out / 'trl.log'}", file=sys.stderr)
             return 1
     finally:
-        server.terminate()
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        server.stop()
     s = json.loads((out / "summary.json").read_text())
     for st in s["steps"]:
         print(f"step {st['step']}: {st['s']:.1f} s, mean reward {st['reward']:.4f}, tool calls per completion "

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +32,7 @@ from prime_rl.envs.openenv.models import TaskAction  # noqa: E402
 from prime_rl.envs.openenv.server import build_app  # noqa: E402
 from prime_rl.envs.reverse_text.env import lcs_ratio  # noqa: E402
 from prime_rl.ports import free_port  # noqa: E402
+from prime_rl.process import Child, ChildExited, ChildSpec, wait_for_http  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CAPACITY = 2  # --max-concurrent-envs of the GridSim server
@@ -45,32 +44,21 @@ def gridsim():
 
 
 @pytest.fixture(scope="module")
-def gridsim_url():
-    """`env-server openenv gridsim --port P --max-concurrent-envs 2` in a subprocess; killed at the end."""
+def gridsim_url(tmp_path_factory):
+    """`env-server openenv gridsim --port P --max-concurrent-envs 2` in a subprocess; stopped at the end."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "prime_rl.cli.env_server", "openenv", "gridsim", "--port", str(port),
-                             "--max-concurrent-envs", str(CAPACITY)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    log = tmp_path_factory.mktemp("openenv") / "env-server.log"
+    child = Child(ChildSpec("env-server", [sys.executable, "-m", "prime_rl.cli.env_server", "openenv", "gridsim",
+                                           "--port", str(port), "--max-concurrent-envs", str(CAPACITY)],
+                            log, env={"PYTHONPATH": str(REPO / "src")}))  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240  # openenv-core's import (gradio) takes 5-30 s on 2 busy cores
-        while True:
-            assert proc.poll() is None, f"env-server openenv exited {proc.returncode}: {proc.stdout.read()}"
-            assert time.monotonic() < deadline, "env-server openenv gridsim did not answer GET / within 240 s"
-            try:
-                if httpx.get(url + "/", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+    try:  # openenv-core's import (gradio) takes 5-30 s on 2 busy cores
+        wait_for_http(url + "/", child, timeout_s=240)
         yield url
+    except (ChildExited, TimeoutError) as e:
+        pytest.fail(f"env-server openenv gridsim did not answer GET /: {e}\n{child.tail(30)}")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        child.stop()
 
 
 @pytest.fixture(scope="module")
