@@ -128,6 +128,16 @@ async def test_gridsim_episode_with_openenv_clients_equals_the_in_process_one(gr
     assert end.done and end.reward == ref.verify().reward and end.observation.metrics["invalid_submissions"] == 1.0
 
 
+def test_write_from_a_url_that_is_not_an_openenv_servers_root(reverse_url, tmp_path, capsys):
+    from prime_rl.cli.env_server import main
+
+    for url, msg in ((reverse_url + "/eval", "is not the root of an `env-server openenv` server"),
+                     (f"http://127.0.0.1:{free_port()}", "nothing answers at")):  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            main(["write", url, str(tmp_path)])
+        assert e.value.code == 2 and msg in capsys.readouterr().err
+
+
 def test_reverse_text_episode_equals_the_in_process_one(reverse_url):
     env = load_env("reverse-text")
     with TaskEnvClient(base_url=reverse_url + "/eval").sync() as client:

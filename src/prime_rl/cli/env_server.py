@@ -15,7 +15,7 @@ main = Group("env-server", "a built-in environment over HTTP: NeMo Gym rows and 
     "write": Command(
         "write", "prime_rl.config.env_server:EnvServerWriteConfig", "prime_rl.envs.nemo_gym.cli:write",
         "write OUT/resources_servers/<env>_v1/ (NeMo Gym config, data/train.jsonl, data/eval.jsonl)",
-        positional=("env", "out"), user_errors=_ERRORS,
+        positional=("env", "out"), user_errors=_ERRORS + (ConnectionError,),
     ),
     "serve": Command(
         "serve", "prime_rl.config.env_server:EnvServerServeConfig", "prime_rl.envs.nemo_gym.cli:serve",

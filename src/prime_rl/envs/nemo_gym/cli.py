@@ -15,7 +15,8 @@ def write(cfg: EnvServerWriteConfig) -> None:
     """Write OUT/resources_servers/<env>_v1/ for a built-in environment, or from an OpenEnv server's URL.
 
     Raises:
-        KeyError: unknown environment. ValueError / ConnectionError: the URL is not an `env-server openenv` server.
+        KeyError: unknown environment. ValueError: the URL is not an `env-server openenv` server's root.
+        ConnectionError: nothing answers at the URL.
     """
     if is_url(cfg.env):
         from prime_rl.envs.openenv.writer import write_from_openenv

@@ -41,9 +41,12 @@ def server_info(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
 
     Raises:
         ValueError: the URL answers, but not as an `env-server openenv` server (give its root URL).
-        httpx.HTTPError: it does not answer.
+        ConnectionError: nothing answers there.
     """
-    r = httpx.get(url.rstrip("/") + "/", timeout=timeout_s)
+    try:
+        r = httpx.get(url.rstrip("/") + "/", timeout=timeout_s)
+    except httpx.HTTPError as e:
+        raise ConnectionError(f"nothing answers at {url} ({e!r}); start `env-server openenv ENV` there first") from e
     info = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
     if r.status_code != 200 or not isinstance(info, dict) or not isinstance(info.get("splits"), dict):
         raise ValueError(f"{url} is not the root of an `env-server openenv` server (GET / answered {r.status_code}); "

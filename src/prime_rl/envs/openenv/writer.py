@@ -56,7 +56,7 @@ def read_served_tasks(url: str, concurrency: int = 4, timeout_s: float = 60.0) -
     `max_concurrent_envs`).
 
     Raises:
-        ValueError: not an `env-server openenv` server; a task in both splits. httpx.HTTPError: it does not answer.
+        ValueError: not an `env-server openenv` server; a task in both splits. ConnectionError: nothing answers.
         RuntimeError: the OpenEnv server refused a reset (openenv-core's client raises it with the server's message).
     """
     from prime_rl.envs.openenv.client import list_tasks, server_info
