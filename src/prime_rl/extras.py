@@ -1,7 +1,8 @@
 """Optional dependencies: import one, or fail with the `pip install 'prime-rl[EXTRA]'` that brings it.
 
 The feature extras (pyproject.toml): `gridsim` (python-calamine, ERCOT's xlsx files), `plots` (matplotlib),
-`reverse-text` (pyjokes), `wandb` (wandb), `datasets` (datasets); `all` is every one of them.
+`reverse-text` (pyjokes), `wandb` (wandb), `datasets` (datasets), `openenv` (openenv-core: `env-server openenv`);
+`all` is every one of them.
 """
 
 from __future__ import annotations

@@ -1,15 +1,33 @@
-"""Entry point for the NeMo Gym resources server (subcommands; see `--help`)."""
+"""`env-server COMMAND [--flags]`: a built-in environment over HTTP (see `env-server --help`).
+
+`write` and `serve` make and run a NeMo Gym resources server, `openenv` serves OpenEnv environments (and `write URL
+OUT` writes the NeMo Gym folder from such a server); older argparse spellings keep working
+(`env-server write gridsim OUT --data-dir D`, `env-server serve DIR --port 9100 --masked-as-error`).
+"""
 
 from __future__ import annotations
 
-import sys
+from prime_rl.cli.command import Command, Group
 
-from prime_rl.cli.command import load_impl
+_ERRORS = (FileNotFoundError, ValueError, KeyError)  # a missing folder, a malformed config, an unknown environment
 
-
-def main(argv: list[str] | None = None, prog: str | None = None) -> None:
-    load_impl("prime_rl.envs.nemo_gym.cli:main")(sys.argv[1:] if argv is None else argv)
-
+main = Group("env-server", "a built-in environment over HTTP: NeMo Gym rows and resources server, OpenEnv server", {
+    "write": Command(
+        "write", "prime_rl.config.env_server:EnvServerWriteConfig", "prime_rl.envs.nemo_gym.cli:write",
+        "write OUT/resources_servers/<env>_v1/ (NeMo Gym config, data/train.jsonl, data/eval.jsonl)",
+        positional=("env", "out"), user_errors=_ERRORS + (ConnectionError,),
+    ),
+    "serve": Command(
+        "serve", "prime_rl.config.env_server:EnvServerServeConfig", "prime_rl.envs.nemo_gym.cli:serve",
+        "serve a written resources server directory over HTTP (NeMo Gym's resources-server protocol)",
+        positional=("dir",), user_errors=_ERRORS,
+    ),
+    "openenv": Command(
+        "openenv", "prime_rl.config.env_server:EnvServerOpenEnvConfig", "prime_rl.envs.openenv.server:run",
+        "serve a built-in environment's tasks as OpenEnv environments (/all, /eval) on openenv-core's server",
+        positional=("env",), user_errors=_ERRORS,
+    ),
+})
 
 if __name__ == "__main__":
     main()

@@ -43,8 +43,8 @@ def commands() -> list[tuple[str, type[BaseModel], str]]:
         elif prog != "prime-rl eval":  # the same command as `eval`
             out.append((prog, import_path(cmd.config, "config"), cmd.help))
 
-    for name in ("rl", "sft", "trainer", "orchestrator", "inference", "eval"):
-        add(name, importlib.import_module(f"prime_rl.cli.{name}").main)
+    for name in ("rl", "sft", "trainer", "orchestrator", "inference", "eval", "env-server"):
+        add(name, importlib.import_module(f"prime_rl.cli.{name.replace('-', '_')}").main)
     add("prime-rl", importlib.import_module("prime_rl.cli.prime_rl").main)
     return out
 

@@ -348,9 +348,10 @@ def create_app(state: ServerState) -> FastAPI:
 
 
 @contextmanager
-def serve_in_thread(state: ServerState, host: str = "127.0.0.1", port: int = 0,
+def serve_in_thread(state: ServerState | Any, host: str = "127.0.0.1", port: int = 0,
                     timeout_s: float = 30.0) -> Iterator[str]:  # fmt: skip
-    """Run the server in a background thread (tests, benchmarks); yields its base URL; always shuts it down.
+    """Run the server of `state` (or an ASGI app, e.g. `env-server openenv`'s) in a background thread (tests,
+    benchmarks); yields its base URL; always shuts it down.
 
     Raises:
         TimeoutError: it did not start listening within `timeout_s`.
@@ -359,7 +360,8 @@ def serve_in_thread(state: ServerState, host: str = "127.0.0.1", port: int = 0,
 
     import uvicorn
 
-    config = uvicorn.Config(create_app(state), host=host, port=port, log_level="warning", access_log=False)
+    app = create_app(state) if isinstance(state, ServerState) else state
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="env-server", daemon=True)
     thread.start()

@@ -1,0 +1,95 @@
+"""Configuration of the `env-server` commands: `write` (NeMo Gym rows and config), `serve` (the NeMo Gym resources
+server) and `openenv` (the OpenEnv server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from prime_rl.config.base import BaseConfig
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+
+
+def is_url(text: str) -> bool:
+    """Whether `text` names a server (`http://` or `https://`) rather than a built-in environment."""
+    return text.startswith(("http://", "https://"))
+
+
+class EnvDataConfig(BaseConfig):
+    """Which data a built-in environment plays (GridSim's arguments; the other environments take none)."""
+
+    env: str = Field(description="Built-in environment: gridsim, reverse-text, digit-bandit, tool-bandit (or module:attr).")
+    data_dir: Path | None = Field(
+        None, description="gridsim: folder of ERCOT DAMLZHBSPP_<year>.xlsx files (default: the packaged 2021-2024 days)."
+    )
+    synthetic: bool = Field(False, description="gridsim: seeded synthetic days instead of real ones.")
+
+    @model_validator(mode="after")
+    def _gridsim_data_only(self) -> EnvDataConfig:
+        if self.data_dir is not None and self.synthetic:
+            raise ValueError("--data-dir and --synthetic both given: choose one")
+        if (self.data_dir is not None or self.synthetic) and is_url(self.env):
+            raise ValueError("--data-dir and --synthetic apply to a built-in environment; the OpenEnv server at "
+                             f"{self.env} already chose its data")  # fmt: skip
+        if (self.data_dir is not None or self.synthetic) and self.env != "gridsim":
+            raise ValueError(f"--data-dir and --synthetic apply to gridsim only, not {self.env!r}")
+        return self
+
+    def env_args(self) -> dict[str, Any]:
+        """Keyword arguments of the environment (`load_env(env, **env_args)`); the data folder made absolute, so a
+        server started elsewhere finds it."""
+        args: dict[str, Any] = {}
+        if self.data_dir is not None:
+            args["data_dir"] = str(self.data_dir.expanduser().resolve())
+        if self.synthetic:
+            args["synthetic"] = True
+        return args
+
+
+class EnvServerWriteConfig(EnvDataConfig):
+    """`env-server write ENV OUT`: a built-in environment's NeMo Gym folder, or an `env-server openenv` URL's.
+
+    Writes OUT/resources_servers/<env>_v1/ (NeMo Gym config, data/train.jsonl, data/eval.jsonl, server.json); when
+    ENV is an OpenEnv server's URL, its tasks and tools are read through the OpenEnv client."""
+
+    env: str = Field(
+        description="Built-in environment (gridsim, reverse-text, ...), or the root URL of an `env-server openenv` "
+        "server (http://HOST:PORT) to read the tasks from."
+    )
+    out: Path = Field(description="Output root (laid out like NeMo Gym's: OUT/resources_servers/<env>_v1/).")
+
+
+class EnvServerServeConfig(BaseConfig):
+    """`env-server serve DIR`: a written resources server directory over HTTP (NeMo Gym's protocol)."""
+
+    dir: Path = Field(description="OUT/resources_servers/<env>_v1 (or OUT holding exactly one).")
+    port: int = Field(9100, ge=0, le=65535, description="Port to bind.")
+    host: str = Field("127.0.0.1", description="Bind address (default 127.0.0.1: this machine only).")
+    masked_as_error: bool = Field(False, description="Answer unmeasurable episodes with 503, not 200.")
+    idle_timeout: float = Field(120.0, gt=0, description="End sessions idle this many seconds.")
+    max_concurrent: int = Field(96, ge=1, description="Episodes (seeded, not verified) at once.")
+    at_capacity: Literal["queue", "reject"] = Field(
+        "queue", description="queue: a seed waits up to --seed-wait s for a free slot, then its verify answers masked "
+        "(works with clients that never retry); reject: answer 503 + Retry-After."
+    )
+    seed_wait: float = Field(30.0, gt=0, description="Seconds a queued seed waits for a slot.")
+    token: str | None = Field(None, description="Require `Authorization: Bearer TOKEN` (except GET /health).")
+    log_level: LogLevel = Field("warning", description="uvicorn's log level.")
+
+
+class EnvServerOpenEnvConfig(EnvDataConfig):
+    """`env-server openenv ENV`: a built-in environment's tasks as OpenEnv environments, one per split.
+
+    openenv-core's own server (reset, step, state, schema, metadata, health and the /ws session) at /<split>: `all`
+    (every task) and `eval`. An episode is one task; GET /<split>/tasks lists a split's task ids."""
+
+    port: int = Field(8200, ge=0, le=65535, description="Port to bind (not inference's).")
+    host: str = Field("127.0.0.1", description="Bind address (default 127.0.0.1: this machine only).")
+    max_concurrent_envs: int = Field(
+        96, ge=1, description="WebSocket sessions (episodes in play) at once, per split; one more is refused with "
+        "OpenEnv's CAPACITY_REACHED answer."
+    )
+    log_level: LogLevel = Field("warning", description="uvicorn's log level.")
