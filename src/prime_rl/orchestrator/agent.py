@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prime_rl.config.orchestrator import SamplingConfig
-from prime_rl.envs.base import Task, finite_metrics, reward_problem
+from prime_rl.envs.base import Task, VerifyResult, finite_metrics, reward_problem
 from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.sources import AsyncEpisode, EnvError, TaskSource
@@ -273,6 +273,8 @@ async def _loop(
     if sample.num_loss_tokens:
         r.samples.append(sample)
     result = await episode.verify(final_text, r.messages[len(r.task.messages) :])
+    if not isinstance(result, VerifyResult):
+        raise RolloutInvalid("env/invalid_reward", f"verify returned {type(result).__name__}, not a VerifyResult")
     r.env_metrics = finite_metrics(result.metrics)
     if result.masked:
         r.masked, r.error = True, f"env/masked: {result.reason}"
