@@ -64,6 +64,7 @@ class StepSums:
     tokens: float = 0.0
     pairs: dict[str, list[float]] = field(default_factory=dict)
     nonfinite: list[int] = field(default_factory=list)  # this rank's micro-batches whose loss is not finite
+    nonfinite_grad: list[int] = field(default_factory=list)  # ... whose loss gradient wrt the logprobs is not
 
     def add(self, key: str, num: float, den: float) -> None:
         acc = self.pairs.setdefault(key, [0.0, 0.0])
@@ -165,10 +166,10 @@ class Engine:
         nonfinite = bad_ranks > 0 or not math.isfinite(grad_norm)
         m = self._step_metrics(sums, norm, grad_norm, lr, skipped or nonfinite, t0)
         m["nonfinite"] = float(nonfinite)
-        self._check_finite_step(nonfinite, sums.nonfinite, grad_norm)
+        self._check_finite_step(nonfinite, sums, grad_norm)
         return m
 
-    def _check_finite_step(self, nonfinite: bool, local_bad: list[int], grad_norm: float) -> None:
+    def _check_finite_step(self, nonfinite: bool, sums: StepSums, grad_norm: float) -> None:
         """Log a skipped non-finite step (each rank names its own micro-batches) and count the streak.
 
         Raises:
@@ -179,8 +180,13 @@ class Engine:
             return
         self.nonfinite_streak += 1
         step, limit = self.step, self.cfg.optim.max_nonfinite_steps
-        where = (f"non-finite loss in micro-batch(es) {local_bad} of rank {self.dist.rank}" if local_bad
-                 else f"non-finite gradient norm ({grad_norm})")  # fmt: skip
+        rank = self.dist.rank
+        if sums.nonfinite:
+            where = f"non-finite loss in micro-batch(es) {sums.nonfinite} of rank {rank}"
+        elif sums.nonfinite_grad:
+            where = f"non-finite gradient (norm {grad_norm}) from micro-batch(es) {sums.nonfinite_grad} of rank {rank}"
+        else:
+            where = f"non-finite gradient norm ({grad_norm})"
         self.log.warning(f"step {step}: {where}; update skipped (weights and optimizer state unchanged), "
                          f"{self.nonfinite_streak} such step(s) in a row (optim.max_nonfinite_steps = {limit})")  # fmt: skip
         if self.nonfinite_streak >= limit:
@@ -210,6 +216,7 @@ class Engine:
         self.optimizer.zero_grad(set_to_none=True)
         n_mb = len(micro_batches)
         sums = StepSums()
+        grad_ok: list[tuple[int, torch.Tensor]] = []  # (micro-batch, is d loss / d logprobs finite), read at the end
         for i, mb in enumerate(micro_batches):
             if self.cfg.model.fsdp:
                 self.model.set_requires_gradient_sync(i == n_mb - 1)
@@ -221,6 +228,8 @@ class Engine:
                 if term.requires_grad and lp.requires_grad:
                     (g,) = torch.autograd.grad(term, lp, retain_graph=True, allow_unused=True)
                 sums.add(f"logp_grad_norm/{name}", 0.0 if g is None else float(g.double().square().sum()), 0.0)
+            if lp.requires_grad:
+                lp.register_hook(lambda g, i=i: grad_ok.append((i, torch.isfinite(g).all())))
             (out.loss * (world / norm)).backward()
             mask = fwd.inputs.loss_mask
             loss_value = float(out.loss.detach())
@@ -236,6 +245,9 @@ class Engine:
                 with torch.no_grad():
                     for k, (num, den) in probe(fwd, mb).items():
                         sums.add(k, float(num), float(den))
+        if grad_ok:  # one device sync for the whole step
+            flags = torch.stack([ok for _, ok in grad_ok]).tolist()
+            sums.nonfinite_grad = [i for (i, _), ok in zip(grad_ok, flags, strict=True) if not ok]
         return sums
 
     def optimizer_step(self, skip: bool = False) -> tuple[float, float]:
