@@ -279,3 +279,17 @@ async def test_eval_rollout_ids_are_distinct_across_sources(renderer, tok):
     ids = [c["rollout_id"] for c in client.calls]
     assert len(ids) == 8 and len(set(ids)) == 8
     assert res.by_source["a"]["avg@2"] == 1.0 and res.by_source["b"]["avg@2"] == 0.0
+
+
+def test_orchestrator_exits_1_when_nothing_can_be_trained(tmp_path, monkeypatch):
+    """`rl` stops the run when the orchestrator exits non-zero; NoProgressError must be one (logged, no traceback)."""
+    from prime_rl.orchestrator import main as om
+
+    async def no_progress(cfg):
+        raise om.NoProgressError("steps 1-5: 5 consecutive steps with nothing to train")
+
+    monkeypatch.setattr(om, "_main", no_progress)
+    with pytest.raises(SystemExit) as e:
+        om.orchestrate(OrchestratorConfig(output_dir=tmp_path / "run"))
+    assert e.value.code == 1
+    assert "5 consecutive steps with nothing to train" in (tmp_path / "run" / "logs" / "orchestrator.log").read_text()

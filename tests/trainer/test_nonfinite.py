@@ -160,3 +160,35 @@ def test_step_without_loss_tokens_says_the_update_was_skipped(tiny_model_dir, sa
     lines = [ln for ln in (run / "logs" / "trainer.log").read_text().splitlines() if "step 2/2" in ln]
     assert len(lines) == 1 and "update skipped: no loss tokens" in lines[0] and "loss 0.0000" not in lines[0]
     assert "grad_norm" not in lines[0], lines[0]
+
+
+def test_trainer_cli_exits_1_with_one_line_naming_the_divergence(tiny_model_dir, samples, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = tmp_path / "run"
+    write_stream(run, {s: samples for s in (1, 2, 3)})
+    cfg = tmp_path / "trainer.toml"
+    cfg.write_text(f"""
+output_dir = "{run}"
+max_steps = 3
+seq_len = 256
+threads = 1
+data_timeout_s = 30
+[model]
+name = "{tiny_model_dir}"
+[optim]
+max_nonfinite_steps = 2
+[loss]
+type = "custom"
+import_path = "{LOSS}"
+kwargs = {{bad = "all"}}
+""")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "prime_rl.cli.trainer", "@", str(cfg)], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=repo)  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "trainer: error: training diverged: 2 consecutive steps (the last: step 2" in r.stderr, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
