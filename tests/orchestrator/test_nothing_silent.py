@@ -293,3 +293,35 @@ def test_orchestrator_exits_1_when_nothing_can_be_trained(tmp_path, monkeypatch)
         om.orchestrate(OrchestratorConfig(output_dir=tmp_path / "run"))
     assert e.value.code == 1
     assert "5 consecutive steps with nothing to train" in (tmp_path / "run" / "logs" / "orchestrator.log").read_text()
+
+
+async def test_seq_len_above_the_servers_context_is_refused_at_start():
+    """A standalone orchestrator asks the server for its context (vLLM lists `max_model_len` at GET /v1/models)."""
+    import httpx
+
+    from prime_rl.config.orchestrator import ClientConfig
+    from prime_rl.inference.client import InferenceClient
+    from prime_rl.orchestrator.main import check_context_length
+
+    def answer(request):
+        assert request.url.path == "/v1/models"
+        return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 512}]})
+
+    client = InferenceClient(ClientConfig(base_url=["http://a", "http://b"]), transport=httpx.MockTransport(answer))
+    try:
+        assert await client.context_length() == 512
+        with pytest.raises(ValueError, match=r"seq_len = 2048 is above the inference server's context length "
+                                             r"\(max_model_len 512\)"):  # fmt: skip
+            await check_context_length(client, 2048)
+        await check_context_length(client, 512)
+    finally:
+        await client.aclose()
+
+
+def test_rows_with_a_repeated_task_id_are_refused():
+    """Rows are looked up by (split, task_id) within a source: a repeated id would seed and verify another row."""
+    from prime_rl.envs.nemo_gym.rows import tasks_from_rows
+
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "hi"}]}, "task_id": "a"}
+    with pytest.raises(ValueError, match="rows.jsonl: row 1: task_id 'a' repeats an earlier row's"):
+        tasks_from_rows([row, dict(row)], "train", "rows.jsonl", "rows")
