@@ -3,13 +3,15 @@ turns non-finite on chosen calls, for the trainer's non-finite tests.
 
 The k-th call of this process (k = 0, 1, ...) computes micro-batch k % per_step of step k // per_step + 1 (the
 engine calls the loss once per micro-batch, in order). `cfg.kwargs`: `per_step` (micro-batches per step), `bad`
-(a list of [step, micro_batch] pairs, or "all"), `mode`: "loss" (the loss value becomes NaN) or "grad" (the loss
-stays finite, 0 is added, but its gradient is NaN: d sqrt(|x|) / dx at x = 0).
+(a list of [step, micro_batch] pairs, or "all"), `rank` (only on this torchrun rank; default every rank), `mode`:
+"loss" (the loss value becomes NaN), "grad" (the loss stays finite, 0 is added, but its gradient is NaN:
+d sqrt(|x|) / dx at x = 0) or "inf" (a constant +inf is added: the loss is not finite, its gradient is).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 
 import torch
 
@@ -30,10 +32,13 @@ def faulty_loss(inputs, cfg) -> LossOutput:
     step, mb = k // kw.get("per_step", 2) + 1, k % kw.get("per_step", 2)
     out = sft_loss(inputs)
     bad = kw.get("bad", [])
-    if bad == "all" or [step, mb] in [list(b) for b in bad]:
-        lp = inputs.trainer_logprobs
-        if kw.get("mode", "loss") == "loss":
+    here = kw.get("rank") is None or int(os.environ.get("RANK", "0")) == kw["rank"]
+    if here and (bad == "all" or [step, mb] in [list(b) for b in bad]):
+        lp, mode = inputs.trainer_logprobs, kw.get("mode", "loss")
+        if mode == "loss":
             out.loss = out.loss * float("nan")
+        elif mode == "inf":
+            out.loss = out.loss + float("inf")
         else:
             out.loss = out.loss + torch.sqrt((lp - lp.detach()).abs()).sum()
     return out
