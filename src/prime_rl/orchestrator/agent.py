@@ -91,9 +91,9 @@ _PROMPT_CACHE_MAX = 4096
 def initial_prompt_ids(renderer: Any, task: Task, source: str) -> list[int]:
     """The task's first prompt (messages + tools + generation prompt) for the source named `source`.
 
-    Cached, since a group's rollouts share it (rendering a GridSim prompt takes 2-4 ms, as much as the rest of a
-    rollout's control-plane work against an instant inference stub). Keyed by renderer, source, split and task id:
-    two sources may use the same task ids for different tasks (DESIGN invariant 8).
+    Cached, since a group's rollouts share it (`benchmarks/prompt_cache.py`: 1.6x the orchestrator's rollouts/s on
+    GridSim against an instant inference stub). Keyed by renderer, source, split and task id: two sources may use
+    the same task ids for different tasks (DESIGN invariant 8).
     """
     key = (id(renderer), source, task.split, task.task_id)
     ids = _PROMPT_CACHE.get(key)
