@@ -62,3 +62,14 @@ def test_table_and_cli(tmp_path, capsys):
         write_rows(tmp_path / "bad.jsonl", [{"task_id": "x"}])
         load_scores(tmp_path / "bad.jsonl")
     plot_rewards(tmp_path / "empty", tmp_path / "empty.png")  # an empty run still plots (axes only)
+
+
+def test_eval_rows_of_several_sources_need_one_chosen(tmp_path):
+    """Two eval sources may share task ids: keyed by task id alone, one source's scores overwrote the other's."""
+    rows = [{"source": "real", "task_id": "t0", "avg": 0.9}, {"source": "synthetic", "task_id": "t0", "avg": 0.1},
+            {"source": "real", "task_id": "t1", "avg": 0.5}]
+    (tmp_path / "step_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=r"rows of sources \['real', 'synthetic'\]; choose one with NAME=.*#SOURCE"):
+        load_scores(tmp_path / "step_0.jsonl")
+    assert load_scores(tmp_path / "step_0.jsonl", "real") == {"t0": 0.9, "t1": 0.5}
+    assert load_scores(tmp_path / "step_0.jsonl", "synthetic") == {"t0": 0.1}

@@ -46,13 +46,16 @@ class Command:
     handles `--dry-run` before `run` is imported (default: write the resolved config and exit 0); it only applies
     when the config has a `dry_run` field. `user_errors`: exceptions of `run` (classes or import paths) that are the
     user's input (a missing file, a bad value), printed as `PROG: error: ...` with exit 2 instead of a traceback.
+    `failures`: exceptions of `run` that stop a run for a stated reason (training diverged, a corrupt checkpoint),
+    printed the same way with exit 1.
     """
 
     def __init__(self, name: str, config: str, run: str, help: str, *, positional: tuple[str, ...] = (),
                  dry_run: str = "prime_rl.cli.command:dry_run",
-                 user_errors: tuple[type[BaseException] | str, ...] = ()):  # fmt: skip
+                 user_errors: tuple[type[BaseException] | str, ...] = (),
+                 failures: tuple[type[BaseException] | str, ...] = ()):  # fmt: skip
         self.name, self.config, self.run, self.help = name, config, run, help
-        self.positional, self.dry_run, self.user_errors = positional, dry_run, user_errors
+        self.positional, self.dry_run, self.user_errors, self.failures = positional, dry_run, user_errors, failures
 
     def parse(self, argv: list[str] | None = None, prog: str | None = None) -> BaseModel:
         """The parsed config. A config error is printed as `PROG: config error` plus one line per field (no
@@ -79,11 +82,15 @@ class Command:
             import_path(self.dry_run, "dry_run")(cfg, self.name)  # type: ignore[operator]
         fn = load_impl(self.run)
         errors = tuple(import_path(e, "user_errors") if isinstance(e, str) else e for e in self.user_errors)
+        failures = tuple(import_path(e, "failures") if isinstance(e, str) else e for e in self.failures)
         try:
             return fn(cfg)
         except errors as e:
             print(f"{prog or self.name}: error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
+        except failures as e:
+            print(f"{prog or self.name}: error: {e}", file=sys.stderr)
+            raise SystemExit(1) from None
 
 
 class Group:

@@ -35,7 +35,9 @@ main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run
                "supervised fine-tuning on chat data (on several nodes with [slurm])", dry_run="prime_rl.cli.sft:dry_run",
                user_errors=("prime_rl.trainer.model:ModelLoadError",  # a wrong model.name: one line, exit 2
                             "prime_rl.trainer.sft_data:SFTDataError",  # a missing file, a bad row, no hub
-                            "prime_rl.monitor.wandb_log:WandbStartError"))
+                            "prime_rl.monitor.wandb_log:WandbStartError"),
+               failures=("prime_rl.trainer.engine:TrainingDiverged", "prime_rl.trainer.ckpt:CheckpointError",
+                         "prime_rl.trainer.weights:NonFiniteWeights"))
 
 if __name__ == "__main__":
     main()

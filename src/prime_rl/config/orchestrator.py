@@ -135,12 +135,27 @@ class SourceConfig(BaseConfig):
     env: EnvConfig = Field(EnvConfig(id="gridsim"), description="The environment.")
 
 
+def unique_source_names(sources: list[SourceConfig] | None) -> list[SourceConfig] | None:
+    """Refuse two sources with one `name`: metrics, eval rows and caches are keyed by it (DESIGN invariant 8)."""
+    seen: dict[str, int] = {}
+    for i, src in enumerate(sources or []):
+        if src.name in seen:
+            raise ValueError(
+                f"entries {seen[src.name]} and {i} are both named {src.name!r}: per-source metrics, eval results and "
+                "caches are keyed by the source's name, so they would mix; give each source its own `name`"
+            )
+        seen[src.name] = i
+    return sources
+
+
 class TrainSamplingConfig(BaseConfig):
     """Training rollouts: groups, sampling, sources."""
 
     group_size: int = Field(8, gt=0, description="Rollouts per task.")
     sampling: SamplingConfig = Field(SamplingConfig(), description="Sampling of training rollouts.")
     source: list[SourceConfig] = Field(default_factory=lambda: [SourceConfig()], description="Task sources.")
+
+    _unique_names = field_validator("source")(unique_source_names)
 
     @model_validator(mode="after")
     def _untruncated(self) -> TrainSamplingConfig:
@@ -168,6 +183,8 @@ class EvalConfig(BaseConfig):
     pass_threshold: float = Field(1.0, description="A rollout passes (pass@k) when its reward is at least this.")
     sampling: EvalSamplingConfig = Field(EvalSamplingConfig(temperature=1.0), description="Sampling of eval rollouts.")
     source: list[SourceConfig] | None = Field(None, description="Default: the train sources, eval split.")
+
+    _unique_names = field_validator("source")(unique_source_names)
 
 
 class _AdvantageBase(BaseConfig):
@@ -269,6 +286,11 @@ class OrchestratorConfig(BaseConfig):
     num_train_ranks: int = Field(1, gt=0, description="Trainer data-parallel ranks (one rank_R.bin each).")
     traces_per_step: int = Field(4, ge=0, description="Readable rollouts written to traces.jsonl per step.")
     weights_timeout_s: float = Field(1800.0, gt=0, description="How long to wait for a policy version.")
+    max_empty_steps: int | None = Field(
+        5, gt=0,
+        description="Stop the run with an error after this many consecutive steps with nothing to train (no loss "
+        "token: every rollout masked, never sampled or filtered); None = never stop.",
+    )
     seed: int = Field(0, description="Seed of the task stream's order and of random.")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
 

@@ -131,6 +131,33 @@ class RLConfig(BaseConfig):
         check_training_distribution(self)
         return self
 
+    @model_validator(mode="after")
+    def _lengths_fit(self) -> RLConfig:
+        check_lengths(self)
+        return self
+
+
+def check_lengths(cfg: RLConfig) -> None:
+    """Sequence lengths that cannot work together (the prompt lengths of tasks and the model's own context length
+    are checked by `rl`'s pre-flight and the orchestrator's start). Raises ValueError naming the fields.
+
+    - `orchestrator.seq_len` > `inference.vllm.max_model_len`: vLLM refuses every request whose prompt plus
+      completion budget passes its context, and each such rollout is masked, forever;
+    - `orchestrator.seq_len` > `trainer.seq_len`: the trainer refuses the orchestrator's micro-batches.
+    """
+    o, mml = cfg.orchestrator.seq_len, cfg.inference.vllm.max_model_len
+    if mml is not None and o > mml:
+        raise ValueError(
+            f"seq_len = {o} (orchestrator.seq_len) is above inference.vllm.max_model_len = {mml}: a rollout grows up "
+            f"to seq_len tokens, and vLLM refuses any request past its context length, so those rollouts would all "
+            f"fail; raise inference.vllm.max_model_len to at least {o} or lower seq_len"
+        )
+    if o > cfg.trainer.seq_len:
+        raise ValueError(
+            f"orchestrator.seq_len = {o} is above trainer.seq_len = {cfg.trainer.seq_len}: the orchestrator packs "
+            "micro-batches of up to orchestrator.seq_len tokens, which the trainer refuses; set `seq_len` once at the top"
+        )
+
 
 # vLLM flags that change every request's distribution behind the client's back (custom logits processors)
 DISTRIBUTION_FLAGS = ("logits_processors", "logits-processors", "--logits-processors")

@@ -43,6 +43,11 @@ class OptimizerConfig(BaseConfig):
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon added to the denominator.")
     weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW).")
     max_norm: float | None = Field(1.0, gt=0, description="Clip the global grad norm to this; None disables.")
+    max_nonfinite_steps: int = Field(
+        3, gt=0,
+        description="A step with a non-finite loss or gradient norm is skipped; stop with an error after this many "
+        "in a row.",
+    )
 
 
 class SchedulerConfig(BaseConfig):

@@ -48,7 +48,8 @@ class SummaryConfig(BaseConfig):
 
     run: Path | None = Field(None, description="Run directory (for the plot and the default --out).")
     entry: list[str] = Field(
-        default_factory=list, description="NAME=PATH of a per-task scores JSONL, one per table row in order."
+        default_factory=list, description="NAME=PATH of a per-task scores JSONL, one per table row in order (NAME=PATH#SOURCE: only "
+        "the rows of that eval source)."
     )
     compare: list[str] = Field(default_factory=list, description="A:B to report A − B paired over common tasks.")
     title: str = Field("Eval", description="Title of the table and the plot.")

@@ -5,6 +5,7 @@ An environment owns its reward: the orchestrator only sees tasks, tool results a
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,26 @@ class VerifyResult:
     metrics: dict[str, float] = field(default_factory=dict)
     masked: bool = False
     reason: str | None = None
+
+
+def reward_problem(reward: Any) -> str | None:
+    """None when `reward` is a finite number (int or float, not bool); else what is wrong with it, e.g.
+    `reward nan`, `reward None`, `reward '1.0' (str)`. A reward that fails this masks its rollout (DESIGN
+    invariant 7): it is never trained on, never counted as 0."""
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        return f"reward {reward!r} ({type(reward).__name__})"
+    if not math.isfinite(reward):
+        return f"reward {reward!r}"
+    return None
+
+
+def finite_metrics(metrics: Any) -> dict[str, float]:
+    """The entries of an episode's `metrics` that are finite numbers, as floats (others are dropped: metrics are
+    averaged into the step's `env/<name>` numbers)."""
+    if not isinstance(metrics, dict):
+        return {}
+    return {str(k): float(v) for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}  # fmt: skip
 
 
 class Episode(ABC):

@@ -302,6 +302,18 @@ class InferenceClient:
         does not answer GET /v1/models."""
         check_served_model(name, await self.served_models())
 
+    async def context_length(self) -> int | None:
+        """The smallest context length (tokens) the servers report: vLLM lists `max_model_len` for each model at
+        GET /v1/models. None when no server reports one; a server that does not answer is skipped."""
+        lens = []
+        for u in self.urls:
+            try:
+                r = await self._http.get(u + "/v1/models", timeout=min(10.0, self.cfg.request_timeout_s))
+                lens += [int(m["max_model_len"]) for m in r.json().get("data", []) if isinstance(m.get("max_model_len"), int)]
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue
+        return min(lens) if lens else None
+
     async def aclose(self) -> None:
         await self._http.aclose()
 

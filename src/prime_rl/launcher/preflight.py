@@ -146,3 +146,60 @@ def check_client(cfg: RLConfig) -> None:
                 f"(inference.server.port = {cfg.inference.server.port}, deployment.infer_replicas_per_node = "
                 f"{len(reps)}); make them agree or leave base_url unset"
             )
+
+
+def check_context(cfg: RLConfig) -> None:
+    """With `inference.vllm.max_model_len` unset, vLLM serves the model's own context (`max_position_embeddings` of
+    its config.json): `seq_len` must fit in it. (A set max_model_len is checked by the config itself.)"""
+    import json
+
+    from prime_rl.models.hub import resolve_model
+
+    if cfg.inference.vllm.max_model_len is not None:
+        return
+    cfg_file = Path(resolve_model(cfg.inference.model.name)) / "config.json"
+    try:
+        ctx = json.loads(cfg_file.read_text()).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return
+    if isinstance(ctx, int) and cfg.orchestrator.seq_len > ctx:
+        raise PreflightError(
+            f"seq_len = {cfg.orchestrator.seq_len} is above the model's context length (max_position_embeddings = "
+            f"{ctx} in {cfg_file}), which vLLM serves when inference.vllm.max_model_len is unset; lower seq_len"
+        )
+
+
+def check_prompt_lengths(cfg: RLConfig) -> None:
+    """An evenly spaced sample of each built-in or NeMo Gym rows-file source's first prompts must leave room to
+    sample within `seq_len` (`prime_rl.orchestrator.lengths`); verifiers tasksets and Hugging Face rows are checked
+    by the orchestrator at start.
+    Raises PreflightError naming the source and the lengths."""
+    import asyncio
+
+    from prime_rl.models.renderer import load_tokenizer, make_renderer
+    from prime_rl.orchestrator.lengths import PromptTooLong
+    from prime_rl.orchestrator.lengths import check_prompt_lengths as check
+    from prime_rl.orchestrator.sources import build_source
+
+    o = cfg.orchestrator
+    wanted = [(s, "train") for s in o.train.source]
+    if o.eval.interval is not None:
+        wanted += [(s, "eval") for s in (o.eval.source or o.train.source)]
+    wanted = [(s, split) for s, split in wanted if s.env.id is not None or (
+        s.env.taskset.id == "nemo-gym" and s.env.taskset.dataset is not None and Path(s.env.taskset.dataset).is_file())]
+    if not wanted:
+        return
+    renderer = make_renderer(load_tokenizer(o.model.name, o.model.chat_template), o.renderer)
+    built = {}
+    try:
+        pairs = []
+        for s, split in wanted:
+            if id(s) not in built:
+                built[id(s)] = build_source(s)
+            pairs.append((built[id(s)], split))
+        check(pairs, renderer, o.seq_len)
+    except PromptTooLong as e:
+        raise PreflightError(str(e)) from None
+    finally:
+        for src in built.values():
+            asyncio.run(src.aclose())

@@ -141,6 +141,8 @@ def prepare(cfg: RLConfig) -> Launch:
         if plan.write_root is not None:
             log.info(f"rows missing: writing them with `env-server write {cfg.env_server.env} {plan.write_root}`")
             envserver.write_rows(cfg, plan, run.log_file("env-server-write"), cfg.startup_timeout_s)
+    preflight.check_context(cfg)
+    preflight.check_prompt_lengths(cfg)
     write_resolved(cfg)
     replicas.write_replica_configs(cfg, run, replicas.local_replicas(cfg))
     launch = build_specs(cfg, run, placement, plans)

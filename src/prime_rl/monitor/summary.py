@@ -6,7 +6,8 @@
         [--compare RL:SFT --compare RL:greedy] [--out RUN_DIR/eval/summary.md] [--plot RUN_DIR/plots/reward.png]
 
 Per-task scores are read from JSONL rows: `score` (rows of `gridsim baseline`) or `avg` (rows of the
-orchestrator's `eval/step_N.jsonl`, the mean reward of a task's unmasked rollouts), keyed by `task_id`.
+orchestrator's `eval/step_N.jsonl`, the mean reward of a task's unmasked rollouts), keyed by `task_id`. A file
+with the rows of several eval sources (which may share task ids) needs the source named: `NAME=PATH#SOURCE`.
 Mean and standard error of the mean (sample std / sqrt(n)) per entry; comparisons are paired over the tasks
 both entries scored: mean difference and its standard error (std of the per-task differences / sqrt(n)),
 which removes the day-to-day spread both share.
@@ -23,24 +24,34 @@ from prime_rl.monitor.plots import plot_rewards
 from prime_rl.monitor.stats import mean_se, paired
 
 
-def load_scores(path: Path) -> dict[str, float]:
-    """`{task_id: score}` from a JSONL of per-task rows (`score` or `avg`; rows without either are skipped).
+def load_scores(path: Path, source: str | None = None) -> dict[str, float]:
+    """`{task_id: score}` from a JSONL of per-task rows (`score` or `avg`; rows without either are skipped), only
+    the rows of eval source `source` when given.
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: no row carries a score (names the file).
+        ValueError: no row carries a score, or the rows come from several sources and none was chosen (task ids
+            of different sources may collide; names the file and the sources).
     """
     out: dict[str, float] = {}
+    sources: set[str] = set()
     for i, line in enumerate(Path(path).read_text().splitlines()):
         if not line.strip():
             continue
         row = json.loads(line)
+        if "source" in row:
+            sources.add(str(row["source"]))
+            if source is not None and str(row["source"]) != source:
+                continue
         key = str(row.get("task_id", i))
         val = row.get("score", row.get("avg"))
         if isinstance(val, int | float) and math.isfinite(val):
             out[key] = float(val)
+    if source is None and len(sources) > 1:
+        raise ValueError(f"{path}: rows of sources {sorted(sources)}; choose one with NAME={path}#SOURCE")
     if not out:
-        raise ValueError(f"{path}: no row has a numeric `score` or `avg`")
+        which = f" of source {source!r}" if source is not None else ""
+        raise ValueError(f"{path}: no row{which} has a numeric `score` or `avg`")
     return out
 
 
@@ -72,7 +83,8 @@ def run(cfg: SummaryConfig) -> None:
     entries = []
     for e in cfg.entry:
         name, _, path = e.partition("=")
-        entries.append((name, load_scores(Path(path))))
+        path, _, source = path.partition("#")
+        entries.append((name, load_scores(Path(path), source or None)))
     compare = [tuple(c.split(":", 1)) for c in cfg.compare]
     text = f"# {cfg.title}\n\n" + table(entries, compare)
     print(text)

@@ -8,21 +8,26 @@ extend the previous prompt + completion, the rollout continues in a new sample (
 
 The loop ends when a reply calls no tool, at `max_turns` (its tool calls still run), when a turn hits its token
 budget (`truncated`), or when the sample would exceed `seq_len` (`truncated`). Then the episode is verified.
-Environment or inference failures mask the rollout (reason in `error`); the episode is always closed, also on
-cancellation.
+Environment or inference failures mask the rollout (reason in `error`, logged with the task and source); so do a
+reward that is missing, not a number or not finite, a non-finite sampled-token logprob, and a first prompt that
+leaves no room to sample within `seq_len` (a rollout that was never sampled is never scored). The episode is always
+closed, also on cancellation. A tool call whose arguments are not a JSON object (a list, a string, null) is a
+malformed call: answered to the model with an error text and counted, never sent to the environment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from prime_rl.config.orchestrator import SamplingConfig
-from prime_rl.envs.base import Task
+from prime_rl.envs.base import Task, VerifyResult, finite_metrics, reward_problem
 from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.sources import AsyncEpisode, EnvError, TaskSource
@@ -42,6 +47,37 @@ class AgentLimits:
     max_completion_tokens: int
 
 
+class RolloutInvalid(Exception):
+    """A rollout that cannot be trained on (masked): `kind` is its error class in the step metrics (`errors/<kind>`)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def call_arguments(arguments: Any) -> dict[str, Any] | None:
+    """A parsed tool call's arguments as a JSON object, or None when they are not one.
+
+    A dict is returned as is; a string is decoded as JSON (the OpenAI form, `"{\"a\": 1}"`) and must hold an
+    object; anything else (a list, a number, null, a string that is not a JSON object) is None: a malformed call.
+    """
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    return arguments if isinstance(arguments, dict) else None
+
+
+def _json_kind(v: Any) -> str:
+    """The JSON name of a value's type (for error texts the model reads)."""
+    if v is None:
+        return "null"
+    if isinstance(v, str):
+        return "a string that is not a JSON object"
+    return {bool: "a boolean", list: "an array", int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+
+
 def malformed_call_message(status: str, raw: str) -> str:
     """Text returned to the model for a tool call it wrote badly (never a crash)."""
     snippet = raw if len(raw) <= 300 else raw[:300] + "..."
@@ -52,9 +88,14 @@ _PROMPT_CACHE: OrderedDict[tuple, list[int]] = OrderedDict()
 _PROMPT_CACHE_MAX = 4096
 
 
-def initial_prompt_ids(renderer: Any, task: Task) -> list[int]:
-    """The task's first prompt (messages + tools + generation prompt); cached, since a group's rollouts share it."""
-    key = (id(renderer), task.split, task.task_id)
+def initial_prompt_ids(renderer: Any, task: Task, source: str) -> list[int]:
+    """The task's first prompt (messages + tools + generation prompt) for the source named `source`.
+
+    Cached, since a group's rollouts share it (`benchmarks/prompt_cache.py`: 1.6x the orchestrator's rollouts/s on
+    GridSim against an instant inference stub). Keyed by renderer, source, split and task id: two sources may use
+    the same task ids for different tasks (DESIGN invariant 8).
+    """
+    key = (id(renderer), source, task.split, task.task_id)
     ids = _PROMPT_CACHE.get(key)
     if ids is None:
         ids = list(renderer.render_ids(task.messages, tools=task.tools or None, add_generation_prompt=True))
@@ -77,14 +118,15 @@ def _call_id(turn: int, k: int) -> str:
     return f"call_{turn}_{k}"
 
 
-def _assistant_message(parsed: Any, turn: int) -> dict[str, Any]:
+def _assistant_message(parsed: Any, args: list[dict[str, Any] | None], turn: int) -> dict[str, Any]:
+    """The assistant message of a turn; `args[k]` is call k's arguments object, None for a malformed call."""
     msg: dict[str, Any] = {"role": "assistant", "content": parsed.content or ""}
     if parsed.reasoning_content:
         msg["reasoning_content"] = parsed.reasoning_content
     calls = [
-        {"id": _call_id(turn, k), "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
-        for k, tc in enumerate(parsed.tool_calls)
-        if str(tc.status) == "ok"
+        {"id": _call_id(turn, k), "type": "function", "function": {"name": tc.name, "arguments": a}}
+        for k, (tc, a) in enumerate(zip(parsed.tool_calls, args, strict=True))
+        if a is not None
     ]
     if calls:
         msg["tool_calls"] = calls
@@ -115,12 +157,15 @@ async def run_rollout(
         await _loop(r, episode, client, renderer, sampling, limits, source.max_turns, tools, rollout_id)
     except EnvError as e:
         r.masked, r.error = True, f"env/{e}"
+    except RolloutInvalid as e:
+        r.masked, r.error = True, f"{e.kind}: {e}"
+        log.warning("rollout of task %r (source %r) masked: %s", task.task_id, source.name, r.error)
     except asyncio.CancelledError:
         r.masked, r.error = True, "cancelled"
         raise
     except Exception as e:  # inference client gave up, or a bug: mask, keep the run going
         r.masked, r.error = True, f"{type(e).__name__}: {e}"
-        log.warning("rollout of %s masked: %s", task.task_id, r.error)
+        log.warning("rollout of task %r (source %r) masked: %s", task.task_id, source.name, r.error)
     finally:
         if episode is not None:
             try:
@@ -143,12 +188,18 @@ async def _loop(
     rollout_id: str | None,
 ) -> None:
     stop_ids = list(renderer.get_stop_token_ids())
-    prompt_ids = initial_prompt_ids(renderer, r.task)
+    prompt_ids = initial_prompt_ids(renderer, r.task, r.source)
     sample = Sample()
     sample.extend(prompt_ids, sampled=False)
     final_text: str | None = None
     for turn in range(max_turns):
         budget = min(limits.max_completion_tokens, limits.seq_len - len(sample))
+        if budget <= 0 and turn == 0:  # never sampled: not a reward of 0
+            raise RolloutInvalid(
+                "prompt_too_long",
+                f"the first prompt has {len(sample)} tokens, seq_len {limits.seq_len} leaves no room to sample; raise "
+                "seq_len (and inference.vllm.max_model_len) or shorten the prompt",
+            )
         if budget <= 0:
             r.truncated = True
             break
@@ -163,25 +214,36 @@ async def _loop(
         completion = list(res.completion_ids)
         if len(res.logprobs) != len(completion):
             raise RuntimeError(f"inference returned {len(res.logprobs)} logprobs for {len(completion)} tokens")
-        sample.extend(completion, sampled=True, logprobs=[float(x) for x in res.logprobs])
+        logprobs = [float(x) for x in res.logprobs]
+        if not math.isfinite(sum(logprobs)):  # NaN or +-inf anywhere (a C-level sum, no per-token Python check)
+            bad = next(i for i, x in enumerate(logprobs) if not math.isfinite(x))
+            raise RolloutInvalid(
+                "inference/non_finite_logprob",
+                f"turn {turn}: inference returned logprob {logprobs[bad]} for sampled token {bad} of {len(logprobs)}",
+            )
+        sample.extend(completion, sampled=True, logprobs=logprobs)
         r.policy_versions.append(int(res.policy_version))
         r.num_turns = turn + 1
         parsed = renderer.parse_response(completion, prompt_ids=prompt_ids)
-        r.messages.append(_assistant_message(parsed, turn))
+        args = [call_arguments(tc.arguments) if str(tc.status) == "ok" else None for tc in parsed.tool_calls]
+        r.messages.append(_assistant_message(parsed, args, turn))
         final_text = parsed.content
         if res.finish_reason == "length":
             r.truncated = True
         if not parsed.tool_calls or r.truncated:
             break
         tool_msgs = []
-        for k, tc in enumerate(parsed.tool_calls):
+        for k, (tc, a) in enumerate(zip(parsed.tool_calls, args, strict=True)):
             msg = {"role": "tool", "name": tc.name or ""}
-            if str(tc.status) == "ok":
-                text = await episode.call_tool(tc.name, tc.arguments if tc.arguments is not None else {})
+            if a is not None:
+                text = await episode.call_tool(tc.name, a)
                 msg["tool_call_id"] = _call_id(turn, k)
             else:
                 r.malformed_tool_calls += 1
-                text = malformed_call_message(str(tc.status), tc.raw)
+                status = str(tc.status)
+                if status == "ok":
+                    status = f"`arguments` must be a JSON object, got {_json_kind(tc.arguments)}"
+                text = malformed_call_message(status, tc.raw)
             tool_msgs.append({**msg, "content": text})
         r.messages.extend(tool_msgs)
         if turn + 1 >= max_turns:
@@ -211,8 +273,14 @@ async def _loop(
     if sample.num_loss_tokens:
         r.samples.append(sample)
     result = await episode.verify(final_text, r.messages[len(r.task.messages) :])
-    r.reward = float(result.reward)
-    r.env_metrics = dict(result.metrics or {})
+    if not isinstance(result, VerifyResult):
+        raise RolloutInvalid("env/invalid_reward", f"verify returned {type(result).__name__}, not a VerifyResult")
+    r.env_metrics = finite_metrics(result.metrics)
     if result.masked:
         r.masked, r.error = True, f"env/masked: {result.reason}"
+        return
+    bad = reward_problem(result.reward)
+    if bad is not None:
+        raise RolloutInvalid("env/invalid_reward", f"verify returned {bad} (expected a finite number)")
+    r.reward = float(result.reward)
 

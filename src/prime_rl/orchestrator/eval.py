@@ -1,11 +1,16 @@
 """Evaluation: k rollouts per eval task, per-task rows and avg@k / pass@k per source.
 
-    avg@k  = mean reward over the unmasked rollouts of all tasks
-    pass@k = fraction of tasks where at least one of the k rollouts reaches `pass_threshold`
-    pass@1 = mean over tasks of c / n (c successes among n unmasked rollouts): the unbiased pass@1 estimator
-             (Chen et al. 2021, arXiv:2107.03374, eq. 1 with k = 1)
+All three are defined per task, over the task's n unmasked rollouts (n <= k), then averaged over the tasks with
+n >= 1 (the `scored_tasks`):
 
-Tasks whose rollouts are all masked count in `error` and are left out of the averages.
+    avg@k  = mean over tasks of (mean reward of the task's unmasked rollouts)
+    pass@k = fraction of tasks where at least one unmasked rollout reaches `pass_threshold`
+    pass@1 = mean over tasks of c / n (c of the n unmasked rollouts reach the threshold): the unbiased pass@1
+             estimator (Chen et al. 2021, arXiv:2107.03374, eq. 1 with k = 1)
+
+so a task weighs the same whatever number of its rollouts were masked (masked rollouts never count as 0), and with
+nothing masked avg@k is the mean over all rollouts. Masked rollouts count in `error_pct`; a task whose rollouts are
+all masked is left out of the three (its row's `avg` is null) and counted in `tasks` but not `scored_tasks`.
 """
 
 from __future__ import annotations
@@ -43,18 +48,22 @@ def eval_tasks(source: TaskSource, num_examples: int | None) -> list:
 
 
 def summarize(rollouts_by_task: list[list[Rollout]], k: int, threshold: float) -> dict[str, float]:
-    """avg@k, pass@k, pass@1, error/truncated percentages and mean turns over the rollouts of several tasks."""
+    """avg@k, pass@k, pass@1 (per task, see the module docstring), error/truncated percentages and mean turns over
+    the rollouts of several tasks (one list per task). The three scores are NaN when no task has an unmasked
+    rollout."""
     all_r = [r for rs in rollouts_by_task for r in rs]
-    ok = [r for r in all_r if not r.masked]
     scored = [[r for r in rs if not r.masked] for rs in rollouts_by_task]
     scored = [rs for rs in scored if rs]
+    nan = float("nan")
+    n = len(scored)
     out = {
-        f"avg@{k}": sum(r.reward for r in ok) / len(ok) if ok else float("nan"),
-        f"pass@{k}": sum(any(r.reward >= threshold for r in rs) for rs in scored) / len(scored) if scored else float("nan"),
-        "pass@1": sum(sum(r.reward >= threshold for r in rs) / len(rs) for rs in scored) / len(scored) if scored else float("nan"),
+        f"avg@{k}": sum(sum(r.reward for r in rs) / len(rs) for rs in scored) / n if n else nan,
+        f"pass@{k}": sum(any(r.reward >= threshold for r in rs) for rs in scored) / n if n else nan,
+        "pass@1": sum(sum(r.reward >= threshold for r in rs) / len(rs) for rs in scored) / n if n else nan,
         "tasks": float(len(rollouts_by_task)),
+        "scored_tasks": float(n),
         "rollouts": float(len(all_r)),
-        "error_pct": 100.0 * (len(all_r) - len(ok)) / len(all_r) if all_r else 0.0,
+        "error_pct": 100.0 * sum(r.masked for r in all_r) / len(all_r) if all_r else 0.0,
         "truncated_pct": 100.0 * sum(r.truncated for r in all_r) / len(all_r) if all_r else 0.0,
         "turns": sum(r.num_turns for r in all_r) / len(all_r) if all_r else 0.0,
     }
@@ -84,7 +93,7 @@ async def run_eval(
 
     async def one(src, task, j):
         async with sem, gate(src):
-            r = await run_rollout(task, src, client, renderer, sampling, limits, rollout_id=f"eval/{task.task_id}/{j}")
+            r = await run_rollout(task, src, client, renderer, sampling, limits, rollout_id=f"eval/{src.name}/{task.task_id}/{j}")
         progress.advance()
         return r
 
@@ -111,7 +120,8 @@ async def run_eval(
                             "errors": [r.error for r in rs if r.error],
                             "turns": [r.num_turns for r in rs],
                             "truncated": [r.truncated for r in rs],
-                            "avg": (sum(r.reward for r in rs if not r.masked) / max(1, sum(not r.masked for r in rs))),
+                            "avg": (sum(r.reward for r in rs if not r.masked) / sum(not r.masked for r in rs)
+                                    if any(not r.masked for r in rs) else None),
                             "pass": any(r.reward >= pass_threshold and not r.masked for r in rs),
                         }
                     )

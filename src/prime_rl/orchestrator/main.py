@@ -6,6 +6,8 @@ samples (masked rollouts carry no tokens; zero-advantage groups too with `advant
 `traces.jsonl` then every `rank_R.bin` atomically, log metrics and print the step line; checkpoint every
 `ckpt.interval` steps. A weight watcher loads every new `weights/step_N/STABLE` into the inference server and
 evaluates the policy on version 0, every `eval.interval` versions and the final one (`eval/step_N.jsonl`).
+After `max_empty_steps` consecutive steps with no loss token (every rollout masked, never sampled or filtered) the
+run stops with `NoProgressError` (exit 1), naming what masked the rollouts.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from prime_rl.monitor.rundir import RunDir
 from prime_rl.orchestrator.agent import AgentLimits
 from prime_rl.orchestrator.checkpoint import load_orchestrator_checkpoint, save_orchestrator_checkpoint
 from prime_rl.orchestrator.eval import eval_due, run_eval
+from prime_rl.orchestrator.lengths import check_prompt_lengths
 from prime_rl.orchestrator.outputs import trace_rows, write_eval_rows, write_step, write_traces
 from prime_rl.orchestrator.packing import pack_items, pack_step
 from prime_rl.orchestrator.scheduler import CutBatch, Scheduler
@@ -36,6 +39,23 @@ from prime_rl.orchestrator.types import PolicyVersion
 from prime_rl.orchestrator.weights import WeightWatcher
 
 log = get_logger("orchestrator")
+
+
+class NoProgressError(RuntimeError):
+    """Too many consecutive steps had nothing to train (`orchestrator.max_empty_steps`); the message says why."""
+
+
+def no_progress_message(first: int, last: int, m: dict[str, Any], limit: int) -> str:
+    """Why steps `first`..`last` had nothing to train, from the last step's metrics `m` (its error kinds)."""
+    errors = {k.removeprefix("errors/"): v for k, v in m.items() if k.startswith("errors/")}
+    top = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: -kv[1])) or "none"
+    return (
+        f"steps {first}-{last}: {last - first + 1} consecutive steps with nothing to train (no loss token; "
+        f"orchestrator.max_empty_steps = {limit}). Step {last}: {m['num_rollouts']} rollouts, "
+        f"{m['error_pct']:.0f}% masked ({top}), {m['filtered_groups']} group(s) filtered, truncated "
+        f"{m['truncated_pct']:.0f}%. See rollouts/step_{last}/traces.jsonl and logs/orchestrator.log for the errors "
+        "(an environment whose verify fails, prompts longer than seq_len, an inference server that refuses requests)"
+    )
 
 
 class Orchestrator:
@@ -151,6 +171,10 @@ class Orchestrator:
         self._resume()
         for s in {id(x): x for x in self.train_sources + self.eval_sources}.values():
             await s.start()
+        pairs = [(s, "train") for s in self.train_sources]
+        if self.cfg.eval.interval is not None:
+            pairs += [(s, "eval") for s in self.eval_sources]
+        check_prompt_lengths(pairs, self.renderer, self.cfg.seq_len)
         sched = self.sched = Scheduler(
             self.cfg, sources=self.train_sources, stream=self.stream, client=self.client, renderer=self.renderer,
             policy=self.policy, gate=self.gate,
@@ -166,13 +190,23 @@ class Orchestrator:
         out = []
         step = self.start_step
         last = time.monotonic()
+        empty_since: int | None = None
+        limit = self.cfg.max_empty_steps
         try:
             while self.cfg.max_steps is None or step <= self.cfg.max_steps:
                 batch = await _race(sched.next_batch(step), watch_task)
                 now = time.monotonic()
-                out.append(self._write_step(batch, now - last))
+                m = self._write_step(batch, now - last)
+                out.append(m)
                 last = now
                 self._checkpoint(step, sched)
+                if m["loss_tokens"] > 0:
+                    empty_since = None
+                else:
+                    empty_since = step if empty_since is None else empty_since
+                    log.warning("step %d: nothing to train (no loss token); the trainer skips its update", step)
+                    if limit is not None and step - empty_since + 1 >= limit:
+                        raise NoProgressError(no_progress_message(empty_since, step, m, limit))
                 step += 1
             await sched.aclose()
             final = self.cfg.max_steps
@@ -213,6 +247,7 @@ async def _main(cfg: OrchestratorConfig) -> None:
     client = build_backend(cfg, loads_weights=True)
     try:
         await client.wait_healthy()
+        await check_context_length(client, cfg.seq_len)
         orch = Orchestrator(cfg, client=client, renderer=renderer, train_sources=train_sources,
                             eval_sources=eval_sources, pad_id=tok.pad_token_id or 0)
         await orch.run()
@@ -220,6 +255,18 @@ async def _main(cfg: OrchestratorConfig) -> None:
         for s in {id(x): x for x in train_sources + eval_sources}.values():
             await s.aclose()
         await client.aclose()
+
+
+async def check_context_length(client: InferenceBackend, seq_len: int) -> None:
+    """Refuse a `seq_len` above the context length the inference server reports (a backend that reports none is
+    not checked): every rollout reaching it would be refused by vLLM. Raises ValueError naming both."""
+    report = getattr(client, "context_length", None)
+    ctx = await report() if report is not None else None
+    if ctx is not None and seq_len > ctx:
+        raise ValueError(
+            f"seq_len = {seq_len} is above the inference server's context length (max_model_len {ctx}): rollouts "
+            f"reaching it would be refused; lower seq_len or restart inference with --vllm.max-model-len {seq_len}"
+        )
 
 
 def run_until_terminated(main: Any) -> bool:
@@ -269,6 +316,6 @@ def orchestrate(cfg: OrchestratorConfig) -> None:
             sys.exit(128 + signal.SIGTERM)
     except KeyboardInterrupt:
         sys.exit(130)
-    except (TimeoutError, FileNotFoundError, ValueError, KeyError) as e:
+    except (TimeoutError, FileNotFoundError, ValueError, KeyError, NoProgressError) as e:
         log.error("%s", e)
         sys.exit(1)

@@ -9,13 +9,15 @@
   with version N - 1.
 - Staleness: when step N's batch is cut, a group whose oldest token came from a version older than
   N - 1 - max_off_policy_steps is dropped whole and replaced.
-- Finished groups get advantages (masked members excluded from the baseline) and are cut in completion order.
+- Finished groups get advantages (masked members excluded from the baseline) and are cut in completion order. A
+  non-finite advantage (a custom estimator's NaN) masks its rollout (DESIGN invariant 7).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -158,6 +160,9 @@ class Scheduler:
             return
         adv = compute_advantages([r.reward for r in g.rollouts], [not r.masked for r in g.rollouts], self.advantage)
         for r, a in zip(g.rollouts, adv, strict=True):
+            if not math.isfinite(a):
+                r.masked, r.error, a = True, f"advantage/non_finite: the advantage estimator returned {a}", 0.0
+                log.warning("rollout of task %r (source %r) masked: %s", r.task.task_id, r.source, r.error)
             r.advantage = a
         self.running.pop(g.gid, None)
         self.ready.append(g)

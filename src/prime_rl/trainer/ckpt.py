@@ -4,6 +4,9 @@ Contents: `dcp/` — model and optimizer state, sharded (torch.distributed.check
 `rank_R.json` — scheduler state, progress and Python/NumPy RNG states of rank R; `rank_R.safetensors` — torch
 RNG states of rank R. Everything is written into `step_N/.trainer.tmp/`, renamed to `trainer/` by rank 0, then
 `STABLE` is written: a checkpoint without `STABLE` is incomplete and ignored on resume. No pickle is read.
+
+A complete checkpoint that cannot be read (a file missing, cut short or garbled; a NaN in a loaded weight) raises
+one `CheckpointError` naming the step, the file and the earlier complete checkpoint to resume from instead.
 """
 
 from __future__ import annotations
@@ -27,6 +30,56 @@ from prime_rl.transport.atomic import STABLE, atomic_write_bytes, publish_filled
 
 SUBDIR = "trainer"
 log = get_logger("trainer.ckpt")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint marked complete cannot be loaded; the message names the step, the file and what to do."""
+
+
+def _step_of(path: Path) -> int | None:
+    name = Path(path).parent.name
+    return int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else None
+
+
+def checkpoint_error(path: Path, file: str, problem: str) -> CheckpointError:
+    """The error for checkpoint `path` (`.../step_N/trainer`) whose `file` is unreadable: names both, and the
+    newest earlier complete checkpoint to resume from (or says there is none)."""
+    path = Path(path)
+    step = _step_of(path)
+    earlier = [n for n, p in step_dirs(path.parent.parent) if (p / SUBDIR / STABLE).is_file() and step is not None
+               and n < step]  # fmt: skip
+    if earlier:
+        fix = (f"resume from the previous complete checkpoint, step {earlier[-1]}: --ckpt.resume-step {earlier[-1]} "
+               f"(with `rl --resume`: delete {path.parent} first)")  # fmt: skip
+    else:
+        fix = "there is no earlier complete checkpoint: start the run over (rl --clean)"
+    return CheckpointError(f"checkpoint step {step} ({path}) is corrupt: {file}: {problem}; {fix}")
+
+
+def _check_dcp_files(path: Path) -> None:
+    """Read `dcp/.metadata` and check that every shard file it names exists and is long enough (no data read).
+
+    Raises:
+        CheckpointError: the metadata is unreadable, or a shard file is missing or shorter than its entries need.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+
+    dcp_dir = Path(path) / "dcp"
+    try:
+        meta = FileSystemReader(str(dcp_dir)).read_metadata()
+    except Exception as e:
+        raise checkpoint_error(path, "dcp/.metadata", f"unreadable ({type(e).__name__}: {e})") from None
+    need: dict[str, int] = {}
+    for info in (meta.storage_data or {}).values():
+        rel = getattr(info, "relative_path", None)
+        if rel is not None:
+            need[rel] = max(need.get(rel, 0), int(info.offset) + int(info.length))
+    for rel, n in sorted(need.items()):
+        f = dcp_dir / rel
+        if not f.is_file():
+            raise checkpoint_error(path, f"dcp/{rel}", "missing")
+        if f.stat().st_size < n:
+            raise checkpoint_error(path, f"dcp/{rel}", f"{f.stat().st_size} bytes, its entries need {n} (cut short)")
 
 
 def _rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -110,6 +163,18 @@ def find_checkpoint(ckpt_root: Path, step: int) -> Path:
     )
 
 
+def _dcp_failure(path: Path, e: BaseException) -> tuple[str, str]:
+    """(file, problem) of a failed `dcp.load`: dcp's CheckpointException holds `{rank: (exception, traceback)}`;
+    the failing rank's shard file is named when there is one (`__R_0.distcp`), else the shard files."""
+    failures = getattr(e, "failures", None) or {}
+    rank, root = next(iter(failures.items()), (None, e))
+    root = root[0] if isinstance(root, tuple) and root else root
+    files = sorted((Path(path) / "dcp").glob(f"__{rank}_*.distcp")) if rank is not None else []
+    file = f"dcp/{files[0].name}" if len(files) == 1 else "dcp/ shard files (__*.distcp)"
+    text = f"{type(root).__name__}: {root}"
+    return file, f"unreadable ({text[:200]}{'...' if len(text) > 200 else ''})"
+
+
 def load_checkpoint(
     path: Path,
     model: nn.Module,
@@ -117,20 +182,42 @@ def load_checkpoint(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     dist_info: DistInfo,
 ) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and RNG from `path` (from `find_checkpoint`); returns `progress`."""
+    """Restore model, optimizer, scheduler and RNG from `path` (from `find_checkpoint`); returns `progress`.
+
+    Raises:
+        CheckpointError: a file of the checkpoint is missing, cut short or unreadable, or a loaded weight is not
+            finite (names the step, the file and the earlier checkpoint to resume from).
+    """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     path = Path(path)
+    _check_dcp_files(path)
     msd, osd = get_state_dict(model, optimizer)
     state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=str(path / "dcp"))
+    try:
+        dcp.load(state, checkpoint_id=str(path / "dcp"))
+    except (Exception, CheckpointException) as e:
+        raise checkpoint_error(path, *_dcp_failure(path, e)) from None
+    bad = [k for k, v in state["model"].items() if torch.is_tensor(v) and v.is_floating_point()
+           and not bool(torch.isfinite(v.full_tensor() if hasattr(v, "full_tensor") else v).all())]  # fmt: skip
+    if bad:
+        raise checkpoint_error(path, "dcp/ shard files (__*.distcp)", f"weights {bad[:3]} hold NaN or inf")
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     meta_path = path / f"rank_{dist_info.rank}.json"
     if not meta_path.is_file():
         log.warning(f"{meta_path} missing (checkpoint from another world size): using rank 0's scheduler and RNG")
         meta_path = path / "rank_0.json"
-    meta = json.loads(meta_path.read_text())
-    scheduler.load_state_dict(meta["scheduler"])
-    _set_rng_state(meta, load_file(str(meta_path.with_suffix(".safetensors"))))
+    try:
+        meta = json.loads(meta_path.read_text())
+        scheduler.load_state_dict(meta["scheduler"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise checkpoint_error(path, meta_path.name, f"unreadable ({type(e).__name__}: {e})") from None
+    rng_path = meta_path.with_suffix(".safetensors")
+    try:
+        tensors = load_file(str(rng_path))
+    except Exception as e:  # safetensors raises its own error type
+        raise checkpoint_error(path, rng_path.name, f"unreadable ({type(e).__name__}: {e})") from None
+    _set_rng_state(meta, tensors)
     return meta["progress"]

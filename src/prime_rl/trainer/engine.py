@@ -9,6 +9,10 @@ loss tokens (all micro-batches and ranks):
 
 Each rank back-propagates its part times `world_size`, because FSDP2 averages gradients over ranks; the
 summed gradient is then exactly d loss / d params whatever the cut into micro-batches and ranks.
+
+A step whose loss (on any rank's micro-batch) or gradient norm is not finite is skipped: weights and AdamW state
+stay as they were, the log names the step and micro-batch, and after `optim.max_nonfinite_steps` such steps in a
+row `TrainingDiverged` stops the run (DESIGN invariant 7).
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ from prime_rl.trainer.model import compute_dtype, load_model, trainable_paramete
 from prime_rl.trainer.optim import build_optimizer, build_scheduler
 from prime_rl.trainer.weights import publish_weights
 
+
+class TrainingDiverged(RuntimeError):
+    """`optim.max_nonfinite_steps` consecutive steps had a non-finite loss or gradient norm (each one skipped)."""
+
+
 MetricProbe = Callable[[ForwardOutput, Any], dict[str, tuple[float, float]]]
 """Extra per-micro-batch metrics: (forward output, micro-batch) -> name -> (numerator, denominator)."""
 
@@ -54,6 +63,8 @@ class StepSums:
     loss_tokens: float = 0.0
     tokens: float = 0.0
     pairs: dict[str, list[float]] = field(default_factory=dict)
+    nonfinite: list[int] = field(default_factory=list)  # this rank's micro-batches whose loss is not finite
+    nonfinite_grad: list[int] = field(default_factory=list)  # ... whose loss gradient wrt the logprobs is not
 
     def add(self, key: str, num: float, den: float) -> None:
         acc = self.pairs.setdefault(key, [0.0, 0.0])
@@ -114,6 +125,7 @@ class Engine:
         self.metrics = MetricsWriter(self.run_dir.root, process) if self.dist.is_main else None
         self.step = 0  # optimizer steps taken
         self.progress: dict[str, Any] = {}
+        self.nonfinite_streak = 0  # consecutive steps skipped for a non-finite loss or gradient norm
 
     # ----- one optimizer step -------------------------------------------------------------------------------
     def train_step(
@@ -126,17 +138,20 @@ class Engine:
     ) -> dict[str, float]:
         """One optimizer step: `forward_backward` over this rank's micro-batches, then `optimizer_step`.
 
-        With `total_loss_tokens == 0` the optimizer step is skipped (weights and AdamW state unchanged).
-        `probe(fwd, mb)`, if given, adds (numerator, denominator) metrics per micro-batch (no grad).
+        With `total_loss_tokens == 0` the optimizer step is skipped (weights and AdamW state unchanged); so it is
+        when the loss of any micro-batch on any rank, or the gradient norm, is not finite (logged, naming the step
+        and micro-batch). `probe(fwd, mb)`, if given, adds (numerator, denominator) metrics per micro-batch (no grad).
 
         Returns step metrics (identical on all ranks): `loss`, `entropy` (mean over loss tokens),
         the loss function's metrics, `logp_grad_norm/<term>` for a loss that returns terms, the probe's metrics,
         `grad_norm` (before clipping), `lr` (used for this step), `tokens`, `loss_tokens`, `step_time_s`,
-        `tokens_per_s`, `peak_mem_gib` (max over ranks), `skipped_update`.
+        `tokens_per_s`, `peak_mem_gib` (max over ranks), `skipped_update` (1 when the weights did not move),
+        `nonfinite` (1 when skipped for a non-finite loss or gradient norm).
 
         Raises:
             ValueError: ranks hold different numbers of micro-batches, a micro-batch is longer than `seq_len`,
                 or a loss token sits at the start of a packed sample (it has no prediction).
+            TrainingDiverged: the `optim.max_nonfinite_steps`-th non-finite step in a row.
         """
         t0 = time.perf_counter()
         self._check_micro_batch_counts(len(micro_batches))
@@ -145,8 +160,42 @@ class Engine:
         # A step with no loss token anywhere (e.g. every rollout masked) must not move the weights: AdamW's
         # momentum would still change them with zero gradients. The schedule advances so lr stays tied to step.
         skipped = int(total_loss_tokens) == 0
-        grad_norm, lr = self.optimizer_step(skip=skipped)
-        return self._step_metrics(sums, norm, grad_norm, lr, skipped, t0)
+        flag = torch.tensor([float(bool(sums.nonfinite))], dtype=torch.float32, device=self.dist.device)
+        bad_ranks = int(all_reduce_sum(flag).item())  # ranks with a non-finite micro-batch loss
+        grad_norm, lr = self.optimizer_step(skip=skipped or bad_ranks > 0)
+        nonfinite = bad_ranks > 0 or not math.isfinite(grad_norm)
+        m = self._step_metrics(sums, norm, grad_norm, lr, skipped or nonfinite, t0)
+        m["nonfinite"] = float(nonfinite)
+        self._check_finite_step(nonfinite, sums, grad_norm)
+        return m
+
+    def _check_finite_step(self, nonfinite: bool, sums: StepSums, grad_norm: float) -> None:
+        """Log a skipped non-finite step (each rank names its own micro-batches) and count the streak.
+
+        Raises:
+            TrainingDiverged: `optim.max_nonfinite_steps` such steps in a row.
+        """
+        if not nonfinite:
+            self.nonfinite_streak = 0
+            return
+        self.nonfinite_streak += 1
+        step, limit = self.step, self.cfg.optim.max_nonfinite_steps
+        rank = self.dist.rank
+        if sums.nonfinite:
+            where = f"non-finite loss in micro-batch(es) {sums.nonfinite} of rank {rank}"
+        elif sums.nonfinite_grad:
+            where = f"non-finite gradient (norm {grad_norm}) from micro-batch(es) {sums.nonfinite_grad} of rank {rank}"
+        else:
+            where = f"non-finite gradient norm ({grad_norm})"
+        self.log.warning(f"step {step}: {where}; update skipped (weights and optimizer state unchanged), "
+                         f"{self.nonfinite_streak} such step(s) in a row (optim.max_nonfinite_steps = {limit})")  # fmt: skip
+        if self.nonfinite_streak >= limit:
+            raise TrainingDiverged(
+                f"training diverged: {self.nonfinite_streak} consecutive steps (the last: step {step}, {where}) had a "
+                f"non-finite loss or gradient norm (optim.max_nonfinite_steps = {limit}). Lower optim.lr or "
+                "optim.max_norm, check the loss, and resume from a checkpoint before the divergence "
+                "(--ckpt.resume-step N)"
+            )
 
     def _check_micro_batch_counts(self, n_mb: int) -> None:
         counts = all_reduce_max(torch.tensor([n_mb, -n_mb], dtype=torch.float64))
@@ -167,6 +216,7 @@ class Engine:
         self.optimizer.zero_grad(set_to_none=True)
         n_mb = len(micro_batches)
         sums = StepSums()
+        grad_ok: list[tuple[int, torch.Tensor]] = []  # (micro-batch, is d loss / d logprobs finite), read at the end
         for i, mb in enumerate(micro_batches):
             if self.cfg.model.fsdp:
                 self.model.set_requires_gradient_sync(i == n_mb - 1)
@@ -178,9 +228,14 @@ class Engine:
                 if term.requires_grad and lp.requires_grad:
                     (g,) = torch.autograd.grad(term, lp, retain_graph=True, allow_unused=True)
                 sums.add(f"logp_grad_norm/{name}", 0.0 if g is None else float(g.double().square().sum()), 0.0)
+            if lp.requires_grad:
+                lp.register_hook(lambda g, i=i: grad_ok.append((i, torch.isfinite(g).all())))
             (out.loss * (world / norm)).backward()
             mask = fwd.inputs.loss_mask
-            sums.loss += float(out.loss.detach())
+            loss_value = float(out.loss.detach())
+            if not math.isfinite(loss_value):
+                sums.nonfinite.append(i)
+            sums.loss += loss_value
             sums.entropy += float(fwd.entropy[mask].sum())
             sums.loss_tokens += float(mask.sum())
             sums.tokens += fwd.num_tokens
@@ -190,22 +245,27 @@ class Engine:
                 with torch.no_grad():
                     for k, (num, den) in probe(fwd, mb).items():
                         sums.add(k, float(num), float(den))
+        if grad_ok:  # one device sync for the whole step
+            flags = torch.stack([ok for _, ok in grad_ok]).tolist()
+            sums.nonfinite_grad = [i for (i, _), ok in zip(grad_ok, flags, strict=True) if not ok]
         return sums
 
     def optimizer_step(self, skip: bool = False) -> tuple[float, float]:
-        """Clip the gradients to `optim.max_norm`, step AdamW (unless `skip`) and the schedule.
+        """Clip the gradients to `optim.max_norm`, step AdamW (unless `skip`, or the gradient norm is not finite)
+        and the schedule.
 
         Returns (grad norm before clipping, the lr this step used)."""
         max_norm = self.cfg.optim.max_norm if self.cfg.optim.max_norm is not None else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
+        grad_norm = float(grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
-        if not skip:
+        if not skip and math.isfinite(grad_norm):
             self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        return float(grad_norm), lr
+        return grad_norm, lr
 
     def _step_metrics(
         self, sums: StepSums, norm: float, grad_norm: float, lr: float, skipped: bool, t0: float
@@ -272,22 +332,25 @@ class Engine:
 
     def log_step(self, step: int, m: dict[str, Any], console: tuple[str, ...] = ()) -> None:
         """metrics.jsonl row (rank 0) and one console line: loss, entropy, the `console` metrics (those a loss
-        declares, e.g.), grad norm, lr, throughput and memory."""
+        declares, e.g.), grad norm, lr, throughput and memory; for a skipped update, why it was skipped."""
         if not self.dist.is_main:
             return
         self.metrics.log(step, m)
         of = f"/{self.cfg.max_steps}" if self.cfg.max_steps else ""
+        tail = [f"lr {m['lr']:.2e}", f"{m['tokens_per_s']:.0f} tok/s", f"mem {m['peak_mem_gib']:.2f} GiB"]
+        if m.get("nonfinite"):
+            why = f"non-finite loss or gradient (loss {m['loss']:.4g}, grad_norm {m['grad_norm']:.4g})"
+            self.log.info(" | ".join([f"step {step}{of}", f"update skipped: {why}", *tail]))
+            return
+        if m.get("skipped_update"):
+            why = "no loss tokens in this step's batch (every sample masked or filtered)"
+            self.log.info(" | ".join([f"step {step}{of}", f"update skipped: {why}", *tail]))
+            return
         parts = [f"step {step}{of}", f"loss {m['loss']:.4f}"]
         for k in ("entropy", *console):
             if k in m:
                 parts.append(f"{k} {m[k]:.4g}")
-        parts += [
-            f"grad_norm {m['grad_norm']:.3g}",
-            f"lr {m['lr']:.2e}",
-            f"{m['tokens_per_s']:.0f} tok/s",
-            f"mem {m['peak_mem_gib']:.2f} GiB",
-        ]
-        self.log.info(" | ".join(parts))
+        self.log.info(" | ".join([*parts, f"grad_norm {m['grad_norm']:.3g}", *tail]))
 
     def close(self) -> None:
         close_distributed(self.dist)

@@ -39,15 +39,18 @@ def forward_micro_batch(mb: Any, model: nn.Module, *, index: int, seq_len: int, 
     Raises:
         TypeError: no forward is registered for `type(mb)`.
         ValueError: the micro-batch is longer than `seq_len`, a loss token has no prediction (first token of a
-            packed sample), a temperature <= 0 or a non-finite inference logprob on a loss token.
+            packed sample), a temperature <= 0 or a non-finite inference logprob or advantage on a loss token.
     """
     raise TypeError(f"micro-batch {index}: no forward registered for {type(mb).__name__}")
 
 
-def check_sampling(index: int, mask: Tensor, temp: Tensor, inf_lp: Tensor) -> None:
-    """Raise ValueError when a loss token has temperature <= 0 or a non-finite inference logprob."""
+def check_sampling(index: int, mask: Tensor, temp: Tensor, inf_lp: Tensor, adv: Tensor | None = None) -> None:
+    """Raise ValueError when a loss token has temperature <= 0, a non-finite inference logprob or (when given) a
+    non-finite advantage. All [T]."""
     if bool((mask & ~(temp > 0)).any()) or not bool(torch.isfinite(inf_lp[mask]).all()):
         raise ValueError(
             f"micro-batch {index}: a loss token has temperature <= 0 or a non-finite inference logprob; "
             "RL needs sampling at temperature > 0 with logprobs returned"
         )
+    if adv is not None and not bool(torch.isfinite(adv[mask]).all()):
+        raise ValueError(f"micro-batch {index}: a loss token has a non-finite advantage (NaN or inf)")

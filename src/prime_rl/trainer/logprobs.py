@@ -113,8 +113,8 @@ def _(mb: MicroBatch, model: nn.Module, *, index: int, seq_len: int, device: tor
         )
     temp = torch.from_numpy(mb.temperature).float().to(device)
     inf_lp = torch.from_numpy(mb.inference_logprobs).float().to(device)
-    check_sampling(index, mask, temp, inf_lp)
+    adv = torch.from_numpy(mb.advantages).float().to(device)
+    check_sampling(index, mask, temp, inf_lp, adv)
     temp = torch.where(temp > 0, temp, torch.ones_like(temp))  # non-loss tokens: any value is harmless
     lp, ent = compute_logprobs(model, ids, pos, temp)
-    adv = torch.from_numpy(mb.advantages).float().to(device)
     return ForwardOutput(LossInputs(lp, inf_lp, adv, mask), ent, ids, len(mb))

@@ -4,7 +4,8 @@ Layout of a full version: `model.safetensors` (HF key names, LoRA merged in), `c
 tokenizer/generation files, so the folder loads on its own with `AutoModelForCausalLM.from_pretrained` or vLLM.
 An adapter version: `adapter_model.safetensors` + `adapter_config.json` (peft's layout). The directory is filled
 under a temporary name and renamed, then `STABLE` is written (DESIGN invariant 4). Only the newest
-`weights.keep_last` versions are kept.
+`weights.keep_last` versions are kept. A version holding a NaN or infinite weight is never published
+(`NonFiniteWeights`, DESIGN invariant 7).
 """
 
 from __future__ import annotations
@@ -85,6 +86,26 @@ def check_output_head(sd: dict[str, torch.Tensor], config) -> None:
         raise RuntimeError("tie_word_embeddings = false but the state dict has no lm_head.weight to publish")
 
 
+class NonFiniteWeights(RuntimeError):
+    """A policy version to publish holds NaN or infinite weights (names the step and the tensors)."""
+
+
+def check_finite_weights(sd: dict[str, torch.Tensor], step: int) -> None:
+    """Refuse to publish `sd` (the tensors as they would be written) when a floating-point tensor holds a NaN or an
+    infinity: one vectorised `isfinite` per tensor.
+
+    Raises:
+        NonFiniteWeights: names the step, how many tensors are affected and the first few.
+    """
+    bad = [k for k, v in sd.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise NonFiniteWeights(
+            f"policy version {step}: {len(bad)} weight tensor(s) hold NaN or inf ({', '.join(bad[:3])}"
+            f"{', ...' if len(bad) > 3 else ''}); not published. Training diverged: lower optim.lr or optim.max_norm "
+            "and resume from an earlier checkpoint (--ckpt.resume-step N)"
+        )
+
+
 def lora_scaling(model: nn.Module) -> float:
     pc = model.peft_config["default"]
     return pc.lora_alpha / (pc.r**0.5 if getattr(pc, "use_rslora", False) else pc.r)
@@ -102,7 +123,8 @@ def publish_weights(
 ) -> Path | None:
     """Write policy version `step` to `weights_dir/step_<step>/` (rank 0), then `STABLE`; prune old versions.
 
-    Collective (all ranks gather the state dict). Returns the folder on rank 0, None elsewhere.
+    Collective (all ranks gather the state dict). Returns the folder on rank 0, None elsewhere. Raises
+    NonFiniteWeights (rank 0) when a weight to write is NaN or infinite: nothing is published.
     `dtype`: dtype of the floating-point tensors written (fp32 on CPU, the compute dtype on GPU).
     `chat_template`: a template file (`model.chat_template`) written as the folder's `chat_template.jinja`, so the
     published model renders as it was trained without the setting.
@@ -121,8 +143,9 @@ def publish_weights(
             if fmt == "adapter":
                 from peft import get_peft_model_state_dict
 
-                asd = get_peft_model_state_dict(model, state_dict=sd)
-                save_file(_prep(asd, dtype), str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
+                asd = _prep(get_peft_model_state_dict(model, state_dict=sd), dtype)
+                check_finite_weights(asd, step)
+                save_file(asd, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
                 model.peft_config["default"].save_pretrained(str(tmp))
             else:
                 msd = merge_lora_state_dict(sd, lora_scaling(model)) if is_lora(model) else dict(sd)
@@ -130,7 +153,9 @@ def publish_weights(
                 check_output_head(msd, config)
                 if getattr(config, "tie_word_embeddings", False):
                     msd.pop("lm_head.weight", None)
-                save_file(_prep(msd, dtype), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+                msd = _prep(msd, dtype)
+                check_finite_weights(msd, step)
+                save_file(msd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
                 config.save_pretrained(str(tmp))
                 for name in AUX_FILES:
                     src = Path(base_model_path) / name

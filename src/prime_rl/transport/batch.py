@@ -76,6 +76,13 @@ class MicroBatch:
     def num_loss_tokens(self) -> int:
         return int(self.loss_mask.sum())
 
+    def nonfinite_fields(self) -> list[str]:
+        """Fields holding NaN or inf on a loss token (`advantages`, `inference_logprobs`, `temperature`); [] when
+        none does. One vectorised check per field (DESIGN invariant 7)."""
+        m = self.loss_mask
+        return [name for name in ("advantages", "inference_logprobs", "temperature")
+                if not bool(np.isfinite(getattr(self, name)[m]).all())]  # fmt: skip
+
     @classmethod
     def empty_like(cls, length: int = 1, pad_id: int = 0) -> MicroBatch:
         """A padding micro-batch with no loss tokens."""
@@ -117,7 +124,8 @@ def decode_batch(data: bytes, source: str = "<bytes>") -> StepBatch:
     """Parse a batch file's bytes.
 
     Raises:
-        BatchFormatError: wrong format/version, missing field, or bad dtype/shape (names `source` and the field).
+        BatchFormatError: wrong format/version, missing field, bad dtype/shape, or a NaN/inf advantage, inference
+            logprob or temperature on a loss token (names `source`, the micro-batch and the field).
     """
     try:
         obj = msgpack.unpackb(data, raw=False)
@@ -137,7 +145,12 @@ def decode_batch(data: bytes, source: str = "<bytes>") -> StepBatch:
             if ent["dtype"] != dtype:
                 raise BatchFormatError(f"{source}: micro_batches[{i}].{name} has dtype {ent['dtype']}, expected {dtype}")
             arrays[name] = np.frombuffer(ent["data"], dtype=dtype).reshape(ent["shape"]).copy()
-        mbs.append(MicroBatch(**arrays))
+        mb = MicroBatch(**arrays)
+        bad = mb.nonfinite_fields()
+        if bad:
+            raise BatchFormatError(f"{source}: micro_batches[{i}].{bad[0]} is NaN or inf on a loss token; the "
+                                   "orchestrator masks such rollouts, so this file was not written by it intact")  # fmt: skip
+        mbs.append(mb)
     return StepBatch(
         step=int(obj["step"]),
         rank=int(obj["rank"]),

@@ -13,14 +13,13 @@ with the task. The server's capacity (`max_concurrent` in `/health`) caps concur
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from prime_rl.config.orchestrator import TasksetConfig
-from prime_rl.envs.base import Task, VerifyResult
+from prime_rl.envs.base import Task, VerifyResult, finite_metrics, reward_problem
 from prime_rl.envs.nemo_gym.client import NemoGymClient, NemoGymError, Session
 from prime_rl.envs.nemo_gym.responses import trajectory_response
 from prime_rl.envs.nemo_gym.rows import read_tasks, tasks_from_rows
@@ -62,18 +61,16 @@ class NemoGymEpisode(AsyncEpisode):
 
 def verify_result(out: dict[str, Any], task_id: str = "") -> VerifyResult:
     """The VerifyResult of a `/verify` answer. Masked when the server says so (`mask_sample`) or when `reward` is
-    missing, null, not a number or not finite; the reason names the field and the task."""
-    metrics = {k: float(v) for k, v in (out.get("metrics") or {}).items()
-               if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}  # fmt: skip
+    missing, null, not a number or not finite (`envs.base.reward_problem`); the reason names the field and the task."""
+    metrics = finite_metrics(out.get("metrics"))
     if out.get("mask_sample") is True:
         return VerifyResult(0.0, metrics, True, out.get("failure_reason") or out.get("failure_kind") or "mask_sample")
-    reward = out.get("reward")
-    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
-        what = "no `reward`" if "reward" not in out else f"reward {reward!r}"
-        reason = f"verify answered {what} for task {task_id!r} (expected a finite number)"
+    bad = "no `reward`" if "reward" not in out else reward_problem(out.get("reward"))
+    if bad is not None:
+        reason = f"verify answered {bad} for task {task_id!r} (expected a finite number)"
         log.warning("%s; the rollout is masked", reason)
         return VerifyResult(0.0, metrics, True, reason)
-    return VerifyResult(float(reward), metrics, False, out.get("failure_reason"))
+    return VerifyResult(float(out["reward"]), metrics, False, out.get("failure_reason"))
 
 
 def as_nemo_row(row: dict[str, Any]) -> dict[str, Any]:
