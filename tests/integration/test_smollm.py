@@ -224,9 +224,9 @@ async def test_lora_merged_weights_equal_the_peft_model(client, smol, stream, pr
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from prime_rl.config.trainer import LossConfig
+    from prime_rl.config.trainer import DPPOKLLossConfig
     from prime_rl.trainer.engine import Engine, EngineConfig
-    from prime_rl.trainer.loss import grpo_loss
+    from prime_rl.trainer.loss import dppo_kl_loss
 
     run = tmp_path / "lora"
     lora = {"rank": 32, "alpha": 64.0}
@@ -235,7 +235,7 @@ async def test_lora_merged_weights_equal_the_peft_model(client, smol, stream, pr
     try:
         for s in (1, 2):
             b = stream[s][0]
-            eng.train_step(b.micro_batches, b.total_loss_tokens, grpo_loss, LossConfig())
+            eng.train_step(b.micro_batches, b.total_loss_tokens, dppo_kl_loss, DPPOKLLossConfig())
         eng.publish(1)
         eng.cfg.weights.format = "adapter"
         eng.publish(2)
@@ -265,18 +265,18 @@ async def test_lora_merged_weights_equal_the_peft_model(client, smol, stream, pr
 async def test_untied_reload_equals_a_fresh_server(stream, prompts, tok, tmp_path):
     """The untied variant: a trainer step publishes `lm_head.weight`; a server started on that folder gives the
     same outputs as one that reloads it after serving the base weights."""
-    from prime_rl.config.trainer import LossConfig
+    from prime_rl.config.trainer import DPPOKLLossConfig
     from prime_rl.inference.testing import start_server
     from prime_rl.models.smollm import cached_smollm
     from prime_rl.trainer.engine import Engine, EngineConfig
-    from prime_rl.trainer.loss import grpo_loss
+    from prime_rl.trainer.loss import dppo_kl_loss
 
     untied = cached_smollm("untied")
     run = tmp_path / "untied"
     eng = Engine(EngineConfig.from_config(trainer_config(untied, run, optim={"lr": 1e-4}, **TRAINER)))
     try:
         b = stream[1][0]
-        eng.train_step(b.micro_batches, b.total_loss_tokens, grpo_loss, LossConfig())
+        eng.train_step(b.micro_batches, b.total_loss_tokens, dppo_kl_loss, DPPOKLLossConfig())
         eng.publish(1)
     finally:
         eng.close()
