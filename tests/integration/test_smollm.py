@@ -35,6 +35,7 @@ PARITY_TOL = 1e-4  # measured max |vLLM - trainer| over ~300 tokens: see test_lo
 N_PROMPTS, MAX_TOKENS = 8, 40  # parity: ~300 sampled tokens
 TRAIN_PROMPTS, TRAIN_TOKENS = 4, 24  # a training step: ~4 x 70 tokens (the real model trains ~200 tok/s on 2 cores)
 TRAINER = dict(seq_len=512, threads=2)
+SERVER_START_S = 600  # the 30-layer model's start-up took > 240 s at load 15 on 2 cores (60-90 s when quiet)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,8 @@ def prompts(tok) -> list[list[int]]:
 def server(smol, tmp_path_factory):
     from prime_rl.inference.testing import start_server
 
-    with start_server(smol, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log", max_model_len=1024) as srv:
+    with start_server(smol, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log", max_model_len=1024,
+                      health_timeout_s=SERVER_START_S) as srv:
         yield srv
 
 
@@ -283,7 +285,7 @@ async def test_untied_reload_equals_a_fresh_server(stream, prompts, tok, tmp_pat
     step_1 = run / "weights/step_1"
     pub = load_file(str(step_1 / "model.safetensors"))
     assert "lm_head.weight" in pub and not torch.equal(pub["lm_head.weight"], pub["model.embed_tokens.weight"])
-    with start_server(step_1, log_path=tmp_path / "vllm.log", max_model_len=1024) as srv:
+    with start_server(step_1, log_path=tmp_path / "vllm.log", max_model_len=1024, health_timeout_s=SERVER_START_S) as srv:
         async with InferenceClient(ClientConfig(base_url=[srv.base_url], max_retries=1)) as c:
             got = await check_reload_equals_fresh(c, step_1, untied, prompts[:2], n_tokens=16, tol=1e-5,
                                                   stop={tok.eos_token_id})  # fmt: skip
