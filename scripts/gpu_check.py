@@ -173,12 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     res: dict = {"environment": env, "model": kind, "dry": a.dry}
     t0 = time.perf_counter()
 
-    from prime_rl.config.trainer import LossConfig, SFTConfig
+    from prime_rl.config.trainer import DPPOKLLossConfig, SFTConfig
     from prime_rl.envs.base import load_env
     from prime_rl.envs.sft_data import write_sft_data
     from prime_rl.models.renderer import load_tokenizer, make_renderer
     from prime_rl.trainer import sft
-    from prime_rl.trainer.loss import grpo_loss
+    from prime_rl.trainer.loss import dppo_kl_loss
 
     model_dir = pick_model(kind, out)
     log(f"model {model_dir}")
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             rs = asyncio.run(play(sampler, renderer, tasks, group, 1.0, max_tokens, seed=step))
             t_sample = time.perf_counter() - t
             batch = pack(rs, group, seq_len)
-            mm = eng.train_step(batch.micro_batches, batch.total_loss_tokens, grpo_loss, LossConfig())
+            mm = eng.train_step(batch.micro_batches, batch.total_loss_tokens, dppo_kl_loss, DPPOKLLossConfig())
             pub = eng.publish(step)
             sampler.reload(pub)
             row = {"step": step, "reward": mean_reward(rs), "loss": mm["loss"], "mismatch_kl": mm["mismatch_kl"],

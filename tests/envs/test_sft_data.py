@@ -25,4 +25,4 @@ def test_cli_names_an_unknown_environment(tmp_path):
     assert ok.returncode == 0 and "2 eval demonstrations" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "prime_rl.cli.prime_rl", "sft-data", "nope", str(tmp_path / "x.jsonl")],
                          capture_output=True, text=True)  # fmt: skip
-    assert bad.returncode == 2 and "unknown environment 'nope'" in bad.stderr
+    assert bad.returncode == 2 and "'nope': unknown environment" in bad.stderr and "Traceback" not in bad.stderr

@@ -33,7 +33,7 @@ def step_1(tied_base, tmp_path_factory) -> Path:
     from tests.trainer.helpers import make_samples, pack, trainer_config
 
     from prime_rl.trainer.engine import Engine, EngineConfig
-    from prime_rl.trainer.loss import grpo_loss
+    from prime_rl.trainer.loss import dppo_kl_loss
 
     run = tmp_path_factory.mktemp("tied-run")
     samples = make_samples(tied_base, n=8, seed=0)
@@ -41,7 +41,7 @@ def step_1(tied_base, tmp_path_factory) -> Path:
     eng = Engine(EngineConfig.from_config(cfg))
     try:
         assert eng.model.lm_head.weight is eng.model.model.embed_tokens.weight  # FSDP2 keeps the tie
-        eng.train_step(pack(samples, 2), int(sum(s["loss_mask"].sum() for s in samples)), grpo_loss, cfg.loss)
+        eng.train_step(pack(samples, 2), int(sum(s["loss_mask"].sum() for s in samples)), dppo_kl_loss, cfg.loss)
         eng.publish(1)
     finally:
         eng.close()

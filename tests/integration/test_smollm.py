@@ -35,6 +35,7 @@ PARITY_TOL = 1e-4  # measured max |vLLM - trainer| over ~300 tokens: see test_lo
 N_PROMPTS, MAX_TOKENS = 8, 40  # parity: ~300 sampled tokens
 TRAIN_PROMPTS, TRAIN_TOKENS = 4, 24  # a training step: ~4 x 70 tokens (the real model trains ~200 tok/s on 2 cores)
 TRAINER = dict(seq_len=512, threads=2)
+SERVER_START_S = 600  # the 30-layer model's start-up took > 240 s at load 15 on 2 cores (60-90 s when quiet)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,8 @@ def prompts(tok) -> list[list[int]]:
 def server(smol, tmp_path_factory):
     from prime_rl.inference.testing import start_server
 
-    with start_server(smol, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log", max_model_len=1024) as srv:
+    with start_server(smol, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log", max_model_len=1024,
+                      health_timeout_s=SERVER_START_S) as srv:
         yield srv
 
 
@@ -224,9 +226,9 @@ async def test_lora_merged_weights_equal_the_peft_model(client, smol, stream, pr
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from prime_rl.config.trainer import LossConfig
+    from prime_rl.config.trainer import DPPOKLLossConfig
     from prime_rl.trainer.engine import Engine, EngineConfig
-    from prime_rl.trainer.loss import grpo_loss
+    from prime_rl.trainer.loss import dppo_kl_loss
 
     run = tmp_path / "lora"
     lora = {"rank": 32, "alpha": 64.0}
@@ -235,7 +237,7 @@ async def test_lora_merged_weights_equal_the_peft_model(client, smol, stream, pr
     try:
         for s in (1, 2):
             b = stream[s][0]
-            eng.train_step(b.micro_batches, b.total_loss_tokens, grpo_loss, LossConfig())
+            eng.train_step(b.micro_batches, b.total_loss_tokens, dppo_kl_loss, DPPOKLLossConfig())
         eng.publish(1)
         eng.cfg.weights.format = "adapter"
         eng.publish(2)
@@ -265,25 +267,25 @@ async def test_lora_merged_weights_equal_the_peft_model(client, smol, stream, pr
 async def test_untied_reload_equals_a_fresh_server(stream, prompts, tok, tmp_path):
     """The untied variant: a trainer step publishes `lm_head.weight`; a server started on that folder gives the
     same outputs as one that reloads it after serving the base weights."""
-    from prime_rl.config.trainer import LossConfig
+    from prime_rl.config.trainer import DPPOKLLossConfig
     from prime_rl.inference.testing import start_server
     from prime_rl.models.smollm import cached_smollm
     from prime_rl.trainer.engine import Engine, EngineConfig
-    from prime_rl.trainer.loss import grpo_loss
+    from prime_rl.trainer.loss import dppo_kl_loss
 
     untied = cached_smollm("untied")
     run = tmp_path / "untied"
     eng = Engine(EngineConfig.from_config(trainer_config(untied, run, optim={"lr": 1e-4}, **TRAINER)))
     try:
         b = stream[1][0]
-        eng.train_step(b.micro_batches, b.total_loss_tokens, grpo_loss, LossConfig())
+        eng.train_step(b.micro_batches, b.total_loss_tokens, dppo_kl_loss, DPPOKLLossConfig())
         eng.publish(1)
     finally:
         eng.close()
     step_1 = run / "weights/step_1"
     pub = load_file(str(step_1 / "model.safetensors"))
     assert "lm_head.weight" in pub and not torch.equal(pub["lm_head.weight"], pub["model.embed_tokens.weight"])
-    with start_server(step_1, log_path=tmp_path / "vllm.log", max_model_len=1024) as srv:
+    with start_server(step_1, log_path=tmp_path / "vllm.log", max_model_len=1024, health_timeout_s=SERVER_START_S) as srv:
         async with InferenceClient(ClientConfig(base_url=[srv.base_url], max_retries=1)) as c:
             got = await check_reload_equals_fresh(c, step_1, untied, prompts[:2], n_tokens=16, tol=1e-5,
                                                   stop={tok.eos_token_id})  # fmt: skip

@@ -77,7 +77,7 @@ def test_sft_trains_a_hub_id_and_names_a_missing_one(offline_cache, tmp_path):
     assert r.returncode == 2 and time.monotonic() - t0 < 60
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("sft: error: model.name = 'acme/missing'"), r.stderr
-    assert "Traceback" not in r.stderr and not (tmp_path / "r2").exists()
+    assert "Traceback" not in r.stderr
 
 
 def test_chat_template_reaches_vllm_and_published_folders(tmp_path):
