@@ -8,7 +8,7 @@ One vLLM server on the tied model (as published) for the module, plus one on an 
    a run resumed from its step-1 checkpoint gives the same losses and weights as the run without the stop.
 3. Reload equality, tied and untied: `/update_weights` on a published policy equals a fresh load.
 4. LoRA (rank 32, alpha 64, attention + MLP projections): merged weights give the PEFT model's logprobs in
-   transformers and the same outputs in vLLM.
+   transformers (5e-5 in fp64, 1e-3 in fp32) and the same outputs in vLLM.
 """
 
 from __future__ import annotations
@@ -245,15 +245,26 @@ async def test_lora_merged_weights_equal_the_peft_model(client, smol, stream, pr
         eng.close()
     merged_dir, adapter_dir = run / "weights/step_1", run / "weights/step_2"
     ids = torch.tensor([prompts[0] + tok.encode(" .olleh", add_special_tokens=False)])
-    with torch.no_grad():
-        lp_m = torch.log_softmax(hf_model(merged_dir)(ids).logits.double(), -1)
-        base = AutoModelForCausalLM.from_pretrained(str(smol), dtype=torch.float32).eval()
-        lp_b = torch.log_softmax(base(ids).logits.double(), -1)
-        peft = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
-        lp_p = torch.log_softmax(peft(ids).logits.double(), -1)
-    gap, moved = (lp_m - lp_p).abs().max().item(), (lp_m - lp_b).abs().max().item()
-    print(f"LoRA: max |merged - PEFT| logprob {gap:.2e}; max change from base {moved:.2e}")
-    assert gap <= PARITY_TOL and moved > 0.1
+
+    def logprobs(dtype):
+        with torch.no_grad():
+            merged = AutoModelForCausalLM.from_pretrained(str(merged_dir), dtype=dtype).eval()
+            lp_m = torch.log_softmax(merged(ids).logits.double(), -1)
+            del merged
+            base = AutoModelForCausalLM.from_pretrained(str(smol), dtype=dtype).eval()
+            lp_b = torch.log_softmax(base(ids).logits.double(), -1)
+            peft = PeftModel.from_pretrained(base, str(adapter_dir)).to(dtype).eval()
+            lp_p = torch.log_softmax(peft(ids).logits.double(), -1)
+        return (lp_m - lp_p).abs().max().item(), (lp_m - lp_b).abs().max().item()
+
+    gap, moved = logprobs(torch.float32)
+    gap64, _ = logprobs(torch.float64)
+    print(f"LoRA: max |merged - PEFT| logprob {gap:.2e} in fp32, {gap64:.2e} in fp64; max change from base {moved:.2e}")
+    # In fp32 the merged and PEFT models round two orders of summation differently (W x + s B(A x) vs (W + s B A) x)
+    # through 30 layers: measured 1.07e-4 after these 2 steps (a 9-nat change), over the 1e-4 parity bound, so the
+    # merge itself is checked in fp64, where only the fp32 storage of W + s B A remains (measured 1.34e-5); a wrong
+    # scaling or a missed module moves logprobs by nats. fp32 stays within the issue's cap for 30 layers (1e-3).
+    assert gap64 <= 5e-5 and gap <= 1e-3 and moved > 0.1
     await client.update_weights(str(merged_dir), 3)
     res = await sample(client, prompts[:4])
     ref = trainer_logprobs(merged_dir, [(p, r.completion_ids) for p, r in zip(prompts, res, strict=False)], 1.0)
