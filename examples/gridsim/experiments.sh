@@ -27,6 +27,7 @@ declare -A CAND=(
   [trl-like]="--orchestrator.advantage.std-normalize true --orchestrator.max-async-level 0 --trainer.loss.kl-tau 0"
   [lr2e-4]="--trainer.optim.lr 2e-4"
   [group16]="--orchestrator.train.group-size 16 --orchestrator.batch-size 64"
+  [seqmean]="--orchestrator.loss-aggregation seq-mean-token-mean"
   [rloo]="--orchestrator.advantage.type rloo"
   [maxrl]="--orchestrator.advantage.type maxrl"
   [t1]="--orchestrator.train.sampling.temperature 1.0"
