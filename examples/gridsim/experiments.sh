@@ -8,9 +8,11 @@
 #                                                            #   outputs/demo/sft/weights/step_1000 is reused below
 #   bash examples/gridsim/experiments.sh screen              # every candidate below, RL seed 0
 #   bash examples/gridsim/experiments.sh confirm NAME        # one candidate, RL seeds 1 and 2 (seed 0 from screen)
+#   bash examples/gridsim/experiments.sh one NAME SEED       # one candidate, one RL seed
 #   bash examples/gridsim/experiments.sh demos               # three full make-demo RL phases (seeds 0 1 2), defaults
 #   bash examples/gridsim/experiments.sh trl                 # TRL 1.16 GRPOTrainer, seeds 0 1 2 (benchmarks/peer_trl.py)
-#   bash examples/gridsim/experiments.sh table               # one line per run: SFT, RL, RL - SFT +- SE (paired)
+#   bash examples/gridsim/experiments.sh table               # one line per run: SFT, RL, RL - SFT +- SE (paired),
+#                                                            #   RL - pooled SFT, diagnostics (exp_table.py)
 #
 # Long runs: on a shared machine run them with `nice -n 10` and record that the CPU was shared.
 set -euo pipefail
@@ -26,7 +28,11 @@ declare -A CAND=(
   [nokl]="--trainer.loss.kl-tau 0 --trainer.loss.trust-region-delta 1e9"
   [trl-like]="--orchestrator.advantage.std-normalize true --orchestrator.max-async-level 0 --trainer.loss.kl-tau 0"
   [lr2e-4]="--trainer.optim.lr 2e-4"
+  [lr3e-4]="--trainer.optim.lr 3e-4"
+  [steps100]="--max-steps 100"
+  [batch64]="--orchestrator.batch-size 64 --orchestrator.concurrency.max-inflight 64"
   [group16]="--orchestrator.train.group-size 16 --orchestrator.batch-size 64"
+  [seqmean]="--orchestrator.loss-aggregation seq-mean-token-mean"
   [rloo]="--orchestrator.advantage.type rloo"
   [maxrl]="--orchestrator.advantage.type maxrl"
   [t1]="--orchestrator.train.sampling.temperature 1.0"
@@ -45,8 +51,9 @@ case "${1:-}" in
   sft) bash scripts/demo.sh ;;
   screen) for n in "${!CAND[@]}"; do run "$n" 0; done ;;
   confirm) for s in 1 2; do run "$2" "$s"; done ;;
+  one) run "$2" "${3:-0}" ;;                          # one NAME [SEED]
   demos) for s in 0 1 2; do run default "$s"; done ;;
   trl) python benchmarks/peer_trl.py --model "$SFT" --seeds 0 1 2 --out "$ROOT/trl" ;;
-  table) for f in "$ROOT"/*/rl/eval/summary.md; do echo "== $f"; grep -E 'RL|SFT' "$f"; done ;;
+  table) python examples/gridsim/exp_table.py "$ROOT" --md ;;
   *) sed -n 2,15p "$0"; exit 2 ;;
 esac

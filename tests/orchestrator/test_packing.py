@@ -115,3 +115,9 @@ def test_pack_items_takes_trainable_rollouts_only():
     assert [(it.input_ids, it.advantage, it.temperature) for it in items] == [
         ([1, 2, 10], 0.5, 0.7), ([1, 2, 11], 0.5, 0.7), ([1, 2, 10], -0.25, 1.0)]
     assert items[0].loss_mask == [False, False, True] and items[0].logprobs == [0.0, 0.0, -0.5]
+    # seq-mean-token-mean: 2 rollouts kept, with 2 and 1 loss tokens (N = 3): advantage x N / (R * n_r) ->
+    # 0.5 * 3 / (2 * 2) = 0.375 and -0.25 * 3 / (2 * 1) = -0.375, so each rollout weighs the same in total
+    seq = pack_items(rs, "seq-mean-token-mean")
+    assert [it.advantage for it in seq] == pytest.approx([0.375, 0.375, -0.375])
+    with pytest.raises(ValueError, match="loss_aggregation"):
+        pack_items(rs, "sequence")

@@ -68,8 +68,8 @@ def _rollouts(model64, behaviour, std_normalize=False):
     return rollouts
 
 
-def _write_step(run: Path, rollouts, num_ranks: int) -> int:
-    batches = pack_step(pack_items(rollouts), step=1, seq_len=SEQ_LEN, num_ranks=num_ranks)
+def _write_step(run: Path, rollouts, num_ranks: int, aggregation: str = "token-mean") -> int:
+    batches = pack_step(pack_items(rollouts, aggregation), step=1, seq_len=SEQ_LEN, num_ranks=num_ranks)
     write_step(batches, run / "rollouts" / "step_1")
     assert all(len(b.micro_batches) >= 2 for b in batches)
     return batches[0].total_loss_tokens
@@ -105,6 +105,10 @@ CASES = {
     "off-policy": (True, {"kl_tau": 0.0, "trust_region_delta": 1e9}, dict()),
     # off-policy with the trust-region mask (small delta: the tiny model's probabilities are ~1/265) and a KL term
     "off-policy-masked-kl": (True, {"kl_tau": 0.05, "trust_region_delta": 1.5e-4}, dict(kl_tau=0.05, trust_region_delta=1.5e-4)),
+    # orchestrator.loss_aggregation = seq-mean-token-mean (GRPO as published): each rollout's token mean, averaged
+    # over rollouts, folded into the advantages by the orchestrator's packing; the KL term stays per token
+    "off-policy-seq-mean": (True, {"kl_tau": 0.05, "trust_region_delta": 1e9},
+                            dict(kl_tau=0.05, aggregation="seq-mean-token-mean")),
 }
 
 
@@ -115,7 +119,7 @@ def test_trainer_gradient_is_the_textbook_policy_gradient(tiny_model_dir, models
     model64, stale = models
     rollouts = _rollouts(model64, stale if off_policy else None)
     run = tmp_path / "run"
-    n = _write_step(run, rollouts, num_ranks=1)
+    n = _write_step(run, rollouts, num_ranks=1, aggregation=ref_kw.get("aggregation", "token-mean"))
     assert n == sum(sum(s.loss_mask) for r in rollouts if not r.masked for s in r.samples)
     handle = install_probe(tmp_path / "grads.pt")
     try:

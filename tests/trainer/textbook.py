@@ -110,14 +110,21 @@ def reference_gradient(
     rollouts: list[Rollout],
     kl_tau: float = 0.0,
     trust_region_delta: float | None = None,
+    aggregation: str = "token-mean",
 ) -> dict[str, torch.Tensor]:
     """name -> d loss / d param (float64) of the importance-weighted policy gradient over `rollouts`' unmasked
-    samples, normalised by their total loss-token count (module docstring)."""
+    samples, normalised by their total loss-token count (module docstring); with `aggregation =
+    "seq-mean-token-mean"` the policy-gradient term is instead each rollout's token mean averaged over the rollouts
+    (GRPO as published), the KL term still over all loss tokens."""
     model64.zero_grad(set_to_none=True)
     live = [r for r in rollouts if not r.masked]
     n_tokens = sum(sum(s.loss_mask) for r in live for s in r.samples)
-    total = torch.zeros((), dtype=torch.float64)
+    n_rollouts = sum(1 for r in live if any(any(s.loss_mask) for s in r.samples))
+    pg = torch.zeros((), dtype=torch.float64)
+    kl = torch.zeros((), dtype=torch.float64)
     for r in live:
+        n_r = sum(sum(s.loss_mask) for s in r.samples)
+        w = 1.0 / n_tokens if aggregation == "token-mean" else 1.0 / (n_rollouts * max(n_r, 1))
         for s in r.samples:
             lp = sample_logprobs(model64, s.token_ids, r.temperature)
             for t, on in enumerate(s.loss_mask):
@@ -131,9 +138,9 @@ def reference_gradient(
                     (a > 0 and dp > trust_region_delta) or (a < 0 and dp < -trust_region_delta)
                 )
                 if kept:
-                    total = total - a * ratio * lp[t]
-                total = total + kl_tau * (lp[t] - mu) ** 2
-    (total / n_tokens).backward()
+                    pg = pg - w * a * ratio * lp[t]
+                kl = kl + kl_tau * (lp[t] - mu) ** 2
+    (pg + kl / n_tokens).backward()
     return {n: p.grad.detach().clone() for n, p in model64.named_parameters()}
 
 

@@ -281,6 +281,12 @@ class OrchestratorConfig(BaseConfig):
     batch_size: int = Field(32, gt=0, description="Rollouts per step (a multiple of group_size).")
     max_steps: int | None = Field(None, gt=0, description="Stop after this many steps; None = run until stopped.")
     seq_len: int = Field(2048, gt=0, description="Max tokens per rollout sample and per packed micro-batch.")
+    loss_aggregation: Literal["token-mean", "seq-mean-token-mean"] = Field(
+        "token-mean",
+        description="How the policy-gradient loss weighs tokens: token-mean = every loss token of the step alike "
+        "(DAPO); seq-mean-token-mean = each rollout's token mean, averaged over rollouts (GRPO as published); applied "
+        "by scaling each rollout's advantage (prime_rl.orchestrator.packing.pack_items).",
+    )
     max_async_level: int = Field(1, ge=0, description="Steps the orchestrator may run ahead of the trainer.")
     max_off_policy_steps: int = Field(8, ge=0, description="Drop rollouts (and their group) older than this.")
     num_train_ranks: int = Field(1, gt=0, description="Trainer data-parallel ranks (one rank_R.bin each).")

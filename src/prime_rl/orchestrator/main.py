@@ -154,7 +154,7 @@ class Orchestrator:
         if self.cfg.traces_per_step:
             write_traces(step_dir, trace_rows(batch.rollouts, self.cfg.traces_per_step, self.cfg.train.group_size, step))
         batches = pack_step(
-            pack_items(batch.rollouts), step=step, seq_len=self.cfg.seq_len, num_ranks=self.cfg.num_train_ranks,
+            pack_items(batch.rollouts, self.cfg.loss_aggregation), step=step, seq_len=self.cfg.seq_len, num_ranks=self.cfg.num_train_ranks,
             pad_id=self.pad_id, metrics={k: v for k, v in m.items() if isinstance(v, int | float)},
         )
         write_step(batches, step_dir)

@@ -32,13 +32,32 @@ class PackItem:
         return len(self.input_ids)
 
 
-def pack_items(rollouts: list[Rollout]) -> list[PackItem]:
+def pack_items(rollouts: list[Rollout], aggregation: str = "token-mean") -> list[PackItem]:
     """Trainable material of a step: every sample of every unmasked, unfiltered rollout (masked rollouts carry no
-    tokens, DESIGN invariant 3)."""
+    tokens, DESIGN invariant 3).
+
+    `aggregation` (`orchestrator.loss_aggregation`) chooses how the policy-gradient term weighs tokens. The trainer
+    always divides the step's token sum by N, its count of loss tokens. `token-mean` (default, DAPO, Yu et al. 2025,
+    arXiv:2503.14476) leaves the advantages as they are, so every loss token weighs 1 / N. `seq-mean-token-mean`
+    (GRPO as published, Shao et al. 2024, arXiv:2402.03300: each rollout's token mean, averaged over rollouts)
+    multiplies rollout r's advantage by N / (R * n_r) (R = rollouts with at least one loss token, n_r = r's loss
+    tokens over all its samples), so each of r's tokens weighs 1 / (R * n_r). The trainer's KL term and trust-region
+    mask are unaffected (the mask reads only the advantage's sign).
+
+    Raises:
+        ValueError: unknown `aggregation`.
+    """
+    if aggregation not in ("token-mean", "seq-mean-token-mean"):
+        raise ValueError(f"orchestrator.loss_aggregation = {aggregation!r}: use token-mean or seq-mean-token-mean")
+    kept = [r for r in rollouts if not r.masked and not r.filtered]
+    scale = {id(r): 1.0 for r in kept}
+    if aggregation == "seq-mean-token-mean":
+        counts = {id(r): sum(sum(s.loss_mask) for s in r.samples) for r in kept}
+        total, n_rollouts = sum(counts.values()), sum(1 for c in counts.values() if c > 0)
+        scale = {k: total / (n_rollouts * c) if c else 1.0 for k, c in counts.items()}
     return [
-        PackItem(s.token_ids, s.loss_mask, s.logprobs, r.advantage, r.temperature)
-        for r in rollouts
-        if not r.masked and not r.filtered
+        PackItem(s.token_ids, s.loss_mask, s.logprobs, r.advantage * scale[id(r)], r.temperature)
+        for r in kept
         for s in r.samples
     ]
 

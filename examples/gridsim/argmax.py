@@ -1,0 +1,47 @@
+"""Argmax (temperature 0) scores of a GridSim RL run's start model and last policy on the 200 eval days.
+
+    python examples/gridsim/argmax.py outputs/gridsim-exp/default-s0/rl
+
+starts a vLLM inference server per model and scores it with `prime-rl eval` (one rollout per day at temperature 0,
+up to 4 turns, as benchmarks/peer_trl.py scores models), writes RUN/argmax/argmax_sft.jsonl and argmax_rl.jsonl
+(`task_id`, `score`) and prints both means and the paired difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.peer_trl import score  # noqa: E402
+
+from prime_rl.monitor.stats import mean_se, paired  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("run", type=Path, help="an rl run directory (its configs/ and weights/)")
+    a = p.parse_args()
+    run = a.run.resolve()
+    cfg = tomllib.loads((run / "configs" / "orchestrator.toml").read_text())
+    start = Path(cfg["model"]["name"]).resolve()
+    last = sorted((run / "weights").glob("step_*/STABLE"), key=lambda q: int(q.parent.name.split("_")[1]))[-1].parent
+    opts = argparse.Namespace(data_dir=None, eval_rollouts=1, temperature=0.0, eval_days=None)
+    res = {}
+    for name, model in (("argmax_sft", start), ("argmax_rl", last)):
+        scores = score(model, opts, run / "argmax" / name)
+        (run / "argmax" / f"{name}.jsonl").write_text("".join(
+            json.dumps({"task_id": t, "score": s}) + "\n" for t, s in sorted(scores.items())))  # fmt: skip
+        res[name] = scores
+        print(f"{name} ({model}): {mean_se(list(scores.values())).fmt()}", flush=True)
+    d = paired(res["argmax_rl"], res["argmax_sft"])
+    print(f"argmax RL - SFT (paired, {d.n} days): {d.mean:+.4f} ± {d.se:.4f}")
+
+
+if __name__ == "__main__":
+    main()
