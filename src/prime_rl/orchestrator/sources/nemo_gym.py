@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from prime_rl.config.orchestrator import TasksetConfig
 from prime_rl.envs.base import Task, VerifyResult
@@ -153,7 +153,7 @@ class NemoGymSource(TaskSource):
         """Read the server's capacity (`max_concurrent` in `/health`), if it reports one."""
         try:
             h = await self.client.health()
-        except (httpx.HTTPError, OSError, ValueError) as e:
+        except (TimeoutError, aiohttp.ClientError, NemoGymError, OSError, ValueError) as e:
             log.warning("resources server %s: /health failed (%s); capacity unknown", self.cfg.task.resources_url, e)
             return
         cap = h.get("max_concurrent") if isinstance(h, dict) else None
