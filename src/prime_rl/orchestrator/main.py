@@ -50,7 +50,7 @@ class Orchestrator:
         train_sources: list[TaskSource],
         eval_sources: list[TaskSource] | None = None,
         pad_id: int = 0,
-        poll_s: float = 0.1,
+        poll_s: float = 0.01,
         echo: bool = True,
     ):
         self.cfg = cfg

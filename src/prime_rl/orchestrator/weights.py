@@ -15,10 +15,11 @@ log = get_logger("orchestrator.weights")
 
 
 class WeightWatcher:
-    """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` awaits `load(path, N)` (an inference
-    backend's `update_weights`: it returns once every replica that is up loaded the version), then records version N
-    in `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped when several arrive at
-    once."""
+    """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` awaits `load(path, N)` (an inference backend's
+    `update_weights`: it returns once every replica that is up loaded the version), then records version N in
+    `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped when several arrive at once.
+    The default 10 ms costs one directory listing per poll (well under 1% of a core); 100 ms added 50 ms on average
+    to every RL step of a small model."""
 
     def __init__(
         self,
@@ -26,7 +27,7 @@ class WeightWatcher:
         load: Callable[[str, int], Awaitable[None]],
         policy: PolicyVersion,
         *,
-        poll_s: float = 0.1,
+        poll_s: float = 0.01,
         on_loaded: Callable[[int], Awaitable[None]] | None = None,
         alive: Callable[[], None] | None = None,
     ):

@@ -176,8 +176,9 @@ def read_batch(path: Path) -> StepBatch:
     return decode_batch(path.read_bytes(), source=str(path))
 
 
-def wait_for_batch(path: Path, timeout_s: float, poll_s: float = 0.05) -> StepBatch:
-    """Block until `path` exists, then read it.
+def wait_for_batch(path: Path, timeout_s: float, poll_s: float = 0.005) -> StepBatch:
+    """Block until `path` exists (checked every `poll_s`: one stat, so 5 ms costs nothing and adds 2.5 ms on average
+    to a step), then read it.
 
     Raises:
         TimeoutError: after `timeout_s` seconds, naming the file waited for.
