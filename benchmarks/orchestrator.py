@@ -31,7 +31,6 @@ sys.path.insert(0, str(REPO))
 
 from prime_rl.config.orchestrator import ClientConfig, OrchestratorConfig  # noqa: E402
 from prime_rl.models.renderer import load_tokenizer, make_renderer  # noqa: E402
-from prime_rl.models.tokenizer import write_tokenizer  # noqa: E402
 from prime_rl.orchestrator.main import Orchestrator  # noqa: E402
 from prime_rl.orchestrator.sources import build_source  # noqa: E402
 from prime_rl.transport.atomic import atomic_write_dir  # noqa: E402
@@ -69,31 +68,37 @@ class InstantClient:
 STUB = r"""
 import sys, json
 import uvicorn
-from fastapi import FastAPI, Request
 ids = json.loads(sys.argv[2])
-app = FastAPI()
+# the two answers, encoded once: this stub measures the orchestrator, not a server's JSON encoding
+ANSWERS = [json.dumps({"choices": [{"token_ids": out, "finish_reason": "stop",
+                                    "logprobs": {"content": [{"token_id": t, "logprob": -0.5} for t in out]}}]}).encode()
+           for out in ids]
+HEAD = [(b"content-type", b"application/json")]
 
-@app.post("/inference/v1/generate")
-async def generate(req: Request):
-    body = await req.json()
-    out = ids[1] if 261 in body["token_ids"] else ids[0]
-    return {"choices": [{"token_ids": out, "logprobs": {"content": [{"token_id": t, "logprob": -0.5} for t in out]},
-                         "finish_reason": "stop"}]}
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    chunks = []
+    while True:
+        m = await receive()
+        chunks.append(m.get("body", b""))
+        if not m.get("more_body"):
+            break
+    body = b"{}"
+    if scope["path"] == "/inference/v1/generate":
+        prompt = json.loads(b"".join(chunks))["token_ids"]
+        body = ANSWERS[1] if 261 in prompt else ANSWERS[0]  # <tool_response> in the prompt: second turn
+    await send({"type": "http.response.start", "status": 200, "headers": HEAD})
+    await send({"type": "http.response.body", "body": body})
 
-@app.post("/update_weights")
-async def update(req: Request):
-    return {}
-
-@app.get("/health")
-async def health():
-    return {}
-
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False, loop="uvloop",
+            http="httptools")
 """
 
 
 def stub_server(tok):
-    """A stub of `/inference/v1/generate`, `/update_weights`, `/health` in its own process (answers at once)."""
+    """A stub of `/inference/v1/generate` (and any other route: `{}`) in its own process, answering at once: a bare
+    ASGI app on uvicorn (uvloop, httptools) with pre-encoded answers, so the server's own cost stays small."""
     import socket
     import subprocess
 
@@ -124,12 +129,13 @@ async def run_once(args, client, renderer, *, async_level: int, train_s: float, 
 
         orch = Orchestrator(cfg, client=client, renderer=renderer, train_sources=sources, poll_s=0.002, echo=False)
         t = asyncio.create_task(trainer())
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = await orch.run()
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         await t
     n = args.steps * args.batch_size
-    return {"tag": tag, "rollouts_per_s": n / wall, "wall_s": wall, "step_s": sum(m["step_time_s"] for m in out[1:]) / max(1, len(out) - 1)}
+    return {"tag": tag, "rollouts_per_s": n / wall, "wall_s": wall, "cpu_ms": cpu / n * 1e3,
+            "step_s": sum(m["step_time_s"] for m in out[1:]) / max(1, len(out) - 1)}
 
 
 def real_stack_run(server, model: Path, tmp: Path, args, async_level: int) -> dict:
@@ -194,9 +200,10 @@ def real_stack(args) -> None:
 
 
 async def main_async(args):
-    with tempfile.TemporaryDirectory() as d:
-        tok = load_tokenizer(write_tokenizer(d))
     from prime_rl.config.orchestrator import RendererConfig
+    from prime_rl.models.tiny import cached_tiny_model
+
+    tok = load_tokenizer(cached_tiny_model())
 
     renderer = make_renderer(tok, RendererConfig())
     print(f"# orchestrator control plane: {args.steps} steps x {args.batch_size} rollouts (GridSim, 2 turns each)")
@@ -213,7 +220,8 @@ async def main_async(args):
         proc.terminate()
         proc.wait(10)
     for r in (inproc, http):
-        print(f"{r['tag']:>20}: {r['rollouts_per_s']:8.1f} rollouts/s  ({r['wall_s']:.2f} s)")
+        print(f"{r['tag']:>20}: {r['rollouts_per_s']:8.1f} rollouts/s  ({r['wall_s']:.2f} s; orchestrator CPU "
+              f"{r['cpu_ms']:.2f} ms/rollout)")
     print(f"{'ratio':>20}: HTTP / in-process = {http['rollouts_per_s'] / inproc['rollouts_per_s']:.2f}")
     print("  (for scale: vLLM samples ~4k tok/s with the 128x2 tiny model on this CPU, i.e. ~25 GridSim rollouts/s)")
 

@@ -130,6 +130,7 @@ class Orchestrator:
         step = batch.step
         m = step_metrics(batch, step_time_s, self.policy.version)
         m["inflight"] = self.sched.inflight if self.sched is not None else 0
+        m["weight_load_s"] = self.watcher.last_load_s
         step_dir = self.run_dir.rollout_step(step)
         if self.cfg.traces_per_step:
             write_traces(step_dir, trace_rows(batch.rollouts, self.cfg.traces_per_step, self.cfg.train.group_size, step))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -38,6 +39,7 @@ class WeightWatcher:
         self.poll_s = poll_s
         self.on_loaded = on_loaded
         self.loaded: list[int] = []
+        self.last_load_s = 0.0  # seconds the latest load took (the inference servers' reload, as the client saw it)
 
     def newest(self) -> tuple[int, Path] | None:
         dirs = step_dirs(self.dir, marker=STABLE)
@@ -49,8 +51,10 @@ class WeightWatcher:
         if found is None or found[0] <= self.policy.version:
             return None
         n, path = found
+        t0 = time.perf_counter()
         await self.load(str(path), n)
-        log.info("loaded policy version %d from %s", n, path)
+        self.last_load_s = time.perf_counter() - t0
+        log.info("loaded policy version %d from %s in %.3f s", n, path, self.last_load_s)
         self.loaded.append(n)
         self.policy.set(n)
         if self.on_loaded is not None:

@@ -73,7 +73,9 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
                 most = int(all_reduce_max(torch.tensor([float(len(mbs)), 1.0], dtype=torch.float64)).max().item())
                 mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
             m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe)
+            t_pub = time.perf_counter()
             engine.publish(step)
+            m["publish_s"] = time.perf_counter() - t_pub
             engine.maybe_checkpoint(step)
             m["data_wait_s"] = wait_s
             engine.log_step(step, m, console=loss.console)
