@@ -169,34 +169,50 @@ class InferenceClient:
     async def _post(self, url: str, route: str, body: dict) -> Any:
         """POST `body` as JSON and return the decoded answer, retried per the module docstring (tenacity). Raises
         InferenceError on a 4xx answer at once, ServerUnavailable after `client.max_retries` retries of transport
-        errors and 5xx answers."""
+        errors and 5xx answers.
+
+        The first attempt runs outside tenacity (its per-call machinery cost ~50 us of the ~0.5 ms a request costs
+        the client); after a failure tenacity waits 0.5 s, then runs the retries with waits of 1, 2, 4, 8, 8, ... s:
+        the documented schedule."""
         data = json.dumps(body, separators=(",", ":")).encode()
+        try:
+            return await self._post_once(url, route, data)
+        except (*TRANSPORT_ERRORS, _ServerError) as e:
+            if self.cfg.max_retries == 0:
+                raise self._unavailable(url, route, e) from e
+        await _sleep(0.5)
         retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(self.cfg.max_retries + 1),
-            wait=tenacity.wait_exponential(multiplier=0.5, max=8.0),  # 0.5 s, 1 s, 2 s, ... capped at 8 s
+            stop=tenacity.stop_after_attempt(self.cfg.max_retries),
+            wait=tenacity.wait_exponential(multiplier=1.0, max=8.0),  # after the 0.5 s above: 1 s, 2 s, ... capped at 8 s
             retry=tenacity.retry_if_exception_type((*TRANSPORT_ERRORS, _ServerError)),
             sleep=_sleep,
         )
         try:
             async for attempt in retrying:
                 with attempt:
-                    async with self._http().post(url + route, data=data, headers=_JSON) as r:
-                        status, raw = r.status, await r.read()
-                    if status >= 500:
-                        raise _ServerError(f"{url}{route} answered {status}: {_text(raw, 500)}")
-                    if status >= 400:
-                        raise InferenceError(f"{url}{route} answered {status}: {_text(raw, 1000)}")
-                    try:
-                        return json.loads(raw)
-                    except ValueError:
-                        raise InferenceError(f"{url}{route} answered non-JSON: {_text(raw, 300)!r}") from None
+                    return await self._post_once(url, route, data)
         except tenacity.RetryError as e:
             last = e.last_attempt.exception()
-            raise ServerUnavailable(
-                f"{url}{route} failed after {self.cfg.max_retries + 1} attempts (client.max_retries): "
-                f"{type(last).__name__}: {last}"
-            ) from last
+            raise self._unavailable(url, route, last) from last
         raise AssertionError("unreachable: tenacity either returned, raised or gave up")
+
+    def _unavailable(self, url: str, route: str, last: BaseException | None) -> ServerUnavailable:
+        return ServerUnavailable(f"{url}{route} failed after {self.cfg.max_retries + 1} attempts (client.max_retries): "
+                                 f"{type(last).__name__}: {last}")  # fmt: skip
+
+    async def _post_once(self, url: str, route: str, data: bytes) -> Any:
+        """One POST: the decoded JSON answer. Raises _ServerError (5xx), InferenceError (4xx, non-JSON) or a
+        TRANSPORT_ERRORS exception."""
+        async with self._http().post(url + route, data=data, headers=_JSON) as r:
+            status, raw = r.status, await r.read()
+        if status >= 500:
+            raise _ServerError(f"{url}{route} answered {status}: {_text(raw, 500)}")
+        if status >= 400:
+            raise InferenceError(f"{url}{route} answered {status}: {_text(raw, 1000)}")
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise InferenceError(f"{url}{route} answered non-JSON: {_text(raw, 300)!r}") from None
 
     # -- API -----------------------------------------------------------------------------------------------------
     async def generate(
