@@ -26,7 +26,8 @@ from tests.trainer.helpers import trainer_config
 from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
 from prime_rl.inference.client import InferenceClient
 from prime_rl.monitor.metrics import read_metrics
-from prime_rl.orchestrator.packing import PackItem, pack_step, write_step
+from prime_rl.orchestrator.outputs import write_step
+from prime_rl.orchestrator.packing import PackItem, pack_step
 
 pytestmark = pytest.mark.slow
 

@@ -58,7 +58,7 @@ def peer_env() -> dict[str, str]:
     return env
 
 
-def run_peer(python: Path, script: str, *args: str, timeout: float = 300) -> dict:
+def run_peer(python: Path, script: str, *args: str, timeout: float = 600) -> dict:
     """Run `tests/interop/peer/<script>` with the peer's python; returns the JSON of its last stdout line."""
     r = subprocess.run([str(python), str(PEER / script), *args], capture_output=True, text=True, timeout=timeout,
                        env=peer_env(), cwd=REPO)  # fmt: skip
@@ -67,7 +67,7 @@ def run_peer(python: Path, script: str, *args: str, timeout: float = 300) -> dic
 
 
 @contextmanager
-def peer_server(python: Path, *args: str, timeout: float = 120) -> Iterator[dict]:
+def peer_server(python: Path, *args: str, timeout: float = 300) -> Iterator[dict]:
     """Start `nemo_serve.py ARGS` with the peer's python; yields the ports it prints; always stops it."""
     proc = subprocess.Popen([str(python), str(PEER / "nemo_serve.py"), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=peer_env(), cwd=REPO)  # fmt: skip
