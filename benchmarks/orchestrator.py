@@ -3,7 +3,8 @@
 1. Rollouts per second of the orchestrator alone (scheduler, agent loop with rendering and tool parsing, GridSim
    tools and verify in-process, advantages, packing, writing rank files) against a stub inference server that
    answers every generate request instantly over real HTTP (the real `InferenceClient`), next to the same loop
-   with an in-process stub client (no HTTP), as a ratio measured in one run.
+   with an in-process stub client (no HTTP), as a ratio measured in one run. Rollouts/s are over steps 2..N
+   (steady state; the whole run's wall time is printed too), with the orchestrator process's CPU per rollout.
 2. Step time with `max_async_level = 0` versus 1 with a simulated trainer (fixed seconds per step) and simulated
    inference latency, as a ratio measured in one run.
 3. The same comparison on the real stack: the tiny model (128x2) served by one vLLM server, the real trainer and
@@ -134,8 +135,9 @@ async def run_once(args, client, renderer, *, async_level: int, train_s: float, 
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         await t
     n = args.steps * args.batch_size
-    return {"tag": tag, "rollouts_per_s": n / wall, "wall_s": wall, "cpu_ms": cpu / n * 1e3,
-            "step_s": sum(m["step_time_s"] for m in out[1:]) / max(1, len(out) - 1)}
+    steady = sum(m["step_time_s"] for m in out[1:])  # steps 2..N: start-up (sources, first step) excluded
+    return {"tag": tag, "rollouts_per_s": (len(out) - 1) * args.batch_size / steady, "wall_s": wall,
+            "cpu_ms": cpu / n * 1e3, "step_s": steady / max(1, len(out) - 1)}
 
 
 def real_stack_run(server, model: Path, tmp: Path, args, async_level: int) -> dict:
@@ -235,7 +237,7 @@ async def main_async(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-inflight", type=int, default=64)

@@ -14,9 +14,10 @@ same token layout that RL samples (../shared/notes/vllm-cpu.md, "Tool calls and 
 `renderer.enable_thinking` goes to the renderer's `enable_thinking` field, or to the chat template when the
 template reads that variable; an explicit setting that can do neither is refused.
 
-The tokenizer a renderer gets has its `encode` memoized for short strings (`memoize_encode`): the `renderers`
-package re-encodes the same few scaffold strings (`<|im_start|>assistant\n`, `\n`, the empty think block, role
-names) about 15 times per GridSim rollout, each through transformers' per-call set-up (~0.1-0.2 ms).
+The tokenizer a renderer gets has `encode` memoized for short strings and `decode` for short id lists
+(`memoize_encode`): the `renderers` package re-encodes the same few scaffold strings (`<|im_start|>assistant\n`,
+`\n`, the empty think block, role names) about 15 times per GridSim rollout and decodes single tokens and pairs 6
+times, each through transformers' per-call set-up (~0.02-0.2 ms).
 """
 
 from __future__ import annotations
@@ -112,11 +113,38 @@ class _MemoEncode:
         return list(ids)
 
 
+class _MemoDecode:
+    """`tokenizer.decode` with a bounded LRU cache of (ids, skip_special_tokens) -> text for at most `max_ids` ids
+    (the renderer decodes single tokens and pairs many times per turn); every other call goes straight through."""
+
+    def __init__(self, decode: Any, max_ids: int = 8, max_entries: int = 8192):
+        self.decode, self.max_ids, self.max_entries = decode, max_ids, max_entries
+        self.cache: OrderedDict[tuple, str] = OrderedDict()
+
+    def __call__(self, ids: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or set(kwargs) - {"skip_special_tokens"} or not isinstance(ids, list | tuple | int):
+            return self.decode(ids, *args, **kwargs)
+        seq = (ids,) if isinstance(ids, int) else tuple(ids)
+        if len(seq) > self.max_ids or not all(type(i) is int for i in seq):
+            return self.decode(ids, *args, **kwargs)
+        key = (isinstance(ids, int), seq, bool(kwargs.get("skip_special_tokens", False)))
+        text = self.cache.get(key)
+        if text is None:
+            text = self.decode(ids, **kwargs)
+            self.cache[key] = text
+            if len(self.cache) > self.max_entries:
+                self.cache.popitem(last=False)
+        return text
+
+
 def memoize_encode(tokenizer: Any) -> Any:
-    """Give `tokenizer` (in place; returned) an `encode` that caches short strings (`_MemoEncode`); idempotent.
-    The tokenizer must not change its vocabulary afterwards (added tokens would not reach cached strings)."""
+    """Give `tokenizer` (in place; returned) an `encode` that caches short strings (`_MemoEncode`) and a `decode`
+    that caches short id lists (`_MemoDecode`); idempotent. The tokenizer must not change its vocabulary afterwards
+    (added tokens would not reach cached entries)."""
     if not isinstance(getattr(tokenizer, "encode", None), _MemoEncode):
         tokenizer.encode = _MemoEncode(tokenizer.encode)
+    if not isinstance(getattr(tokenizer, "decode", None), _MemoDecode):
+        tokenizer.decode = _MemoDecode(tokenizer.decode)
     return tokenizer
 
 
