@@ -7,14 +7,16 @@
    (steady state; the whole run's wall time is printed too), with the orchestrator process's CPU per rollout.
 2. Step time with `max_async_level = 0` versus 1 with a simulated trainer (fixed seconds per step) and simulated
    inference latency, as a ratio measured in one run.
-3. The same comparison on the real stack: the tiny model (128x2) served by one vLLM server, the real trainer and
-   orchestrator processes (`python -m prime_rl.cli.trainer|orchestrator`, world size 1), GridSim in-process, a
-   few steps with `max_async_level` 0 and then 1 on the same server (base weights reloaded in between); time per
-   RL step (trainer publish to publish) and orchestrator step time over steps 2..N, side by side as a ratio. A few
+3. The same comparison on the real stack: the tiny model (128x2; GridSim in-process) or, with `--real-model
+   smollm2`, SmolLM2-135M-Instruct (reverse-text in-process: inference-heavy) served by one vLLM server, the real
+   trainer and orchestrator processes (`python -m prime_rl.cli.trainer|orchestrator`, world size 1), a few steps
+   with `max_async_level` 0 and then 1 on the same server (base weights reloaded in between); time per RL step
+   (trainer publish to publish) and orchestrator step time over steps 2..N, side by side as a ratio. A few
    minutes on CPU (`--no-real` skips it).
 
 Usage: python benchmarks/orchestrator.py [--steps 10] [--batch-size 64] [--group-size 8] [--max-inflight 64]
-       [--real-steps 5] [--real-batch-size 16] [--real-max-tokens 64] [--no-real | --real-only]
+       [--train-s 0.3] [--latency-s 0.05] [--real-model tiny|smollm2] [--real-steps 5] [--real-batch-size 16]
+       [--real-max-tokens 64] [--no-real | --real-only]
 """
 
 from __future__ import annotations
@@ -150,11 +152,12 @@ def real_stack_run(server, model: Path, tmp: Path, args, async_level: int) -> di
     run, seq_len = tmp / f"async{async_level}", 2048
     tcfg = trainer_toml(tmp / f"trainer{async_level}.toml", run=run, model=model, seq_len=seq_len,
                         max_steps=args.real_steps, lr=1e-5)  # fmt: skip
+    source = ('name = "reverse-text"\nenv.id = "reverse-text"\nenv.agent.max_turns = 1' if args.real_model == "smollm2"
+              else 'name = "gridsim"\nenv.id = "gridsim"\nenv.agent.max_turns = 2')  # fmt: skip
     ocfg = orchestrator_toml(
-        tmp / f"orchestrator{async_level}.toml", run=run, model=model, base_url=server.base_url,
-        source='name = "gridsim"\nenv.id = "gridsim"\nenv.agent.max_turns = 2', batch_size=args.real_batch_size,
-        group_size=4, max_tokens=args.real_max_tokens, seq_len=seq_len, max_steps=args.real_steps,
-        async_level=async_level,
+        tmp / f"orchestrator{async_level}.toml", run=run, model=model, base_url=server.base_url, source=source,
+        batch_size=args.real_batch_size, group_size=4, max_tokens=args.real_max_tokens, seq_len=seq_len,
+        max_steps=args.real_steps, async_level=async_level,
     )
     logs = {n: tmp / f"{n}{async_level}.out" for n in ("trainer", "orchestrator")}
     t0 = time.perf_counter()
@@ -186,9 +189,14 @@ def real_stack(args) -> None:
     from prime_rl.inference.testing import start_server
     from prime_rl.models.tiny import cached_tiny_model
 
-    model = cached_tiny_model()
-    print(f"# real stack: tiny model 128x2 on vLLM, real trainer, GridSim; {args.real_steps} steps x "
-          f"{args.real_batch_size} rollouts, <= {args.real_max_tokens} tokens per turn (mean over steps 2..N)")  # fmt: skip
+    if args.real_model == "smollm2":
+        from prime_rl.models.smollm import cached_smollm
+
+        model, what = cached_smollm(), "SmolLM2-135M-Instruct on vLLM, real trainer, reverse-text"
+    else:
+        model, what = cached_tiny_model(), "tiny model 128x2 on vLLM, real trainer, GridSim"
+    print(f"# real stack: {what}; {args.real_steps} steps x {args.real_batch_size} rollouts, <= "
+          f"{args.real_max_tokens} tokens per turn (mean over steps 2..N)")  # fmt: skip
     with tempfile.TemporaryDirectory() as d, start_server(model, log_path=Path(d) / "vllm.log") as server:
         res = {a: real_stack_run(server, model, Path(d), args, a) for a in (0, 1)}
     for a, r in res.items():
@@ -243,6 +251,7 @@ def main():
     p.add_argument("--max-inflight", type=int, default=64)
     p.add_argument("--train-s", type=float, default=0.3)
     p.add_argument("--latency-s", type=float, default=0.05)
+    p.add_argument("--real-model", choices=["tiny", "smollm2"], default="tiny")
     p.add_argument("--real-steps", type=int, default=5)
     p.add_argument("--real-batch-size", type=int, default=16)
     p.add_argument("--real-max-tokens", type=int, default=64)

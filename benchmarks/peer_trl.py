@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", nargs="+", choices=["digit", "gridsim", "reverse-text"], default=None,
                    help="side-by-side prime-rl vs TRL runs of these workloads (see the module docstring)")
     p.add_argument("--gridsim-model", type=Path, default=None, help="--compare gridsim: the SFT model to start from")
+    p.add_argument("--eval-examples", type=int, default=None,
+                   help="--compare: eval tasks per source for both sides (default: each config's own)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "peer-trl")
     p.add_argument("--data-dir", type=Path, default=None, help="ERCOT NP4-180-ER files (default: synthetic days)")
@@ -209,6 +211,8 @@ def compare(args: argparse.Namespace) -> int:
             continue
         steps = args.steps or w.steps
         seed = args.seeds[0]
+        if args.eval_examples:
+            w.rl_args += ["--orchestrator.eval.num-examples", str(args.eval_examples)]
         prime = pc.run_prime(w, model, steps, seed, out / name)
         print(f"{name}: prime-rl {prime['step_s']:.3f} s/step, eval {prime['eval'][0]:.3f}", flush=True)
         trl = pc.train_trl(py, w, model, steps, seed, out / name / "trl")
