@@ -1,6 +1,6 @@
 """Sampled tokens per second: vLLM (prime-rl's server, token-in/token-out) vs transformers `generate`.
 
-    python benchmarks/inference.py [--hidden 128 --layers 2 --requests 64 --tokens 128 --model-dir DIR]
+    python benchmarks/inference.py [--hidden 128 --layers 2 | --smollm2 | --model-dir DIR] [--requests 64 --tokens 128]
 
 Same prompts (chat-template ids of 64 different user messages), same length (exactly --tokens sampled tokens per
 request: eos ignored / min_new_tokens), temperature 1, fp32 on CPU. vLLM: all requests sent concurrently to one
@@ -90,7 +90,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--model-dir", type=Path, default=None, help="serve this model instead of a tiny one")
+    ap.add_argument("--smollm2", action="store_true", help="SmolLM2-135M-Instruct (prime-rl's cached conversion)")
     args = ap.parse_args()
+    if args.smollm2:
+        from prime_rl.models.smollm import cached_smollm
+
+        args.model_dir = cached_smollm()
 
     from transformers import AutoTokenizer
 

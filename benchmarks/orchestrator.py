@@ -3,17 +3,20 @@
 1. Rollouts per second of the orchestrator alone (scheduler, agent loop with rendering and tool parsing, GridSim
    tools and verify in-process, advantages, packing, writing rank files) against a stub inference server that
    answers every generate request instantly over real HTTP (the real `InferenceClient`), next to the same loop
-   with an in-process stub client (no HTTP), as a ratio measured in one run.
+   with an in-process stub client (no HTTP), as a ratio measured in one run. Rollouts/s are over steps 2..N
+   (steady state; the whole run's wall time is printed too), with the orchestrator process's CPU per rollout.
 2. Step time with `max_async_level = 0` versus 1 with a simulated trainer (fixed seconds per step) and simulated
    inference latency, as a ratio measured in one run.
-3. The same comparison on the real stack: the tiny model (128x2) served by one vLLM server, the real trainer and
-   orchestrator processes (`python -m prime_rl.cli.trainer|orchestrator`, world size 1), GridSim in-process, a
-   few steps with `max_async_level` 0 and then 1 on the same server (base weights reloaded in between); time per
-   RL step (trainer publish to publish) and orchestrator step time over steps 2..N, side by side as a ratio. A few
+3. The same comparison on the real stack: the tiny model (128x2; GridSim in-process) or, with `--real-model
+   smollm2`, SmolLM2-135M-Instruct (reverse-text in-process: inference-heavy) served by one vLLM server, the real
+   trainer and orchestrator processes (`python -m prime_rl.cli.trainer|orchestrator`, world size 1), a few steps
+   with `max_async_level` 0 and then 1 on the same server (base weights reloaded in between); time per RL step
+   (trainer publish to publish) and orchestrator step time over steps 2..N, side by side as a ratio. A few
    minutes on CPU (`--no-real` skips it).
 
 Usage: python benchmarks/orchestrator.py [--steps 10] [--batch-size 64] [--group-size 8] [--max-inflight 64]
-       [--real-steps 5] [--real-batch-size 16] [--real-max-tokens 64] [--no-real | --real-only]
+       [--train-s 0.3] [--latency-s 0.05] [--real-model tiny|smollm2] [--real-steps 5] [--real-batch-size 16]
+       [--real-max-tokens 64] [--no-real | --real-only]
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ sys.path.insert(0, str(REPO))
 
 from prime_rl.config.orchestrator import ClientConfig, OrchestratorConfig  # noqa: E402
 from prime_rl.models.renderer import load_tokenizer, make_renderer  # noqa: E402
-from prime_rl.models.tokenizer import write_tokenizer  # noqa: E402
 from prime_rl.orchestrator.main import Orchestrator  # noqa: E402
 from prime_rl.orchestrator.sources import build_source  # noqa: E402
 from prime_rl.transport.atomic import atomic_write_dir  # noqa: E402
@@ -69,31 +71,37 @@ class InstantClient:
 STUB = r"""
 import sys, json
 import uvicorn
-from fastapi import FastAPI, Request
 ids = json.loads(sys.argv[2])
-app = FastAPI()
+# the two answers, encoded once: this stub measures the orchestrator, not a server's JSON encoding
+ANSWERS = [json.dumps({"choices": [{"token_ids": out, "finish_reason": "stop",
+                                    "logprobs": {"content": [{"token_id": t, "logprob": -0.5} for t in out]}}]}).encode()
+           for out in ids]
+HEAD = [(b"content-type", b"application/json")]
 
-@app.post("/inference/v1/generate")
-async def generate(req: Request):
-    body = await req.json()
-    out = ids[1] if 261 in body["token_ids"] else ids[0]
-    return {"choices": [{"token_ids": out, "logprobs": {"content": [{"token_id": t, "logprob": -0.5} for t in out]},
-                         "finish_reason": "stop"}]}
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    chunks = []
+    while True:
+        m = await receive()
+        chunks.append(m.get("body", b""))
+        if not m.get("more_body"):
+            break
+    body = b"{}"
+    if scope["path"] == "/inference/v1/generate":
+        prompt = json.loads(b"".join(chunks))["token_ids"]
+        body = ANSWERS[1] if 261 in prompt else ANSWERS[0]  # <tool_response> in the prompt: second turn
+    await send({"type": "http.response.start", "status": 200, "headers": HEAD})
+    await send({"type": "http.response.body", "body": body})
 
-@app.post("/update_weights")
-async def update(req: Request):
-    return {}
-
-@app.get("/health")
-async def health():
-    return {}
-
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False, loop="uvloop",
+            http="httptools")
 """
 
 
 def stub_server(tok):
-    """A stub of `/inference/v1/generate`, `/update_weights`, `/health` in its own process (answers at once)."""
+    """A stub of `/inference/v1/generate` (and any other route: `{}`) in its own process, answering at once: a bare
+    ASGI app on uvicorn (uvloop, httptools) with pre-encoded answers, so the server's own cost stays small."""
     import socket
     import subprocess
 
@@ -124,12 +132,14 @@ async def run_once(args, client, renderer, *, async_level: int, train_s: float, 
 
         orch = Orchestrator(cfg, client=client, renderer=renderer, train_sources=sources, poll_s=0.002, echo=False)
         t = asyncio.create_task(trainer())
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = await orch.run()
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         await t
     n = args.steps * args.batch_size
-    return {"tag": tag, "rollouts_per_s": n / wall, "wall_s": wall, "step_s": sum(m["step_time_s"] for m in out[1:]) / max(1, len(out) - 1)}
+    steady = sum(m["step_time_s"] for m in out[1:])  # steps 2..N: start-up (sources, first step) excluded
+    return {"tag": tag, "rollouts_per_s": (len(out) - 1) * args.batch_size / steady, "wall_s": wall,
+            "cpu_ms": cpu / n * 1e3, "step_s": steady / max(1, len(out) - 1)}
 
 
 def real_stack_run(server, model: Path, tmp: Path, args, async_level: int) -> dict:
@@ -142,11 +152,12 @@ def real_stack_run(server, model: Path, tmp: Path, args, async_level: int) -> di
     run, seq_len = tmp / f"async{async_level}", 2048
     tcfg = trainer_toml(tmp / f"trainer{async_level}.toml", run=run, model=model, seq_len=seq_len,
                         max_steps=args.real_steps, lr=1e-5)  # fmt: skip
+    source = ('name = "reverse-text"\nenv.id = "reverse-text"\nenv.agent.max_turns = 1' if args.real_model == "smollm2"
+              else 'name = "gridsim"\nenv.id = "gridsim"\nenv.agent.max_turns = 2')  # fmt: skip
     ocfg = orchestrator_toml(
-        tmp / f"orchestrator{async_level}.toml", run=run, model=model, base_url=server.base_url,
-        source='name = "gridsim"\nenv.id = "gridsim"\nenv.agent.max_turns = 2', batch_size=args.real_batch_size,
-        group_size=4, max_tokens=args.real_max_tokens, seq_len=seq_len, max_steps=args.real_steps,
-        async_level=async_level,
+        tmp / f"orchestrator{async_level}.toml", run=run, model=model, base_url=server.base_url, source=source,
+        batch_size=args.real_batch_size, group_size=4, max_tokens=args.real_max_tokens, seq_len=seq_len,
+        max_steps=args.real_steps, async_level=async_level,
     )
     logs = {n: tmp / f"{n}{async_level}.out" for n in ("trainer", "orchestrator")}
     t0 = time.perf_counter()
@@ -178,9 +189,14 @@ def real_stack(args) -> None:
     from prime_rl.inference.testing import start_server
     from prime_rl.models.tiny import cached_tiny_model
 
-    model = cached_tiny_model()
-    print(f"# real stack: tiny model 128x2 on vLLM, real trainer, GridSim; {args.real_steps} steps x "
-          f"{args.real_batch_size} rollouts, <= {args.real_max_tokens} tokens per turn (mean over steps 2..N)")  # fmt: skip
+    if args.real_model == "smollm2":
+        from prime_rl.models.smollm import cached_smollm
+
+        model, what = cached_smollm(), "SmolLM2-135M-Instruct on vLLM, real trainer, reverse-text"
+    else:
+        model, what = cached_tiny_model(), "tiny model 128x2 on vLLM, real trainer, GridSim"
+    print(f"# real stack: {what}; {args.real_steps} steps x {args.real_batch_size} rollouts, <= "
+          f"{args.real_max_tokens} tokens per turn (mean over steps 2..N)")  # fmt: skip
     with tempfile.TemporaryDirectory() as d, start_server(model, log_path=Path(d) / "vllm.log") as server:
         res = {a: real_stack_run(server, model, Path(d), args, a) for a in (0, 1)}
     for a, r in res.items():
@@ -194,9 +210,10 @@ def real_stack(args) -> None:
 
 
 async def main_async(args):
-    with tempfile.TemporaryDirectory() as d:
-        tok = load_tokenizer(write_tokenizer(d))
     from prime_rl.config.orchestrator import RendererConfig
+    from prime_rl.models.tiny import cached_tiny_model
+
+    tok = load_tokenizer(cached_tiny_model())
 
     renderer = make_renderer(tok, RendererConfig())
     print(f"# orchestrator control plane: {args.steps} steps x {args.batch_size} rollouts (GridSim, 2 turns each)")
@@ -213,7 +230,8 @@ async def main_async(args):
         proc.terminate()
         proc.wait(10)
     for r in (inproc, http):
-        print(f"{r['tag']:>20}: {r['rollouts_per_s']:8.1f} rollouts/s  ({r['wall_s']:.2f} s)")
+        print(f"{r['tag']:>20}: {r['rollouts_per_s']:8.1f} rollouts/s  ({r['wall_s']:.2f} s; orchestrator CPU "
+              f"{r['cpu_ms']:.2f} ms/rollout)")
     print(f"{'ratio':>20}: HTTP / in-process = {http['rollouts_per_s'] / inproc['rollouts_per_s']:.2f}")
     print("  (for scale: vLLM samples ~4k tok/s with the 128x2 tiny model on this CPU, i.e. ~25 GridSim rollouts/s)")
 
@@ -227,12 +245,13 @@ async def main_async(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-inflight", type=int, default=64)
     p.add_argument("--train-s", type=float, default=0.3)
     p.add_argument("--latency-s", type=float, default=0.05)
+    p.add_argument("--real-model", choices=["tiny", "smollm2"], default="tiny")
     p.add_argument("--real-steps", type=int, default=5)
     p.add_argument("--real-batch-size", type=int, default=16)
     p.add_argument("--real-max-tokens", type=int, default=64)

@@ -19,6 +19,16 @@ days, paired by day against the starting model's eval.
 
 prints one line per seed (wall time, s/step, eval mean +- SE, paired difference to the start model) and writes
 `summary.json`. `--steps`, `--eval-days` and `--eval-rollouts` shrink it for a smoke run.
+
+Side by side (issue 17, `_peer_compare.py`): `--compare digit gridsim reverse-text` runs, per workload, prime-rl's
+`rl` and then TRL on the same model and settings and prints one markdown table each (s per RL step, rollouts/s,
+trained tokens/s, peak memory per process, eval reward after the last step +- SE, and the ratios), also written to
+OUT/compare.md and compare.json. Workloads: `digit` (examples/ladder/digit.toml, the random tiny 64x2 model),
+`gridsim` (GridSim's first turn, benchmarks/peer/gridsim_first_turn.toml, from `--gridsim-model`, an SFT model
+that calls the tool) and `reverse-text` (examples/reverse_text/rl.toml from SmolLM2-135M-Instruct). `--steps`
+overrides every workload's step count.
+
+    python benchmarks/peer_trl.py --compare digit reverse-text --out outputs/peer-compare
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))  # _peer_compare
 WORKER = Path(__file__).with_name("_peer_trl_worker.py")
 TRL_VERSION = "1.16.0"
 
@@ -126,11 +137,16 @@ def mean_se(x: list[float]) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", type=Path, required=True, help="the starting model (prime-rl's SFT output folder)")
+    p.add_argument("--model", type=Path, default=None, help="the starting model (prime-rl's SFT output folder)")
+    p.add_argument("--compare", nargs="+", choices=["digit", "gridsim", "reverse-text"], default=None,
+                   help="side-by-side prime-rl vs TRL runs of these workloads (see the module docstring)")
+    p.add_argument("--gridsim-model", type=Path, default=None, help="--compare gridsim: the SFT model to start from")
+    p.add_argument("--eval-examples", type=int, default=None,
+                   help="--compare: eval tasks per source for both sides (default: each config's own)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "peer-trl")
     p.add_argument("--data-dir", type=Path, default=None, help="ERCOT NP4-180-ER files (default: synthetic days)")
-    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 50; --compare: per workload)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--temperature", type=float, default=0.5)
     p.add_argument("--prompts-per-step", type=int, default=4)
@@ -140,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-rollouts", type=int, default=4)
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the `finally` that stops the inference server
+    if args.compare:
+        return compare(args)
+    if args.model is None:
+        p.error("--model is required (unless --compare)")
+    args.steps = args.steps or 50
     args.model, args.out = args.model.resolve(), args.out.resolve()
     if args.data_dir:
         args.data_dir = args.data_dir.resolve()
@@ -168,6 +189,42 @@ def main(argv: list[str] | None = None) -> int:
         summary["mean_gain"] = sum(gains) / len(gains)
         print(f"mean gain over {len(gains)} seeds: {summary['mean_gain']:+.4f}")
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    """`--compare`: each workload on prime-rl, then on TRL (same model and settings), one table each."""
+    import platform
+
+    import _peer_compare as pc
+
+    out = args.out.resolve()
+    py = ensure_trl_venv()
+    ws = pc.workloads(args)
+    tables, results = [], {}
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}, shared with other jobs"
+    for name in args.compare:
+        w = ws[name]
+        model = pc.model_for(w, args)
+        if model is None:
+            print(f"{name}: skipped (give --gridsim-model, an SFT model that calls submit_schedule)", flush=True)
+            continue
+        steps = args.steps or w.steps
+        seed = args.seeds[0]
+        if args.eval_examples:
+            w.rl_args += ["--orchestrator.eval.num-examples", str(args.eval_examples)]
+        prime = pc.run_prime(w, model, steps, seed, out / name)
+        print(f"{name}: prime-rl {prime['step_s']:.3f} s/step, eval {prime['eval'][0]:.3f}", flush=True)
+        trl = pc.train_trl(py, w, model, steps, seed, out / name / "trl")
+        trl["eval"] = pc.score_trl(out / name / "trl" / "model", prime["orchestrator_config"], out / name / "trl-eval")
+        print(f"{name}: TRL {trl['step_s']:.3f} s/step, eval {trl['eval'][0]:.3f}", flush=True)
+        tables.append(pc.table(w, model, steps, prime, trl))
+        prime.pop("orchestrator_config")
+        results[name] = {"prime-rl": prime, "trl": trl, "model": str(model), "steps": steps, "seed": seed}
+    text = f"machine: {machine}\n\n" + "\n\n".join(tables)
+    print(text)
+    (out / "compare.md").write_text(text + "\n")
+    (out / "compare.json").write_text(json.dumps(results, indent=1, default=str))
     return 0
 
 

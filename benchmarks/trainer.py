@@ -1,11 +1,21 @@
-"""Training throughput: prime-rl's engine (packed micro-batches, FSDP2, world size 1) versus a plain transformers
-loop (padded batches, `labels` with -100) on the same conversations-like data, same model, same optimizer.
+"""Training throughput: prime-rl's engine (packed micro-batches, `prime_packed` attention, FSDP2 off for a lone fp32
+process) versus a plain transformers loop (padded batches, `labels` with -100) on the same data, model and optimizer,
+with the model FLOPs per token and this machine's fp32 matmul FLOP/s measured in the same run (an MFU figure).
 
-    .venv/bin/python benchmarks/trainer.py [--hidden 128 --layers 2 --samples 64 --batch 16 --steps 4 --threads 2]
+    python benchmarks/trainer.py [--model tiny --hidden 128 --layers 2 | --model smollm2] [--samples 64 --batch 16
+                                 --steps 4 --threads 2] [--fsdp]
 
-Prints tokens/s (real, non-pad tokens) of each, their ratio (measured in this one run), the padding fraction of
-the plain loop, and each variant's peak memory (peak RSS of its own child process on CPU; CUDA max allocated on
-GPU). Each variant runs in a fresh child process so peak memory is its own; one warm-up step is not timed.
+Prints useful (non-pad) tokens/s of each variant, their ratio (measured in this one run), the padding fraction of the
+plain loop, each variant's peak memory (peak RSS of its own child process on CPU; CUDA max allocated on GPU), the
+model FLOPs per token, the measured fp32 matmul peak, and each variant's model FLOP/s as a fraction of that peak.
+Each variant runs in a fresh child process; one warm-up step is not timed. `--fsdp` adds the engine with FSDP2
+forced on (world size 1), to measure what the wrapper costs.
+
+Model FLOPs per trained token (Kaplan et al. 2020, eq. 2.1; Chowdhery et al. 2022, appendix B): 6 x the weights
+used in matmuls (every linear layer and the output head; not the embedding lookup) plus the attention scores and
+weighted sums, 6 x layers x heads x head_dim x (mean causal context), where the mean causal context of a sample of
+L tokens is (L + 1) / 2, averaged over the trained tokens. Padding and the masked half of attention are not model
+FLOPs. The peak is the best of a few 2048 x 2048 fp32 `torch.mm` at the same thread count.
 """
 
 from __future__ import annotations
@@ -41,7 +51,34 @@ def _peak(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def run_prime(args, model_dir: str, q) -> None:
+def matmul_flops(threads: int, n: int = 2048, repeats: int = 5) -> float:
+    """Best fp32 FLOP/s of `repeats` n x n x n `torch.mm` (2 n^3 FLOPs each) with `threads` intra-op threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def flops_per_token(config, lengths: list[int]) -> float:
+    """Training model FLOPs per token (module docstring) for samples of `lengths` tokens."""
+    h, layers = config.hidden_size, config.num_hidden_layers
+    heads, kv = config.num_attention_heads, getattr(config, "num_key_value_heads", config.num_attention_heads)
+    hd = getattr(config, "head_dim", None) or h // heads
+    inter, vocab = config.intermediate_size, config.vocab_size
+    per_layer = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 3 * h * inter  # q, k, v, o; gate, up, down
+    matmul_weights = layers * per_layer + h * vocab  # + the output head
+    ctx = sum(L * (L + 1) / 2 for L in lengths) / sum(lengths)  # mean causal context per token
+    return 6 * matmul_weights + 6 * layers * heads * hd * ctx
+
+
+def run_prime(args, model_dir: str, q, fsdp: bool | str) -> None:
     import torch
 
     from prime_rl.config.trainer import SFTConfig
@@ -50,8 +87,8 @@ def run_prime(args, model_dir: str, q) -> None:
     from prime_rl.trainer.sft_data import SFTSample, pack_samples
 
     torch.set_num_threads(args.threads)
-    cfg = SFTConfig(model={"name": model_dir}, output_dir=tempfile.mkdtemp(), optim={"lr": 1e-4}, seq_len=args.seq_len,
-                    max_steps=args.steps + 1, threads=args.threads)
+    cfg = SFTConfig(model={"name": model_dir, "fsdp": fsdp}, output_dir=tempfile.mkdtemp(), optim={"lr": 1e-4},
+                    seq_len=args.seq_len, max_steps=args.steps + 1, threads=args.threads)  # fmt: skip
     eng = Engine(EngineConfig.from_config(cfg), process="bench")
     data = [SFTSample(ids, m) for ids, m in make_data(args.samples, args.seed)]
     tokens, t = 0, 0.0
@@ -108,8 +145,9 @@ def run_plain(args, model_dir: str, q) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
+    p.add_argument("--hidden", type=int, default=128, help="tiny model width")
+    p.add_argument("--layers", type=int, default=2, help="tiny model depth")
     p.add_argument("--samples", type=int, default=64)
     p.add_argument("--batch", type=int, default=16, help="samples per optimizer step")
     p.add_argument("--plain-micro", type=int, default=4, help="samples per padded micro-batch in the plain loop")
@@ -117,25 +155,47 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fsdp", action="store_true", help="also run the engine with FSDP2 forced on (world size 1)")
     args = p.parse_args()
 
-    from prime_rl.models.tiny import cached_tiny_model
+    from transformers import AutoConfig
 
-    model_dir = str(cached_tiny_model(hidden=args.hidden, layers=args.layers))
+    if args.model == "smollm2":
+        from prime_rl.models.smollm import cached_smollm
+
+        model_dir, label = str(cached_smollm()), "SmolLM2-135M"
+    else:
+        from prime_rl.models.tiny import cached_tiny_model
+
+        model_dir = str(cached_tiny_model(hidden=args.hidden, layers=args.layers))
+        label = f"tiny Qwen3 hidden {args.hidden} x {args.layers} layers"
+    peak = matmul_flops(args.threads)
+    data = make_data(args.samples, args.seed)
+    lengths = [len(data[(s * args.batch + j) % len(data)][0]) for s in range(1, args.steps + 1) for j in range(args.batch)]
+    fpt = flops_per_token(AutoConfig.from_pretrained(model_dir), lengths)
     ctx = mp.get_context("spawn")
+    variants = [("plain transformers (padded)", run_plain, ()), ("prime-rl engine (packed)", run_prime, ("auto",))]
+    if args.fsdp:
+        variants.append(("prime-rl engine, FSDP2 forced", run_prime, (True,)))
     res = {}
-    for name, fn in (("plain transformers (padded)", run_plain), ("prime-rl engine (packed)", run_prime)):
+    for name, fn, extra in variants:
         q = ctx.Queue()
-        proc = ctx.Process(target=fn, args=(args, model_dir, q))
+        proc = ctx.Process(target=fn, args=(args, model_dir, q, *extra))
         proc.start()
-        res[name] = q.get(timeout=1800)
+        res[name] = q.get(timeout=3600)
         proc.join(timeout=60)
-    print(f"model: tiny Qwen3 hidden {args.hidden} x {args.layers} layers; {args.batch} samples/step, {args.steps} timed steps")
-    print(f"{'variant':32s} {'tokens/s':>10s} {'peak GiB':>9s} {'pad frac':>9s}")
+    print(f"model: {label}; {args.batch} samples/step (16-384 tokens), {args.steps} timed steps, {args.threads} threads")
+    print(f"model FLOPs per trained token: {fpt / 1e6:.2f} MFLOP; fp32 matmul peak measured now: {peak / 1e9:.1f} GFLOP/s")
+    print(f"{'variant':32s} {'tokens/s':>10s} {'peak GiB':>9s} {'pad frac':>9s} {'GFLOP/s':>8s} {'MFU':>6s}")
     for name, r in res.items():
-        print(f"{name:32s} {r['tokens_per_s']:10.0f} {r['peak_gib']:9.2f} {r['pad_frac']:9.2f}")
+        achieved = r["tokens_per_s"] * fpt
+        print(f"{name:32s} {r['tokens_per_s']:10.0f} {r['peak_gib']:9.2f} {r['pad_frac']:9.2f} {achieved / 1e9:8.1f} "
+              f"{achieved / peak:6.1%}")
     a, b = res["prime-rl engine (packed)"], res["plain transformers (padded)"]
     print(f"ratio packed / padded tokens/s: {a['tokens_per_s'] / b['tokens_per_s']:.2f}x")
+    if args.fsdp:
+        f = res["prime-rl engine, FSDP2 forced"]
+        print(f"ratio engine without / with FSDP2 at world size 1: {a['tokens_per_s'] / f['tokens_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

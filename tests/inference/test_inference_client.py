@@ -1,14 +1,18 @@
-"""InferenceClient against a fake transport (no vLLM): routing, retries, parsing, errors."""
+"""InferenceClient against scripted local HTTP servers (aiohttp, real sockets; no vLLM): routing, retries,
+parsing, errors. Each logical host ("a:1", "b:2", ...) is one server on a free port; a dead host is a port nothing
+listens on (connection refused)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-import httpx
 import pytest
+from aiohttp import web
 
 from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
 from prime_rl.inference.client import InferenceClient, InferenceError, NoReplicaLeft
+from prime_rl.ports import free_port
 
 
 def _gen_response(ids, logprobs, version="default", finish="length"):
@@ -30,33 +34,96 @@ def _gen_response(ids, logprobs, version="default", finish="length"):
     }
 
 
+@dataclass
+class Reply:
+    """A scripted answer: `status` with a JSON body (`json`) or a text body."""
+
+    status: int = 200
+    json: object = None
+    text: str = ""
+
+
+DROP = object()  # scripted: close the connection without answering (a transport error for the client)
+
+
 class Fake:
-    def __init__(self, script=None):
+    """Scripted servers: `calls` records (host, path, body) of every request a server received, in arrival order;
+    `script` items are answered first (a `Reply`, or `DROP`), then generate requests get `max_tokens` tokens and
+    others {"ok": true}. Hosts in `dead` get no server: their port refuses connections (nothing is recorded)."""
+
+    def __init__(self, script=None, dead=()):
         self.calls: list[tuple[str, str, dict | None]] = []
         self.script = list(script or [])
+        self.dead = set(dead)
+        self.urls: dict[str, str] = {}
+        self.peers: set = set()  # client (address, port) pairs seen: one per connection
+        self._runners: dict[str, web.AppRunner] = {}
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
-        self.calls.append((request.url.host + ":" + str(request.url.port), request.url.path, body))
-        if self.script:
-            item = self.script.pop(0)
-            if isinstance(item, Exception):
-                raise item
-            return item
-        if request.url.path == "/inference/v1/generate":
-            n = body["sampling_params"]["max_tokens"]
-            return httpx.Response(200, json=_gen_response(list(range(65, 65 + n)), [-1.5] * n, version="7"))
-        return httpx.Response(200, json={"ok": True})
+    async def start(self, hosts) -> list[str]:
+        for host in hosts:
+            port = free_port()
+            self.urls[host] = f"http://127.0.0.1:{port}"
+            if host in self.dead:
+                continue
+            app = web.Application()
+            app.router.add_route("*", "/{tail:.*}", self._handler(host))
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            self._runners[host] = runner
+        return [self.urls[h] for h in hosts]
+
+    def _handler(self, host):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            raw = await request.read()
+            body = json.loads(raw) if raw else None
+            self.calls.append((host, request.path, body))
+            self.peers.add(request.transport.get_extra_info("peername"))
+            if self.script:
+                item = self.script.pop(0)
+                if item is DROP:
+                    request.transport.close()
+                    return web.Response(status=500)  # never reaches the client: the connection is gone
+                if item.json is not None:
+                    return web.json_response(item.json, status=item.status)
+                return web.Response(status=item.status, text=item.text)
+            if request.path == "/inference/v1/generate":
+                n = body["sampling_params"]["max_tokens"]
+                return web.json_response(_gen_response(list(range(65, 65 + n)), [-1.5] * n, version="7"))
+            return web.json_response({"ok": True})
+
+        return handle
+
+    def host(self, url: str) -> str:
+        return {u: h for h, u in self.urls.items()}[url]
+
+    async def kill(self, host: str) -> None:
+        """Stop `host`'s server: from now on its port refuses connections."""
+        self.dead.add(host)
+        await self._runners.pop(host).cleanup()
+
+    async def close(self):
+        for r in self._runners.values():
+            await r.cleanup()
 
 
-def make(fake, urls=("http://a:1", "http://b:2"), retries=3):
-    cfg = ClientConfig(base_url=list(urls), max_retries=retries)
-    return InferenceClient(cfg, transport=httpx.MockTransport(fake))
+@pytest.fixture
+async def servers():
+    made: list[Fake] = []
+
+    async def make(fake, hosts=("a:1", "b:2"), retries=3):
+        made.append(fake)
+        urls = await fake.start(hosts)
+        return InferenceClient(ClientConfig(base_url=urls, max_retries=retries))
+
+    yield make
+    for f in made:
+        await f.close()
 
 
-async def test_generate_parses_and_sends_sampling():
+async def test_generate_parses_and_sends_sampling(servers):
     fake = Fake()
-    c = make(fake)
+    c = await servers(fake)
     s = SamplingConfig(temperature=0.7, top_p=0.9, top_k=-1, max_completion_tokens=5, seed=3)
     r = await c.generate([1, 2, 3], s, stop_token_ids=[258])
     assert (r.prompt_ids, r.completion_ids, r.logprobs) == ([1, 2, 3], [65, 66, 67, 68, 69], [-1.5] * 5)
@@ -83,9 +150,9 @@ async def test_generate_parses_and_sends_sampling():
     await c.aclose()
 
 
-async def test_round_robin_and_sticky():
+async def test_round_robin_and_sticky(servers):
     fake = Fake()
-    c = make(fake, urls=("http://a:1", "http://b:2", "http://c:3"))
+    c = await servers(fake, ("a:1", "b:2", "c:3"))
     s = SamplingConfig(max_completion_tokens=1)
     for _ in range(6):
         await c.generate([1], s)
@@ -100,11 +167,11 @@ async def test_round_robin_and_sticky():
     await c.aclose()
 
 
-async def test_retries_5xx_and_transport_then_succeeds(monkeypatch):
+async def test_retries_5xx_and_transport_then_succeeds(monkeypatch, servers):
     monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
-    ok = httpx.Response(200, json=_gen_response([70], [-0.25]))
-    fake = Fake([httpx.Response(503, text="busy"), httpx.ConnectError("refused"), ok])
-    c = make(fake, urls=("http://a:1",), retries=2)
+    ok = Reply(json=_gen_response([70], [-0.25]))
+    fake = Fake([Reply(503, text="busy"), DROP, ok])
+    c = await servers(fake, ("a:1",), retries=2)
     r = await c.generate([1], SamplingConfig(max_completion_tokens=1))
     assert r.completion_ids == [70] and r.logprobs == [-0.25] and r.policy_version == 0
     assert len(fake.calls) == 3
@@ -115,16 +182,16 @@ async def _no_sleep(_s):
     return None
 
 
-async def test_retries_are_bounded_and_4xx_is_not_retried(monkeypatch):
+async def test_retries_are_bounded_and_4xx_is_not_retried(monkeypatch, servers):
     monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
-    fake = Fake([httpx.Response(500, text="boom")] * 3)
-    c = make(fake, urls=("http://a:1",), retries=2)
+    fake = Fake([Reply(500, text="boom")] * 3)
+    c = await servers(fake, ("a:1",), retries=2)
     with pytest.raises(InferenceError, match="after 3 attempts"):
         await c.generate([1], SamplingConfig(max_completion_tokens=1))
     assert [p for _, p, _ in fake.calls] == ["/inference/v1/generate"] * 3 + ["/health"]  # alive: not marked down
-    assert c.pool.up() == ["http://a:1"]
-    fake = Fake([httpx.Response(400, text="bad prompt")])
-    c = make(fake, urls=("http://a:1",), retries=5)
+    assert c.pool.up() == [fake.urls["a:1"]]
+    fake = Fake([Reply(400, text="bad prompt")])
+    c = await servers(fake, ("a:1",), retries=5)
     with pytest.raises(InferenceError, match="400: bad prompt"):
         await c.generate([1], SamplingConfig(max_completion_tokens=1))
     assert len(fake.calls) == 1
@@ -133,7 +200,7 @@ async def test_retries_are_bounded_and_4xx_is_not_retried(monkeypatch):
     await c.aclose()
 
 
-async def test_retry_waits_double_from_half_a_second_up_to_8(monkeypatch):
+async def test_retry_waits_double_from_half_a_second_up_to_8(monkeypatch, servers):
     """The documented backoff: 0.5, 1, 2, 4, 8, 8 s between 7 attempts (6 retries), then InferenceError."""
     waits = []
 
@@ -141,32 +208,32 @@ async def test_retry_waits_double_from_half_a_second_up_to_8(monkeypatch):
         waits.append(s)
 
     monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", record)
-    fake = Fake([httpx.ConnectError("refused")] * 7)
-    c = make(fake, urls=("http://a:1",), retries=6)
-    with pytest.raises(InferenceError, match=r"after 7 attempts \(client.max_retries\): ConnectError: refused"):
+    fake = Fake([DROP] * 7)
+    c = await servers(fake, ("a:1",), retries=6)
+    with pytest.raises(InferenceError, match=r"after 7 attempts \(client.max_retries\): ServerDisconnectedError"):
         await c.generate([1], SamplingConfig(max_completion_tokens=1))
     assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
     assert [p for _, p, _ in fake.calls] == ["/inference/v1/generate"] * 7 + ["/health"]  # alive: not marked down
     await c.aclose()
 
 
-async def test_misaligned_logprobs_rejected():
+async def test_misaligned_logprobs_rejected(servers):
     bad = _gen_response([70, 71], [-1.0, -2.0])
     bad["choices"][0]["logprobs"]["content"].pop()
-    c = make(Fake([httpx.Response(200, json=bad)]), urls=("http://a:1",))
+    c = await servers(Fake([Reply(json=bad)]), ("a:1",))
     with pytest.raises(InferenceError, match="line up"):
         await c.generate([1], SamplingConfig(max_completion_tokens=2))
     await c.aclose()
 
 
-async def test_policy_version_is_oldest_span_and_update_weights_all_servers():
+async def test_policy_version_is_oldest_span_and_update_weights_all_servers(servers):
     resp = _gen_response([70, 71], [-1.0, -2.0])
     resp["choices"][0]["weight_versions"] = [
         {"version": "4", "start": 0, "end": 1},
         {"version": "5", "start": 1, "end": 2},
     ]
-    fake = Fake([httpx.Response(200, json=resp)])
-    c = make(fake)
+    fake = Fake([Reply(json=resp)])
+    c = await servers(fake)
     r = await c.generate([1], SamplingConfig(max_completion_tokens=2))
     assert r.policy_version == 4
     fake.calls.clear()
@@ -175,54 +242,40 @@ async def test_policy_version_is_oldest_span_and_update_weights_all_servers():
         ("a:1", "/update_weights", 3, "/w/step_3"),
         ("b:2", "/update_weights", 3, "/w/step_3"),
     ]
-    fake.script = [httpx.Response(200, json={}), httpx.Response(400, text="no safetensors")]
+    fake.script = [Reply(json={}), Reply(400, text="no safetensors")]
     with pytest.raises(InferenceError, match="no safetensors"):
         await c.update_weights("/w/step_4", 4)
     await c.aclose()
 
 
-async def test_wait_healthy_times_out_naming_server():
-    fake = Fake([httpx.Response(503)] * 100)
-    c = make(fake, urls=("http://a:1",))
-    with pytest.raises(TimeoutError, match="http://a:1"):
+async def test_wait_healthy_times_out_naming_server(servers):
+    fake = Fake([Reply(503)] * 100)
+    c = await servers(fake, ("a:1",))
+    with pytest.raises(TimeoutError, match=fake.urls["a:1"]):
         await c.wait_healthy(0.2)
     await c.aclose()
 
 
-class DeadHost(Fake):
-    """`Fake`, except that every request to `dead` hosts (health included) is refused."""
-
-    def __init__(self, dead: set[str]):
-        super().__init__()
-        self.dead = dead
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        host = request.url.host + ":" + str(request.url.port)
-        if host in self.dead:
-            self.calls.append((host, request.url.path, None))
-            raise httpx.ConnectError("connection refused")
-        return super().__call__(request)
-
-
-async def test_a_dead_replica_is_marked_down_and_its_requests_go_elsewhere(monkeypatch):
+async def test_a_dead_replica_is_marked_down_and_its_requests_go_elsewhere(monkeypatch, servers):
     monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
-    fake = DeadHost({"a:1"})
-    c = make(fake, retries=1)
+    fake = Fake(dead={"a:1"})
+    c = await servers(fake, retries=1)
+    a, b = fake.urls["a:1"], fake.urls["b:2"]
     s = SamplingConfig(max_completion_tokens=1)
-    r = await c.generate([1], s, rollout_id="r1")  # picked a:1 first (idle pool), retried on b:2
-    assert r.completion_ids == [65] and c.pool.up() == ["http://b:2"]
-    assert [(h, p) for h, p, _ in fake.calls] == [("a:1", "/inference/v1/generate")] * 2 + [
-        ("a:1", "/health"), ("b:2", "/inference/v1/generate")]
+    r = await c.generate([1], s, rollout_id="r1")  # picked a:1 first (idle pool): refused twice, retried on b:2
+    assert r.completion_ids == [65] and c.pool.up() == [b]
+    assert [(h, p) for h, p, _ in fake.calls] == [("b:2", "/inference/v1/generate")]
+    assert c.pool.replicas[a].sent == 1 and c.pool.replicas[a].down is not None
     fake.calls.clear()
     for rid in ("r1", "r2", None):
         await c.generate([1], s, rollout_id=rid)
-    assert {h for h, _, _ in fake.calls} == {"b:2"}
+    assert [h for h, _, _ in fake.calls] == ["b:2"] * 3
     # weight updates: only the replicas that are up, and the version is recorded once they all have it
     fake.calls.clear()
     await c.update_weights("/w/step_1", 1)
     assert [(h, p) for h, p, _ in fake.calls] == [("b:2", "/update_weights")]
-    assert c._known_version == {"http://a:1": 0, "http://b:2": 1}
-    fake.dead.add("b:2")
+    assert c._known_version == {a: 0, b: 1}
+    await fake.kill("b:2")
     with pytest.raises(NoReplicaLeft, match="every inference replica is down"):
         await c.generate([1], s)
     with pytest.raises(NoReplicaLeft):
@@ -230,14 +283,27 @@ async def test_a_dead_replica_is_marked_down_and_its_requests_go_elsewhere(monke
     await c.aclose()
 
 
-async def test_update_weights_marks_a_dead_replica_down_but_fails_on_a_live_one(monkeypatch):
+async def test_update_weights_marks_a_dead_replica_down_but_fails_on_a_live_one(monkeypatch, servers):
     monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
-    fake = DeadHost({"b:2"})
-    c = make(fake, retries=1)
+    fake = Fake(dead={"b:2"})
+    c = await servers(fake, retries=1)
+    a = fake.urls["a:1"]
     await c.update_weights("/w/step_2", 2)  # b:2 unreachable and not healthy: marked down, a:1 has version 2
-    assert c.pool.up() == ["http://a:1"] and c._known_version["http://a:1"] == 2
-    fake.script = [httpx.Response(500, text="load failed")] * 2  # a:1 fails the load but is alive: an error
-    with pytest.raises(InferenceError, match="update_weights\\(/w/step_3, version=3\\) failed on: http://a:1"):
+    assert c.pool.up() == [a] and c._known_version[a] == 2
+    fake.script = [Reply(500, text="load failed")] * 2  # a:1 fails the load but is alive: an error
+    with pytest.raises(InferenceError, match=f"update_weights\\(/w/step_3, version=3\\) failed on: {a}"):
         await c.update_weights("/w/step_3", 3)
-    assert c._known_version["http://a:1"] == 2
+    assert c._known_version[a] == 2
+    await c.aclose()
+
+
+async def test_one_pooled_connection_serves_many_requests(servers):
+    """Keep-alive: sequential requests of one client reuse one connection (no per-request connection set-up)."""
+    fake = Fake()
+    c = await servers(fake, ("a:1",))
+    s = SamplingConfig(max_completion_tokens=1)
+    for _ in range(20):
+        await c.generate([1], s)
+    assert len(fake.calls) == 20
+    assert len(fake.peers) == 1, fake.peers
     await c.aclose()

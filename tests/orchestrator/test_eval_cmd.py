@@ -91,23 +91,32 @@ def test_eval_refuses_a_model_name_the_server_does_not_serve(tmp_path):
 
 
 async def test_served_models_reads_v1_models():
-    import httpx
+    from aiohttp import web
 
     from prime_rl.config.orchestrator import ClientConfig
     from prime_rl.inference.client import InferenceClient, InferenceError
+    from prime_rl.ports import free_port
 
-    def handler(req: httpx.Request) -> httpx.Response:
-        if req.url.port == 8001:
-            return httpx.Response(404, text="no such route")
-        return httpx.Response(200, json={"object": "list", "data": [{"id": "m1", "object": "model"}]})
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m1", "object": "model"}]})
 
-    ok = InferenceClient(ClientConfig(base_url=["http://h:8000"]), transport=httpx.MockTransport(handler))
-    assert await ok.served_models() == {"http://h:8000": ["m1"]}
-    bad = InferenceClient(ClientConfig(base_url=["http://h:8001"]), transport=httpx.MockTransport(handler))
-    with pytest.raises(InferenceError, match="404"):
-        await bad.served_models()
-    await ok.aclose()
-    await bad.aclose()
+    app = web.Application()
+    app.router.add_get("/v1/models", models)  # anything else: 404
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        ok = InferenceClient(ClientConfig(base_url=[url]))
+        assert await ok.served_models() == {url: ["m1"]}
+        bad = InferenceClient(ClientConfig(base_url=[url + "/nothing-here"]))
+        with pytest.raises(InferenceError, match="404"):
+            await bad.served_models()
+        await ok.aclose()
+        await bad.aclose()
+    finally:
+        await runner.cleanup()
 
 
 def test_prime_rl_eval_config_error_exits_2_naming_the_field(capsys):

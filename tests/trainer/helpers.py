@@ -12,6 +12,11 @@ from prime_rl.config.trainer import TrainerConfig
 from prime_rl.transport.batch import MicroBatch, StepBatch, write_batch
 
 
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: a DTensor's `full_tensor()` (FSDP2), a plain tensor as is (model.fsdp = auto at world 1)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
 def reference_logprobs(model, ids: list[int], temperature: float) -> np.ndarray:
     """lp[t] = log_softmax(logits[t-1] / T)[ids[t]] for t >= 1, lp[0] = 0, from an unpacked forward."""
     with torch.no_grad():

@@ -151,7 +151,7 @@ def _group_samples(model_dir, seed: int = 0, temperature: float = 0.8) -> list[d
 
 
 def test_rl_step_on_regrouped_micro_batches_equals_packed(tiny_model_dir, tmp_path):
-    from tests.trainer.helpers import pack, trainer_config
+    from tests.trainer.helpers import full, pack, trainer_config
 
     from prime_rl.trainer.engine import Engine, EngineConfig
     from prime_rl.trainer.loss import dppo_kl_loss
@@ -169,7 +169,7 @@ def test_rl_step_on_regrouped_micro_batches_equals_packed(tiny_model_dir, tmp_pa
         eng = Engine(EngineConfig.from_config(cfg))
         try:
             m = eng.train_step(mbs, total, dppo_kl_loss, cfg.loss)
-            grads = {n: p.grad.full_tensor().clone() for n, p in eng.model.named_parameters()}
+            grads = {n: full(p.grad).clone() for n, p in eng.model.named_parameters()}
         finally:
             eng.close()
         results.append((m, grads))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from tests.trainer.helpers import make_samples, pack, trainer_config, write_stream
+from tests.trainer.helpers import full, make_samples, pack, trainer_config, write_stream
 
 from prime_rl.config.trainer import DPPOKLLossConfig
 from prime_rl.monitor.metrics import read_metrics
@@ -63,7 +63,7 @@ def test_normalisation_same_for_1_or_3_micro_batches(tiny_model_dir, samples, tm
         try:
             m = eng.train_step(pack(samples, n_micro), total, dppo_kl_loss, cfg.loss)
             # compare gradients (Adam's first step is ~lr*sign(g) and would amplify float noise on tiny entries)
-            params = {n: p.grad.full_tensor().clone() for n, p in eng.model.named_parameters()}
+            params = {n: full(p.grad).clone() for n, p in eng.model.named_parameters()}
         finally:
             eng.close()
         results.append((m, params))
@@ -157,7 +157,7 @@ def test_activation_checkpointing_gives_the_same_gradients(tiny_model_dir, sampl
         try:
             assert eng.model.is_gradient_checkpointing == ac
             eng.train_step(pack(samples, 2), total, dppo_kl_loss, cfg.loss)
-            grads.append({n: p.grad.full_tensor().clone() for n, p in eng.model.named_parameters()})
+            grads.append({n: full(p.grad).clone() for n, p in eng.model.named_parameters()})
         finally:
             eng.close()
     for k in grads[0]:
@@ -188,9 +188,9 @@ def test_step_without_loss_tokens_leaves_weights_unchanged(tiny_model_dir, sampl
         total = int(sum(s["loss_mask"].sum() for s in samples))
         eng.train_step(pack(samples, 1), total, dppo_kl_loss, cfg.loss)  # builds AdamW momentum
         masked = [dataclasses.replace(mb, loss_mask=np.zeros_like(mb.loss_mask)) for mb in pack(samples, 1)]
-        before = {n: p.full_tensor().clone() for n, p in eng.model.named_parameters()}
+        before = {n: full(p).clone() for n, p in eng.model.named_parameters()}
         m = eng.train_step(masked, 0, dppo_kl_loss, cfg.loss)
-        after = {n: p.full_tensor() for n, p in eng.model.named_parameters()}
+        after = {n: full(p) for n, p in eng.model.named_parameters()}
         assert m["skipped_update"] == 1.0 and m["loss_tokens"] == 0
         for n in before:
             assert torch.equal(before[n], after[n]), n

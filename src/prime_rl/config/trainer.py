@@ -28,7 +28,12 @@ class TrainerModelConfig(ModelConfig):
     activation_checkpointing: bool = Field(
         False, description="Recompute each decoder layer's activations in backward: less memory, more compute."
     )
-    fsdp: bool = Field(True, description="Shard with FSDP2 (fully_shard per decoder layer and root).")
+    fsdp: bool | Literal["auto"] = Field(
+        "auto",
+        description="Shard with FSDP2 (fully_shard per decoder layer and root). auto: when there is more than one "
+        "rank, or the compute dtype is not float32 (FSDP2 keeps fp32 master weights); a lone fp32 process (CPU) "
+        "trains the plain module (FSDP2's hooks cost ~25% of a tiny model's step there and shard nothing).",
+    )
     reshard_after_forward: bool = Field(
         True, description="FSDP2: free the gathered parameters after forward (less memory, one more all-gather)."
     )
@@ -155,8 +160,25 @@ class TrainerConfig(BaseConfig):
         "whose common prefix runs once: same loss, fewer tokens through the model.",
     )
     micro_batch_size: int = Field(16, gt=0, description="Samples per micro-batch with shared_prefix.")
+    micro_batch_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="Tokens per forward/backward pass: consecutive packed micro-batches of a step are concatenated "
+        "up to this many tokens (samples stay separate: attention never crosses a sample), so many short samples "
+        "run as one pass. Memory grows with it (logits: tokens x vocab). None: seq_len, each micro-batch as written.",
+    )
     threads: int | None = Field(None, gt=0, description="torch intra-op threads per process (CPU).")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
+
+    @model_validator(mode="after")
+    def _micro_batch_tokens(self) -> TrainerConfig:
+        if self.micro_batch_tokens is not None and self.shared_prefix:
+            raise ValueError("micro_batch_tokens concatenates packed micro-batches; with shared_prefix = true the "
+                             "micro-batches are regrouped by prompt instead (micro_batch_size): set one of them")  # fmt: skip
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < self.seq_len:
+            raise ValueError(f"micro_batch_tokens ({self.micro_batch_tokens}) is below seq_len ({self.seq_len}): a "
+                             "packed micro-batch may hold seq_len tokens; use at least seq_len, or None")  # fmt: skip
+        return self
 
     @field_validator("loss", mode="before")
     @classmethod

@@ -13,10 +13,16 @@ same token layout that RL samples (../shared/notes/vllm-cpu.md, "Tool calls and 
 
 `renderer.enable_thinking` goes to the renderer's `enable_thinking` field, or to the chat template when the
 template reads that variable; an explicit setting that can do neither is refused.
+
+The tokenizer a renderer gets has `encode` memoized for short strings and `decode` for short id lists
+(`memoize_encode`): the `renderers` package re-encodes the same few scaffold strings (`<|im_start|>assistant\n`,
+`\n`, the empty think block, role names) about 15 times per GridSim rollout and decodes single tokens and pairs 6
+times, each through transformers' per-call set-up (~0.02-0.2 ms).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +91,63 @@ def resolve_renderer_name(tokenizer: Any, name: str) -> str:
     return family_renderer(tokenizer) or "template"
 
 
+class _MemoEncode:
+    """`tokenizer.encode` with a bounded LRU cache of (text, add_special_tokens) -> ids for strings of at most
+    `max_chars` characters; every other call (longer text, other keyword arguments) goes straight through. Returns
+    a new list each time (callers may change it)."""
+
+    def __init__(self, encode: Any, max_chars: int = 256, max_entries: int = 4096):
+        self.encode, self.max_chars, self.max_entries = encode, max_chars, max_entries
+        self.cache: OrderedDict[tuple[str, bool], list[int]] = OrderedDict()
+
+    def __call__(self, text: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or not isinstance(text, str) or len(text) > self.max_chars or set(kwargs) - {"add_special_tokens"}:
+            return self.encode(text, *args, **kwargs)
+        key = (text, bool(kwargs.get("add_special_tokens", True)))
+        ids = self.cache.get(key)
+        if ids is None:
+            ids = list(self.encode(text, add_special_tokens=key[1]))
+            self.cache[key] = ids
+            if len(self.cache) > self.max_entries:
+                self.cache.popitem(last=False)
+        return list(ids)
+
+
+class _MemoDecode:
+    """`tokenizer.decode` with a bounded LRU cache of (ids, skip_special_tokens) -> text for at most `max_ids` ids
+    (the renderer decodes single tokens and pairs many times per turn); every other call goes straight through."""
+
+    def __init__(self, decode: Any, max_ids: int = 8, max_entries: int = 8192):
+        self.decode, self.max_ids, self.max_entries = decode, max_ids, max_entries
+        self.cache: OrderedDict[tuple, str] = OrderedDict()
+
+    def __call__(self, ids: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or set(kwargs) - {"skip_special_tokens"} or not isinstance(ids, list | tuple | int):
+            return self.decode(ids, *args, **kwargs)
+        seq = (ids,) if isinstance(ids, int) else tuple(ids)
+        if len(seq) > self.max_ids or not all(type(i) is int for i in seq):
+            return self.decode(ids, *args, **kwargs)
+        key = (isinstance(ids, int), seq, bool(kwargs.get("skip_special_tokens", False)))
+        text = self.cache.get(key)
+        if text is None:
+            text = self.decode(ids, **kwargs)
+            self.cache[key] = text
+            if len(self.cache) > self.max_entries:
+                self.cache.popitem(last=False)
+        return text
+
+
+def memoize_encode(tokenizer: Any) -> Any:
+    """Give `tokenizer` (in place; returned) an `encode` that caches short strings (`_MemoEncode`) and a `decode`
+    that caches short id lists (`_MemoDecode`); idempotent. The tokenizer must not change its vocabulary afterwards
+    (added tokens would not reach cached entries)."""
+    if not isinstance(getattr(tokenizer, "encode", None), _MemoEncode):
+        tokenizer.encode = _MemoEncode(tokenizer.encode)
+    if not isinstance(getattr(tokenizer, "decode", None), _MemoDecode):
+        tokenizer.decode = _MemoDecode(tokenizer.decode)
+    return tokenizer
+
+
 def make_renderer(tokenizer: Any, cfg: Any = "auto", enable_thinking: bool | None = None) -> Any:
     """The renderer of `cfg` for `tokenizer`.
 
@@ -100,6 +163,7 @@ def make_renderer(tokenizer: Any, cfg: Any = "auto", enable_thinking: bool | Non
     from renderers import create_renderer
     from renderers.configs import config_from_name
 
+    memoize_encode(tokenizer)
     name = cfg if isinstance(cfg, str) else cfg.name
     explicit = enable_thinking is not None or (
         not isinstance(cfg, str) and "enable_thinking" in getattr(cfg, "model_fields_set", set())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -15,10 +16,11 @@ log = get_logger("orchestrator.weights")
 
 
 class WeightWatcher:
-    """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` awaits `load(path, N)` (an inference
-    backend's `update_weights`: it returns once every replica that is up loaded the version), then records version N
-    in `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped when several arrive at
-    once."""
+    """Polls `weights_dir` every `poll_s`; on a newer stable `step_N` awaits `load(path, N)` (an inference backend's
+    `update_weights`: it returns once every replica that is up loaded the version), then records version N in
+    `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped when several arrive at once.
+    The default 10 ms costs one directory listing per poll (well under 1% of a core); 100 ms added 50 ms on average
+    to every RL step of a small model."""
 
     def __init__(
         self,
@@ -26,7 +28,7 @@ class WeightWatcher:
         load: Callable[[str, int], Awaitable[None]],
         policy: PolicyVersion,
         *,
-        poll_s: float = 0.1,
+        poll_s: float = 0.01,
         on_loaded: Callable[[int], Awaitable[None]] | None = None,
         alive: Callable[[], None] | None = None,
     ):
@@ -37,6 +39,7 @@ class WeightWatcher:
         self.poll_s = poll_s
         self.on_loaded = on_loaded
         self.loaded: list[int] = []
+        self.last_load_s = 0.0  # seconds the latest load took (the inference servers' reload, as the client saw it)
 
     def newest(self) -> tuple[int, Path] | None:
         dirs = step_dirs(self.dir, marker=STABLE)
@@ -48,8 +51,10 @@ class WeightWatcher:
         if found is None or found[0] <= self.policy.version:
             return None
         n, path = found
+        t0 = time.perf_counter()
         await self.load(str(path), n)
-        log.info("loaded policy version %d from %s", n, path)
+        self.last_load_s = time.perf_counter() - t0
+        log.info("loaded policy version %d from %s in %.3f s", n, path, self.last_load_s)
         self.loaded.append(n)
         self.policy.set(n)
         if self.on_loaded is not None:

@@ -41,7 +41,7 @@ from prime_rl.trainer.ckpt import find_checkpoint, load_checkpoint, save_checkpo
 from prime_rl.trainer.dist import DistInfo, all_reduce_max, all_reduce_sum, close_distributed, init_distributed
 from prime_rl.trainer.forward import ForwardOutput, forward_micro_batch
 from prime_rl.trainer.loss import LossFn
-from prime_rl.trainer.model import compute_dtype, load_model, trainable_parameters
+from prime_rl.trainer.model import compute_dtype, load_model, trainable_parameters, use_fsdp
 from prime_rl.trainer.optim import build_optimizer, build_scheduler
 from prime_rl.trainer.weights import publish_weights
 
@@ -86,10 +86,11 @@ class EngineConfig:
     seq_len: int
     seed: int
     threads: int | None
+    micro_batch_tokens: int | None = None  # RL: micro-batches concatenated up to this (TrainerConfig)
 
     @classmethod
     def from_config(cls, cfg: Any) -> EngineConfig:
-        return cls(**{f: getattr(cfg, f) for f in cls.__dataclass_fields__})
+        return cls(**{f: getattr(cfg, f) for f in cls.__dataclass_fields__ if hasattr(cfg, f)})
 
 
 def peak_memory_gib(device: torch.device) -> float:
@@ -118,6 +119,7 @@ class Engine:
         self.log = get_logger(process)
         seed_everything(cfg.seed)  # same on every rank: LoRA init must agree across FSDP ranks
         self.model: nn.Module = load_model(cfg.model, self.dist)
+        self.fsdp = use_fsdp(cfg.model, self.dist)
         self.dtype = compute_dtype(cfg.model, self.dist.device)
         self.params = trainable_parameters(self.model)
         self.optimizer = build_optimizer(self.params, cfg.optim)
@@ -126,6 +128,7 @@ class Engine:
         self.step = 0  # optimizer steps taken
         self.progress: dict[str, Any] = {}
         self.nonfinite_streak = 0  # consecutive steps skipped for a non-finite loss or gradient norm
+        self.max_tokens = max(cfg.seq_len, cfg.micro_batch_tokens or 0)  # the longest micro-batch accepted
 
     # ----- one optimizer step -------------------------------------------------------------------------------
     def train_step(
@@ -218,9 +221,9 @@ class Engine:
         sums = StepSums()
         grad_ok: list[tuple[int, torch.Tensor]] = []  # (micro-batch, is d loss / d logprobs finite), read at the end
         for i, mb in enumerate(micro_batches):
-            if self.cfg.model.fsdp:
+            if self.fsdp:
                 self.model.set_requires_gradient_sync(i == n_mb - 1)
-            fwd = forward_micro_batch(mb, self.model, index=i, seq_len=self.cfg.seq_len, device=self.dist.device)
+            fwd = forward_micro_batch(mb, self.model, index=i, seq_len=self.max_tokens, device=self.dist.device)
             out = loss_fn(fwd.inputs, loss_cfg)
             lp = fwd.inputs.trainer_logprobs
             for name, term in out.terms.items():  # d term / d logprobs: through the loss only, not the model

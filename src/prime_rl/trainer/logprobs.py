@@ -7,9 +7,10 @@ position t-1 predict token t, divided by the temperature token t was sampled at.
 (`position_ids[t] == 0`, and t == 0) have no prediction: their logprob and entropy are 0, and they must not be
 loss tokens.
 
-Packed samples never attend to each other: with `sdpa`/`eager` attention the model gets an explicit block-diagonal
-causal 4-D mask built from `position_ids` (none when the micro-batch is one sample: plain causal attention); with
-flash-attention it gets `position_ids` only (transformers then uses variable-length kernels).
+Packed samples never attend to each other: with the trainer's `prime_packed` attention (`packed_attention`) or
+flash-attention the model gets `position_ids` only and attends within each sample (no mask); with plain
+`sdpa`/`eager` attention it gets an explicit block-diagonal causal 4-D mask built from `position_ids` (none when
+the micro-batch is one sample: plain causal attention).
 """
 
 from __future__ import annotations
@@ -46,15 +47,19 @@ def is_single_sample(position_ids: Tensor) -> bool:
     return t > 0 and bool((position_ids == torch.arange(t, device=position_ids.device)).all())
 
 
-def uses_flash_attention(model: nn.Module) -> bool:
+def attends_within_samples(model: nn.Module) -> bool:
+    """Whether the model's attention separates packed samples by `position_ids` alone (flash-attention's varlen
+    kernels, or `prime_packed`), so no mask must be built."""
+    from prime_rl.trainer.packed_attention import NAME
+
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
-    return "flash" in impl
+    return "flash" in impl or impl == NAME
 
 
 def forward_logits(model: nn.Module, input_ids: Tensor, position_ids: Tensor) -> Tensor:
     """Run the causal LM on one packed sequence. input_ids, position_ids: [T] -> logits [T, V] (fp32)."""
     kwargs = {"input_ids": input_ids[None], "position_ids": position_ids[None], "use_cache": False}
-    if not uses_flash_attention(model) and not is_single_sample(position_ids):
+    if not attends_within_samples(model) and not is_single_sample(position_ids):
         kwargs["attention_mask"] = packed_causal_mask(position_ids)
     out = model(**kwargs)
     return out.logits[0].float()

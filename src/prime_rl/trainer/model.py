@@ -50,8 +50,17 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     raise ModelLoadError(f"cannot find the decoder layers of {type(model).__name__} for FSDP sharding")
 
 
+def use_fsdp(cfg: TrainerModelConfig, dist_info: DistInfo) -> bool:
+    """Whether the model is wrapped with FSDP2: `model.fsdp` when a bool; `auto` -> with more than one rank, or when
+    the compute dtype is not float32 (FSDP2's mixed precision keeps fp32 master weights)."""
+    if cfg.fsdp != "auto":
+        return bool(cfg.fsdp)
+    return dist_info.world_size > 1 or compute_dtype(cfg, dist_info.device) != torch.float32
+
+
 def load_model(cfg: TrainerModelConfig, dist_info: DistInfo) -> nn.Module:
-    """Load `cfg.name` (fp32 params), add LoRA adapters if `cfg.lora`, apply activation checkpointing and FSDP2.
+    """Load `cfg.name` (fp32 params), add LoRA adapters if `cfg.lora`, apply activation checkpointing and FSDP2
+    (`use_fsdp`).
 
     Returns the module to train (a peft `PeftModel` when LoRA is on). Only adapter weights require grad with LoRA.
 
@@ -60,9 +69,11 @@ def load_model(cfg: TrainerModelConfig, dist_info: DistInfo) -> nn.Module:
     """
     from transformers import AutoModelForCausalLM
 
+    from prime_rl.trainer.packed_attention import register
+
     path = model_dir(cfg.name)
     device = dist_info.device
-    attn = "sdpa"
+    attn = register()  # sdpa, with packed samples attended to separately (no T x T mask)
     model = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=torch.float32, attn_implementation=attn, trust_remote_code=cfg.trust_remote_code
     )
@@ -82,9 +93,10 @@ def load_model(cfg: TrainerModelConfig, dist_info: DistInfo) -> nn.Module:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
-    if dist_info.world_size > 1 and not cfg.fsdp:
-        raise ModelLoadError("model.fsdp = false needs a single process; set model.fsdp = true under torchrun")
-    if cfg.fsdp:
+    fsdp = use_fsdp(cfg, dist_info)
+    if dist_info.world_size > 1 and not fsdp:
+        raise ModelLoadError("model.fsdp = false needs a single process; set model.fsdp = true or auto under torchrun")
+    if fsdp:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         dtype = compute_dtype(cfg, device)

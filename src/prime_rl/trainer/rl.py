@@ -1,7 +1,8 @@
 """The RL trainer loop (`trainer @ config`, usually under torchrun).
 
 Step N (N >= 1): wait for `rollouts/step_N/rank_R.bin` (at most `data_timeout_s`), take one optimizer step on its
-micro-batches (regrouped so a group's shared prompt runs once, with `shared_prefix`) with the configured loss,
+micro-batches (regrouped so a group's shared prompt runs once, with `shared_prefix`; concatenated up to
+`micro_batch_tokens` tokens per forward pass when set) with the configured loss,
 publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every `ckpt.interval` steps, log. Stops
 after `max_steps`. With `ckpt.resume_step` set, continues at the step after the checkpoint's.
 """
@@ -19,7 +20,7 @@ from prime_rl.trainer.dist import all_reduce_max, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss
 from prime_rl.trainer.shared_prefix import regroup
-from prime_rl.transport.batch import BatchFormatError, MicroBatch, wait_for_batch
+from prime_rl.transport.batch import BatchFormatError, MicroBatch, concat_micro_batches, wait_for_batch
 
 
 def run(cfg: TrainerConfig) -> dict[str, float] | None:
@@ -64,12 +65,17 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
                     "process count)"
                 )
             mbs = batch.micro_batches
-            if cfg.shared_prefix:
-                mbs = regroup(mbs, cfg.micro_batch_size)
+            if cfg.shared_prefix or cfg.micro_batch_tokens is not None:
+                if cfg.shared_prefix:
+                    mbs = regroup(mbs, cfg.micro_batch_size)
+                else:
+                    mbs = concat_micro_batches(mbs, cfg.micro_batch_tokens)
                 most = int(all_reduce_max(torch.tensor([float(len(mbs)), 1.0], dtype=torch.float64)).max().item())
                 mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
             m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe)
+            t_pub = time.perf_counter()
             engine.publish(step)
+            m["publish_s"] = time.perf_counter() - t_pub
             engine.maybe_checkpoint(step)
             m["data_wait_s"] = wait_s
             engine.log_step(step, m, console=loss.console)

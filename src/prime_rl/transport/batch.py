@@ -90,6 +90,24 @@ class MicroBatch:
         return cls(np.full(length, pad_id), np.arange(length), np.zeros(length, bool), z, z, np.ones(length))
 
 
+def concat_micro_batches(mbs: list[MicroBatch], max_tokens: int) -> list[MicroBatch]:
+    """Concatenate consecutive micro-batches while the result holds at most `max_tokens` tokens (one that is longer
+    on its own stays as it is). The result is again a packed micro-batch: `position_ids` still restart at 0 for
+    each sample, so the samples stay separate; every token keeps its fields, in order. Returns new micro-batches
+    (the inputs when nothing merges)."""
+    groups: list[list[MicroBatch]] = []
+    size = 0
+    for mb in mbs:
+        if groups and size + len(mb) <= max_tokens:
+            groups[-1].append(mb)
+            size += len(mb)
+        else:
+            groups.append([mb])
+            size = len(mb)
+    return [g[0] if len(g) == 1 else MicroBatch(**{f: np.concatenate([getattr(m, f) for m in g]) for f in FIELDS})
+            for g in groups]  # fmt: skip
+
+
 @dataclass
 class StepBatch:
     step: int
@@ -171,8 +189,9 @@ def read_batch(path: Path) -> StepBatch:
     return decode_batch(path.read_bytes(), source=str(path))
 
 
-def wait_for_batch(path: Path, timeout_s: float, poll_s: float = 0.05) -> StepBatch:
-    """Block until `path` exists, then read it.
+def wait_for_batch(path: Path, timeout_s: float, poll_s: float = 0.005) -> StepBatch:
+    """Block until `path` exists (checked every `poll_s`: one stat, so 5 ms costs nothing and adds 2.5 ms on average
+    to a step), then read it.
 
     Raises:
         TimeoutError: after `timeout_s` seconds, naming the file waited for.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from prime_rl.config.orchestrator import TasksetConfig
 from prime_rl.envs.base import Task, VerifyResult, finite_metrics, reward_problem
@@ -150,7 +150,7 @@ class NemoGymSource(TaskSource):
         """Read the server's capacity (`max_concurrent` in `/health`), if it reports one."""
         try:
             h = await self.client.health()
-        except (httpx.HTTPError, OSError, ValueError) as e:
+        except (TimeoutError, aiohttp.ClientError, NemoGymError, OSError, ValueError) as e:
             log.warning("resources server %s: /health failed (%s); capacity unknown", self.cfg.task.resources_url, e)
             return
         cap = h.get("max_concurrent") if isinstance(h, dict) else None
