@@ -95,7 +95,8 @@ async def play(sampler, renderer, tasks, group: int, temperature: float, max_tok
 
     src = InProcessSource("reverse-text", load_env("reverse-text"))
     sampling = SamplingConfig(temperature=temperature, max_completion_tokens=max_tokens)
-    limits = AgentLimits(max_turns=1, seq_len=1024, max_completion_tokens=max_tokens)
+    src.max_turns = 1
+    limits = AgentLimits(seq_len=1024, max_completion_tokens=max_tokens)
     coros = [run_rollout(t, src, sampler.client, renderer, sampling, limits, rollout_id=f"{seed}/{g}/{k}", group_id=g)
              for g, t in enumerate(tasks) for k in range(group)]  # fmt: skip
     return await asyncio.gather(*coros)

@@ -16,6 +16,13 @@ groups in the order they finish, and the sums run in that order. The trainer's n
 mismatch_kl ...) and every integer were equal in all four runs. `--write` runs twice and refuses
 to record when the two runs differ beyond the tolerance.
 
+Re-recorded once since (2026-12-01, the file's `recorded.commit`), for two changes made on purpose and checked
+against a dump of the old baseline first: the orchestrator's rows were unchanged except for new fields
+(`adv_abs_mean`, `zero_spread_groups_pct`); the trainer's loss, grad_norm, entropy and ratio moved by ~1e-7
+relative (fp32 rounding of the packed-attention / concatenated micro-batch fast path, issue 17) next to new fields
+(`nonfinite`, `logp_grad_norm/*`); eval values changed because eval rollout ids now include the source name (issue
+13: two sources with the same task ids no longer share sampling seeds), which reseeds eval sampling.
+
     python -m tests.integration.behaviour --write tests/integration/rl_baseline.json   # record (pre-refactor code)
     python -m tests.integration.behaviour --check tests/integration/rl_baseline.json   # compare (exit 1 on a diff)
 

@@ -73,6 +73,13 @@ def test_parse_hermes_text_statuses():
     assert parse_hermes_text("no calls") == ("no calls", [])
 
 
+def _counter_source() -> InProcessSource:
+    """The counter environment with an 8-turn cap (the source's `max_turns`)."""
+    src = InProcessSource("counter", CounterEnv(8))
+    src.max_turns = 8
+    return src
+
+
 def _script(prompt: str, k: int) -> str:
     return [tool_call_text("add", {"x": 2}), "ok " + tool_call_text("add", {"x": 3}), "The total is 5."][k]
 
@@ -81,10 +88,10 @@ async def test_two_turn_tool_rollout_rendered_with_the_models_template(tool_tok)
     """Hermes calls in SmolLM2 BPE (`<tool_call>` is several tokens): parsed, run, answered; every prompt extends
     the sampled tokens (one sample, no prefix break); the conversation renders as the template renders it."""
     r = make_renderer(tool_tok, "auto")
-    src = InProcessSource("counter", CounterEnv(8))
+    src = _counter_source()
     client = ScriptedClient(tool_tok, _script)
     task = src.tasks("train")[5]
-    out = await run_rollout(task, src, client, r, SamplingConfig(), AgentLimits(8, 4096, 256))
+    out = await run_rollout(task, src, client, r, SamplingConfig(), AgentLimits(4096, 256))
     assert not out.masked, out.error
     assert out.num_turns == 3 and out.reward == 1.0 and out.malformed_tool_calls == 0
     assert out.prefix_breaks == 0 and len(out.samples) == 1
@@ -117,10 +124,10 @@ async def test_bridge_keeps_a_non_canonical_tokenization(tool_tok):
                 self.calls[-1]["completion_ids"] = res.completion_ids
             return res
 
-    src = InProcessSource("counter", CounterEnv(8))
+    src = _counter_source()
     client = CharByChar(tool_tok, lambda p, k: [tool_call_text("add", {"x": 3}), "3"][k])
     task = src.tasks("train")[3]
-    out = await run_rollout(task, src, client, r, SamplingConfig(), AgentLimits(8, 4096, 256))
+    out = await run_rollout(task, src, client, r, SamplingConfig(), AgentLimits(4096, 256))
     assert out.reward == 1.0 and out.prefix_breaks == 0 and len(out.samples) == 1
     c0 = client.calls[0]
     assert out.samples[0].token_ids[: len(c0["prompt_ids"]) + len(c0["completion_ids"])] == c0["prompt_ids"] + c0["completion_ids"]
@@ -139,9 +146,9 @@ async def test_template_that_is_not_prefix_stable_gets_no_bridge_and_splits(tool
     )
     r = TemplateRenderer(t)
     assert not r.bridge_ok
-    src = InProcessSource("counter", CounterEnv(8))
+    src = _counter_source()
     client = ScriptedClient(t, lambda p, k: [tool_call_text("add", {"x": 1}), "1"][k])
-    out = await run_rollout(src.tasks("train")[1], src, client, r, SamplingConfig(), AgentLimits(8, 4096, 256))
+    out = await run_rollout(src.tasks("train")[1], src, client, r, SamplingConfig(), AgentLimits(4096, 256))
     assert out.reward == 1.0 and out.prefix_breaks == 1 and len(out.samples) == 2
 
 
