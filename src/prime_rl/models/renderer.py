@@ -121,12 +121,15 @@ class _MemoDecode:
         self.decode, self.max_ids, self.max_entries = decode, max_ids, max_entries
         self.cache: OrderedDict[tuple, str] = OrderedDict()
 
-    def __call__(self, ids: Any, *args: Any, **kwargs: Any) -> Any:
-        if args or set(kwargs) - {"skip_special_tokens"} or not isinstance(ids, list | tuple | int):
-            return self.decode(ids, *args, **kwargs)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # only `decode(ids)` / `decode(ids, skip_special_tokens=...)` is cached; everything else (e.g. transformers'
+        # `batch_decode`, which calls `decode(token_ids=..., ...)`) goes straight through
+        if len(args) != 1 or set(kwargs) - {"skip_special_tokens"} or not isinstance(args[0], list | tuple | int):
+            return self.decode(*args, **kwargs)
+        ids = args[0]
         seq = (ids,) if isinstance(ids, int) else tuple(ids)
         if len(seq) > self.max_ids or not all(type(i) is int for i in seq):
-            return self.decode(ids, *args, **kwargs)
+            return self.decode(ids, **kwargs)
         key = (isinstance(ids, int), seq, bool(kwargs.get("skip_special_tokens", False)))
         text = self.cache.get(key)
         if text is None:
