@@ -63,7 +63,9 @@ def main() -> None:
     torch.manual_seed(a.seed)
     out = Path(a.out)
     tok = AutoTokenizer.from_pretrained(a.model)
-    renderer = make_renderer(tok, a.renderer or ("qwen3" if a.workload == "gridsim" else "auto"), False)
+    # enable_thinking left unset: the default (off), as the prime-rl side's configs; an explicit value is refused by
+    # renderers that cannot honour it (SmolLM2's template)
+    renderer = make_renderer(tok, a.renderer or ("qwen3" if a.workload == "gridsim" else "auto"), None)
     env_args = json.loads(a.env_args) if a.env_args else {}
     if a.workload == "gridsim" and a.data_dir:
         env_args["data_dir"] = a.data_dir
