@@ -177,10 +177,30 @@ def run_prime(w: Workload, model: Path, steps: int, seed: int, out: Path) -> dic
     cfg = tomllib.loads((run / "configs" / "orchestrator.toml").read_text())
     evals = sorted((run / "eval").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
     rows = [json.loads(line) for line in evals[-1].read_text().splitlines()]
-    return {"step_s": step_s, "rollouts_per_step": cfg["batch_size"],
+    return {"step_s": step_s, "rollouts_per_step": cfg["batch_size"], "parts": step_parts(trainer, orch),
             "tokens_per_step": statistics.median(r["tokens"] for r in trainer[1:]), "peak_gib": peak,
             "eval": mean_se(task_means(rows)), "eval_step": int(evals[-1].stem.split("_")[1]), "wall_s": wall,
             "train_reward": [r["reward"] for r in orch], "orchestrator_config": cfg}  # fmt: skip
+
+
+PARTS = (("trainer", "data_wait_s", "trainer: waiting for its batch"),
+         ("trainer", "step_time_s", "trainer: forward, backward, optimizer"),
+         ("trainer", "publish_s", "trainer: publishing the policy version"),
+         ("orchestrator", "step_time_s", "orchestrator: one step (sampling, scoring, packing)"),
+         ("orchestrator", "wait_s", "orchestrator: waiting for rollouts at the cut"),
+         ("orchestrator", "weight_load_s", "orchestrator: vLLM weight update (last load)"))  # fmt: skip
+
+
+def step_parts(trainer: list[dict], orch: list[dict]) -> dict[str, float]:
+    """Median seconds of each part of a prime-rl step over steps 2..N (`PARTS`: metrics.jsonl fields of the trainer
+    and orchestrator rows); a part absent from the rows is left out."""
+    rows = {"trainer": trainer[1:], "orchestrator": orch[1:]}
+    out = {}
+    for proc, key, label in PARTS:
+        vals = [r[key] for r in rows[proc] if isinstance(r.get(key), int | float)]
+        if vals:
+            out[label] = statistics.median(vals)
+    return out
 
 
 def train_trl(py: Path, w: Workload, model: Path, steps: int, seed: int, out: Path) -> dict:
@@ -267,4 +287,8 @@ def table(w: Workload, model: Path, steps: int, prime: dict, trl: dict) -> str:
         f"{t_eval[0]:.3f} +- {t_eval[1]:.3f} | {p_eval[0] - t_eval[0]:+.3f} (difference) |",
         f"| whole run wall time (s) | {prime['wall_s']:.0f} (vLLM start included) | {trl['wall_s']:.0f} | |",
     ]
+    if prime.get("parts"):
+        lines += ["", "prime-rl step parts (median seconds over steps 2..N, from the run's metrics.jsonl):", "",
+                  "| part | s |", "|---|---|"]  # fmt: skip
+        lines += [f"| {k} | {v:.3f} |" for k, v in prime["parts"].items()]
     return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""`benchmarks/_peer_compare.py` (issue 17's prime-rl vs TRL table): the step-parts breakdown and the table's ratios,
+on hand-made metrics rows (the runs themselves need vLLM and TRL's venv: `benchmarks/peer_trl.py --compare`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pc():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import _peer_compare
+
+    return _peer_compare
+
+
+def test_step_parts_are_medians_over_steps_2_to_n_and_skip_missing_fields():
+    pc = _pc()
+    trainer = [{"step": i, "data_wait_s": [9.0, 0.1, 0.4, 0.2][i - 1], "step_time_s": 0.3} for i in range(1, 5)]
+    orch = [{"step": i, "wait_s": 0.05, "weight_load_s": None} for i in range(1, 5)]
+    parts = pc.step_parts(trainer, orch)
+    assert parts["trainer: waiting for its batch"] == 0.2  # median of 0.1, 0.4, 0.2 (step 1's 9.0 left out)
+    assert parts["trainer: forward, backward, optimizer"] == 0.3
+    assert parts["orchestrator: waiting for rollouts at the cut"] == 0.05
+    assert not any("publish" in k or "weight update" in k for k in parts)  # absent / None: not reported as 0
+
+
+def test_table_ratios():
+    pc = _pc()
+    w = pc.workloads(None)["digit"]
+    prime = {"step_s": 0.5, "rollouts_per_step": 64, "tokens_per_step": 2000, "peak_gib": {"trainer": 1.0},
+             "eval": (0.5, 0.1), "wall_s": 60, "parts": {"trainer: publishing the policy version": 0.02}}  # fmt: skip
+    trl = {"step_s": 0.2, "rollouts_per_step": 64, "tokens_per_step": 2000, "peak_gib": {"trl": 1.0},
+           "eval": (0.4, 0.1), "wall_s": 20}  # fmt: skip
+    text = pc.table(w, Path("m"), 40, prime, trl)
+    assert "| 0.500 | 0.200 | 2.50 |" in text  # step time 0.5 / 0.2
+    assert "| 128.0 | 320.0 | 0.40 |" in text  # rollouts/s 64 / 0.5 and 64 / 0.2
+    assert "+0.100 (difference)" in text
+    assert "| trainer: publishing the policy version | 0.020 |" in text
