@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.envs.base import Environment, Task, load_env
+from prime_rl.hf_data import read_jsonl
 
 SERVER_CONFIG = "server.json"
 FORMAT_VERSION = 1
@@ -133,21 +134,10 @@ def tasks_from_rows(rows: list[dict[str, Any]], split: str, origin: str, stem: s
     return out
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file. Raises ValueError naming the line of a bad row."""
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{n}: a row must be a JSON object")
-            rows.append(row)
-    return rows
+def read_rows(path: str | Path, field: str = "dataset") -> list[dict[str, Any]]:
+    """Rows of a JSONL file, each a JSON object (`prime_rl.hf_data.read_jsonl`). Raises DataLoadError (a ValueError)
+    naming `field`, the file and the line of a bad row."""
+    return read_jsonl(Path(path), field)
 
 
 def server_dir_name(env_name: str) -> str:
