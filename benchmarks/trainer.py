@@ -184,6 +184,8 @@ def main() -> None:
         proc.start()
         res[name] = q.get(timeout=3600)
         proc.join(timeout=60)
+        # each variant as it finishes, so a run stopped at a time limit still shows what it measured
+        print(f"done: {name}: {res[name]['tokens_per_s']:.0f} useful tokens/s", flush=True)
     print(f"model: {label}; {args.batch} samples/step (16-384 tokens), {args.steps} timed steps, {args.threads} threads")
     print(f"model FLOPs per trained token: {fpt / 1e6:.2f} MFLOP; fp32 matmul peak measured now: {peak / 1e9:.1f} GFLOP/s")
     print(f"{'variant':32s} {'tokens/s':>10s} {'peak GiB':>9s} {'pad frac':>9s} {'GFLOP/s':>8s} {'MFU':>6s}")
