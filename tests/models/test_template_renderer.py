@@ -171,6 +171,23 @@ def test_enable_thinking_reaches_the_template_or_is_refused(tok, tmp_path):
     assert t.decode(on).endswith("assistant\n<think>") and t.decode(off).endswith("assistant\n")
 
 
+def test_default_enable_thinking_survives_the_written_child_config(tok):
+    """`rl` writes each child's resolved config to TOML and the orchestrator reads it back: the default must stay
+    "not set" there. It used to come back as an explicit `enable_thinking = false`, so every `rl` run of SmolLM2
+    (renderer auto -> template, no thinking switch) was refused at the orchestrator's start."""
+    import tomllib
+
+    from prime_rl.config.loader import config_to_toml
+    from prime_rl.config.orchestrator import OrchestratorConfig
+
+    written = OrchestratorConfig.model_validate(tomllib.loads(config_to_toml(OrchestratorConfig())))
+    assert written.renderer.enable_thinking is None
+    assert isinstance(make_renderer(tok, written.renderer), TemplateRenderer)
+    explicit = OrchestratorConfig.model_validate(tomllib.loads(config_to_toml(OrchestratorConfig(renderer=RendererConfig(enable_thinking=False)))))
+    with pytest.raises(ValueError, match="enable_thinking"):  # an explicit false still is refused after the round trip
+        make_renderer(tok, explicit.renderer)
+
+
 def test_chat_template_file_is_read_or_named_when_missing(smollm_dir, tool_tok):
     assert "<tool_call>" in tool_tok.chat_template
     with pytest.raises(FileNotFoundError, match="model.chat_template"):

@@ -251,8 +251,10 @@ class RendererConfig(BaseConfig):
         description="Chat renderer: auto (the model family's `renderers` renderer, else one driven by the model's chat "
         "template), template, or a `renderers` name (qwen3, ...).",
     )
-    enable_thinking: bool = Field(
-        False, description="Render with the template's thinking mode on (the model may reason before answering)."
+    enable_thinking: bool | None = Field(
+        None,
+        description="Render with the template's thinking mode on (the model may reason before answering); None = off, "
+        "and (unlike an explicit false) never refused where the renderer and template have no thinking switch.",
     )
 
 

@@ -165,11 +165,10 @@ def make_renderer(tokenizer: Any, cfg: Any = "auto", enable_thinking: bool | Non
 
     memoize_encode(tokenizer)
     name = cfg if isinstance(cfg, str) else cfg.name
-    explicit = enable_thinking is not None or (
-        not isinstance(cfg, str) and "enable_thinking" in getattr(cfg, "model_fields_set", set())
-    )
-    if enable_thinking is None:
-        enable_thinking = False if isinstance(cfg, str) else bool(cfg.enable_thinking)
+    if enable_thinking is None and not isinstance(cfg, str):
+        enable_thinking = cfg.enable_thinking  # None when not set, also after a config file round trip (rl's children)
+    explicit = enable_thinking is not None
+    enable_thinking = bool(enable_thinking)
     resolved = resolve_renderer_name(tokenizer, name)
     reads = template_reads(tokenizer, "enable_thinking")
     if resolved == "template":
