@@ -155,8 +155,7 @@ def submit_rl(cfg: RLConfig, argv: list[str] | None = None) -> int:
 
     try:
         run = RunDir(preflight.check_run_dirs(cfg))
-        for section in ("trainer", "orchestrator", "inference"):
-            getattr(cfg, section).output_dir = run.root
+        cfg.set_run_dir(run.root)
         preflight.check_sizes(cfg)
         preflight.check_model(cfg)
         if cfg.resume:
