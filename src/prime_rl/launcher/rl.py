@@ -123,6 +123,7 @@ def prepare(cfg: RLConfig) -> Launch:
     cfg.set_run_dir(run.root)
     preflight.check_sizes(cfg)
     preflight.check_model(cfg)
+    preflight.check_extensions(cfg)
     preflight.check_client(cfg)
     plans = envserver.plan_env_servers(cfg)
     envserver.bind_plans(cfg, plans)

@@ -158,6 +158,7 @@ def submit_rl(cfg: RLConfig, argv: list[str] | None = None) -> int:
         cfg.set_run_dir(run.root)
         preflight.check_sizes(cfg)
         preflight.check_model(cfg)
+        preflight.check_extensions(cfg)
         if cfg.resume:
             resume.latest_checkpoint(run)
         elif resume.previous_run(run) and not cfg.clean:
