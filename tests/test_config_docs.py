@@ -117,3 +117,15 @@ def test_fast_help_prints_what_the_library_prints():
     _render_help(RLConfig, fast_help.field_docstrings)
     assert fast_help._own_docstrings.cache_info().currsize == 0  # every field described: no class source read
 
+
+
+def test_class_summaries_are_whole_sentences():
+    """A class docstring's first paragraph wraps over several source lines: the page shows all of it (before: only
+    its first line, e.g. `prime-rl summary`'s cut at "mean ±")."""
+    from prime_rl.config.reference import _first_paragraph
+    from prime_rl.config.utilities import SummaryConfig
+
+    text = _first_paragraph(SummaryConfig.__doc__)
+    assert text.startswith("`prime-rl summary`") and text.endswith("and its reward plot.") and "\n" not in text
+    page = (REPO / "docs" / "config.md").read_text()
+    assert text in page

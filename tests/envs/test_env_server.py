@@ -281,3 +281,18 @@ def test_cli_serve_taken_port_fails_fast_naming_it(tmp_path):
         assert out.returncode == 1
         assert f"port {port}" in out.stderr and "already in use by pid" in out.stderr, out.stderr
         assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("host, token, warned", [("0.0.0.0", None, True), ("0.0.0.0", "s3cret", False),
+                                                 ("127.0.0.1", None, False)])  # fmt: skip
+def test_serve_warns_when_it_binds_beyond_loopback_without_a_token(tmp_path, monkeypatch, capsys, host, token, warned):
+    import uvicorn
+
+    from prime_rl.config.env_server import EnvServerServeConfig
+    from prime_rl.envs.nemo_gym.cli import serve
+    from prime_rl.ports import free_port
+
+    root = write_server("reverse-text", tmp_path)
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)  # everything up to serving, nothing served
+    serve(EnvServerServeConfig(dir=root, host=host, port=free_port(), token=token))
+    assert ("without --token" in capsys.readouterr().err) == warned

@@ -229,3 +229,21 @@ def test_step_view_prints_step_and_eval_lines_once(tmp_path):
     log.write_text(f"{line}\nStep 1 | a\n{line}\nStep 1 | a\nEval policy 0 | g avg@1 0.5\n")
     view.poll()
     assert view.lines == ["Eval policy 40 | gridsim avg@2 0.7819 pass@2 0.055", "Step 1 | a", "Eval policy 0 | g avg@1 0.5"]
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--orchestrator.train.source", '[{"name": "r", "env": {"id": "no-such-env"}}]'],
+     "orchestrator.train.source['r'].env.id = 'no-such-env': unknown environment"),
+    (["--orchestrator.advantage.type", "custom", "--orchestrator.advantage.import-path", "no_such_mod:fn"],
+     "orchestrator.advantage.import_path = 'no_such_mod:fn': cannot import module 'no_such_mod'"),
+    (["--trainer.loss.type", "custom", "--trainer.loss.import-path", "prime_rl.envs.base:no_such_loss"],
+     "trainer.loss.import_path = 'prime_rl.envs.base:no_such_loss'"),
+])  # fmt: skip
+def test_unknown_extension_names_the_field_before_anything_starts(tmp_path, args, field):
+    """A name or import path that does not resolve is a pre-flight error naming the field (before: the launcher
+    died with a traceback when it built the sources, or the orchestrator/trainer failed once the run was going)."""
+    cfg = parse_config(RLConfig, ["--output-dir", str(tmp_path / "run"), "--model.name", str(fake_model(tmp_path)),
+                                  *args])  # fmt: skip
+    with pytest.raises(PreflightError) as e:
+        preflight.check_extensions(cfg)
+    assert str(e.value).startswith(field), str(e.value)

@@ -73,3 +73,17 @@ def test_eval_rows_of_several_sources_need_one_chosen(tmp_path):
         load_scores(tmp_path / "step_0.jsonl")
     assert load_scores(tmp_path / "step_0.jsonl", "real") == {"t0": 0.9, "t1": 0.5}
     assert load_scores(tmp_path / "step_0.jsonl", "synthetic") == {"t0": 0.1}
+
+
+def test_summary_without_entries_or_with_an_unknown_comparison_is_refused(tmp_path, capsys):
+    """No --entry would overwrite RUN/eval/summary.md with an empty table, and a comparison naming no entry was
+    skipped without a word: both are config errors naming the field, and nothing is written."""
+    write_rows(tmp_path / "idle.jsonl", [{"task_id": "t0", "score": 0.2}])
+    (tmp_path / "run/eval").mkdir(parents=True)
+    (tmp_path / "run/eval/summary.md").write_text("the demo's table")
+    for args, msg in ([], "entry: give at least one --entry NAME=PATH"), \
+                     (["--entry", f"idle={tmp_path / 'idle.jsonl'}", "--compare", "RL:idle"], "compare: 'RL:idle' names ['RL']"):  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            main(["summary", "--run", str(tmp_path / "run"), *args])
+        assert e.value.code == 2 and msg in capsys.readouterr().err
+    assert (tmp_path / "run/eval/summary.md").read_text() == "the demo's table"

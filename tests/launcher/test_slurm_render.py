@@ -61,6 +61,20 @@ def test_dry_run_renders_the_multi_node_script(tmp_path):
     assert cfg.deployment.num_nodes == 3 and cfg.slurm.job_name == "grid" and not cfg.dry_run
 
 
+def test_relative_output_dir_gives_a_resolved_config_that_reads_back(tmp_path):
+    """`output_dir` relative to the working directory (as docs/scaling.md writes it): the script and every node read
+    `configs/rl.toml`, whose top-level and per-process run directories must agree (before: the sections were made
+    absolute and the top level was not, so every node failed with a shared-field conflict)."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model/config.json").write_text("{}")
+    args = [a if a != str(tmp_path / "run") else "run" for a in multi_args(tmp_path)]
+    r = subprocess.run([str(BIN / "rl"), *args, "--dry-run"], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    cfg = parse_config(RLConfig, ["@", str(tmp_path / "run/configs/rl.toml")])
+    assert cfg.output_dir == cfg.trainer.output_dir == cfg.orchestrator.output_dir == tmp_path / "run"
+
+
 def test_sft_dry_run_and_own_template(tmp_path):
     tpl = tmp_path / "mine.jinja"
     tpl.write_text("#!/bin/bash\n#SBATCH --nodes={{ nodes }}\n# {{ slurm.job_name }}\n{% include '_nodes.sbatch.jinja' %}\nsrun {{ python }} -m prime_rl.cli.sft_node @ {{ config }}\n")

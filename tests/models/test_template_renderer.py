@@ -158,10 +158,8 @@ def test_enable_thinking_reaches_the_template_or_is_refused(tok, tmp_path):
     make_renderer(tok, RendererConfig())  # the default (not set) is fine on a template without thinking
     with pytest.raises(ValueError, match="enable_thinking"):
         make_renderer(tok, RendererConfig(enable_thinking=True))
-    # thinking off, even set explicitly, is what a template without thinking does: accepted. `rl` writes every field
-    # into the resolved orchestrator.toml, so a refused explicit False broke every SmolLM2 `rl` run (reverse-text).
-    make_renderer(tok, RendererConfig(name="template", enable_thinking=False))
-    make_renderer(tok, "auto", False)
+    with pytest.raises(ValueError, match="enable_thinking"):
+        make_renderer(tok, RendererConfig(name="template", enable_thinking=False))
     t = copy.copy(tok)
     t.chat_template = tok.chat_template.replace(
         "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}",
@@ -171,6 +169,23 @@ def test_enable_thinking_reaches_the_template_or_is_refused(tok, tmp_path):
     on = make_renderer(t, RendererConfig(enable_thinking=True)).render_ids(msgs, add_generation_prompt=True)
     off = make_renderer(t, RendererConfig(enable_thinking=False)).render_ids(msgs, add_generation_prompt=True)
     assert t.decode(on).endswith("assistant\n<think>") and t.decode(off).endswith("assistant\n")
+
+
+def test_default_enable_thinking_survives_the_written_child_config(tok):
+    """`rl` writes each child's resolved config to TOML and the orchestrator reads it back: the default must stay
+    "not set" there. It used to come back as an explicit `enable_thinking = false`, so every `rl` run of SmolLM2
+    (renderer auto -> template, no thinking switch) was refused at the orchestrator's start."""
+    import tomllib
+
+    from prime_rl.config.loader import config_to_toml
+    from prime_rl.config.orchestrator import OrchestratorConfig
+
+    written = OrchestratorConfig.model_validate(tomllib.loads(config_to_toml(OrchestratorConfig())))
+    assert written.renderer.enable_thinking is None
+    assert isinstance(make_renderer(tok, written.renderer), TemplateRenderer)
+    explicit = OrchestratorConfig.model_validate(tomllib.loads(config_to_toml(OrchestratorConfig(renderer=RendererConfig(enable_thinking=False)))))
+    with pytest.raises(ValueError, match="enable_thinking"):  # an explicit false still is refused after the round trip
+        make_renderer(tok, explicit.renderer)
 
 
 def test_chat_template_file_is_read_or_named_when_missing(smollm_dir, tool_tok):

@@ -154,3 +154,34 @@ async def test_per_source_max_turns(tok, renderer):
         r = await run_rollout(src.tasks("train")[0], src, ScriptedClient(tok, loop), renderer, SamplingConfig(),
                               AgentLimits(4096, 256))
         assert r.num_turns == want and r.turn_capped and src.env.episodes[0].total == want
+
+
+async def test_rollout_cancelled_while_its_episode_opens_closes_it(renderer, tok):
+    """Cancelled while the open (a remote seed) is in flight, the rollout still closes the episode the server made:
+    the open runs to its end and is closed before the cancellation goes on (before: the session leaked)."""
+    import asyncio
+
+    live: set[int] = set()
+
+    class SlowSeed(InProcessSource):
+        async def open(self, task):
+            ep = await super().open(task)
+            live.add(id(ep))  # the server has the session from here on; its answer is still on the way
+            await asyncio.sleep(0.3)
+            closing = ep.close
+
+            async def close():
+                live.discard(id(ep))
+                await closing()
+
+            ep.close = close
+            return ep
+
+    src = SlowSeed("counter", CounterEnv(8))
+    rollout = asyncio.ensure_future(run_rollout(src.tasks("train")[0], src, ScriptedClient(tok, lambda p, k: "1"),
+                                                renderer, SamplingConfig(), AgentLimits(4096, 16)))  # fmt: skip
+    await asyncio.sleep(0.1)
+    rollout.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await rollout
+    assert live == set()

@@ -296,26 +296,27 @@ def test_orchestrator_exits_1_when_nothing_can_be_trained(tmp_path, monkeypatch)
 
 
 async def test_seq_len_above_the_servers_context_is_refused_at_start():
-    """A standalone orchestrator asks the server for its context (vLLM lists `max_model_len` at GET /v1/models)."""
-    import httpx
+    """A standalone orchestrator asks the servers for their context (vLLM lists `max_model_len` at GET /v1/models):
+    the smallest one counts; a replica that does not answer is skipped."""
+    from tests.inference.test_inference_client import Fake, Reply
 
     from prime_rl.config.orchestrator import ClientConfig
     from prime_rl.inference.client import InferenceClient
     from prime_rl.orchestrator.main import check_context_length
 
-    def answer(request):
-        assert request.url.path == "/v1/models"
-        return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 512}]})
-
-    client = InferenceClient(ClientConfig(base_url=["http://a", "http://b"]), transport=httpx.MockTransport(answer))
+    models = {"data": [{"id": "m", "max_model_len": 512}]}
+    fake = Fake(script=[Reply(json=models), Reply(json={"data": [{"id": "m", "max_model_len": 4096}]})] + [Reply(json=models)] * 4, dead={"c"})
+    client = InferenceClient(ClientConfig(base_url=await fake.start(["a", "b", "c"])))
     try:
         assert await client.context_length() == 512
+        assert [(h, p) for h, p, _ in fake.calls] == [("a", "/v1/models"), ("b", "/v1/models")]
         with pytest.raises(ValueError, match=r"seq_len = 2048 is above the inference server's context length "
                                              r"\(max_model_len 512\)"):  # fmt: skip
             await check_context_length(client, 2048)
         await check_context_length(client, 512)
     finally:
         await client.aclose()
+        await fake.close()
 
 
 def test_rows_with_a_repeated_task_id_are_refused():

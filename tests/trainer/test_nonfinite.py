@@ -35,13 +35,17 @@ def _loss_cfg(**kwargs):
     return CustomLossConfig(import_path=LOSS, kwargs={"per_step": 2, **kwargs})
 
 
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: a DTensor's (FSDP2) gathered, a plain one as is (`model.fsdp = auto` at world size 1)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
 def _params(eng):
-    return {n: p.full_tensor().detach().clone() for n, p in eng.model.named_parameters()}
+    return {n: _full(p).detach().clone() for n, p in eng.model.named_parameters()}
 
 
 def _adam(eng):
-    return {id(p): {k: v.full_tensor().clone() if hasattr(v, "full_tensor") else v.clone()
-                    for k, v in st.items()} for p, st in eng.optimizer.state.items()}  # fmt: skip
+    return {id(p): {k: _full(v).clone() for k, v in st.items()} for p, st in eng.optimizer.state.items()}
 
 
 @pytest.mark.parametrize("mode", ["loss", "grad"])
@@ -86,14 +90,16 @@ def test_training_diverged_stops_after_max_nonfinite_steps(tiny_model_dir, sampl
     assert "update skipped: non-finite loss or gradient" in (run / "logs" / "trainer.log").read_text()
 
 
-def test_non_finite_weights_are_never_published(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("fsdp", [True, False])
+def test_non_finite_weights_are_never_published(tiny_model_dir, tmp_path, fsdp):
     from prime_rl.trainer.weights import NonFiniteWeights
 
-    eng = Engine(EngineConfig.from_config(trainer_config(tiny_model_dir, tmp_path / "r")))
+    cfg = trainer_config(tiny_model_dir, tmp_path / "r", model={"name": str(tiny_model_dir), "fsdp": fsdp})
+    eng = Engine(EngineConfig.from_config(cfg))
     try:
         p = dict(eng.model.named_parameters())["model.layers.1.mlp.down_proj.weight"]
         with torch.no_grad():
-            p.to_local()[0, 0] = float("inf")
+            (p.to_local() if fsdp else p)[0, 0] = float("inf")
         with pytest.raises(NonFiniteWeights, match=r"policy version 1: 1 weight tensor\(s\) hold NaN or inf \(model"
                                                    r"\.layers\.1\.mlp\.down_proj\.weight\)"):  # fmt: skip
             eng.publish(1)

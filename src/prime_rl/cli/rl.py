@@ -29,10 +29,19 @@ def write_resolved(cfg: RLConfig) -> dict[str, str]:
 
 
 def dry_run(cfg: RLConfig, name: str = "rl") -> None:
-    """`rl --dry-run`: write every section's resolved config (`write_resolved`), say where, exit 0. With `[slurm]`
+    """`rl --dry-run`: check that every environment and custom advantage/loss named resolves (exit 2 naming the
+    field when not), write every section's resolved config (`write_resolved`), say where, exit 0. With `[slurm]`
     also the sbatch script (not submitted)."""
     if cfg.slurm is not None:
         raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_rl")(cfg, sys.argv[1:]))
+    from prime_rl.launcher.errors import PreflightError
+    from prime_rl.launcher.preflight import check_extensions
+
+    try:
+        check_extensions(cfg)
+    except PreflightError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
     for section, path in write_resolved(cfg).items():
         print(f"resolved {section} config written to {path}")
     raise SystemExit(0)

@@ -193,6 +193,9 @@ def _origin(loc: tuple, argv: list[str]) -> str:
     for a in argv:
         if a.split("=", 1)[0] in flags:
             return f" (from {a.split('=', 1)[0]})"
+    # a section-level error (a validator over several fields): flags under the section may have set the value
+    under = sorted({f for a in argv if a.startswith("--") and (f := a.split("=", 1)[0]).replace("_", "-")
+                    .startswith(tuple(x.replace("_", "-") + "." for x in flags))})  # fmt: skip
     import tomllib
 
     found = ""
@@ -210,6 +213,9 @@ def _origin(loc: tuple, argv: list[str]) -> str:
                 break
         else:
             found = f" (in {argv[i + 1]})"
+    if under:
+        named = ", ".join(under)
+        return f" (from {named}, or in {found[5:-1]})" if found else f" (from {named})"
     return found
 
 

@@ -166,7 +166,7 @@ class TrainSamplingConfig(BaseConfig):
             bad.append(f"train.sampling.top_k = {s.top_k}")
         if bad:
             raise ValueError(
-                f"{' and '.join(bad)} truncate the sampling distribution: vLLM's logprobs are then renormalised over "
+                f"{' and '.join(bad)} {'truncates' if len(bad) == 1 else 'truncate'} the sampling distribution: vLLM's logprobs are then renormalised over "
                 "the kept tokens while the trainer scores the full vocabulary, so importance ratios are biased "
                 "(measured mean ratio 0.79 at top_p 0.5, 0.90 at top_k 5, 1.00 without). Train with top_p = 1 and "
                 "top_k = -1 (lower the temperature to sharpen); truncation is fine in eval.sampling"
@@ -251,8 +251,10 @@ class RendererConfig(BaseConfig):
         description="Chat renderer: auto (the model family's `renderers` renderer, else one driven by the model's chat "
         "template), template, or a `renderers` name (qwen3, ...).",
     )
-    enable_thinking: bool = Field(
-        False, description="Render with the template's thinking mode on (the model may reason before answering)."
+    enable_thinking: bool | None = Field(
+        None,
+        description="Render with the template's thinking mode on (the model may reason before answering); None = off, "
+        "and (unlike an explicit false) never refused where the renderer and template have no thinking switch.",
     )
 
 

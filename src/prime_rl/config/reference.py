@@ -119,11 +119,16 @@ def _tables(cls: type[BaseModel], prefix: str, skip: set[str]) -> list[str]:
     if rows:
         out += ["| field | type | default | description |", "|---|---|---|---|", *rows, ""]
     for path, model, finfo in nested:
-        title = _cell(finfo.description or (model.__doc__ or "").strip().split("\n")[0])
+        title = _cell(finfo.description or _first_paragraph(model.__doc__))
         optional = " (optional section, default None)" if finfo.default is None else ""
         out += [f"### `{path}`{optional}", "", title, ""]
         out += _tables(model, path, skip)
     return out
+
+
+def _first_paragraph(doc: str | None) -> str:
+    """A docstring's first paragraph on one line (a sentence may wrap over several source lines)."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
 
 
 def render() -> str:
@@ -131,7 +136,7 @@ def render() -> str:
     parts = [HEADER]
     for cmd, cls, what in commands():
         skip = {"trainer", "orchestrator", "inference"} if cmd == "rl" else set()
-        doc = (cls.__doc__ or "").strip().split("\n")[0]
+        doc = _first_paragraph(cls.__doc__)
         parts += [f"## `{cmd}`", "", _cell(what) + ".", "", _cell(doc), ""]
         parts += _tables(cls, "", skip)
     return "\n".join(parts).rstrip() + "\n"

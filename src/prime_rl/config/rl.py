@@ -81,6 +81,13 @@ class RLConfig(BaseConfig):
         False, description="Write the resolved configs to output_dir/configs/ (with [slurm]: also slurm/rl.sbatch) and exit."
     )
 
+    def set_run_dir(self, root: Path) -> None:
+        """Point every process (and the shared top-level field) at the run directory `root` (absolute), so the
+        resolved config written to `output_dir/configs/rl.toml` reads back without a shared-field conflict."""
+        self.output_dir = root
+        for section in ("trainer", "orchestrator", "inference"):
+            getattr(self, section).output_dir = root
+
     @model_validator(mode="after")
     def _check_deployment(self) -> RLConfig:
         dep = self.deployment

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig
 
@@ -68,6 +68,18 @@ class SummaryConfig(BaseConfig):
             if not left or not right:
                 raise ValueError(f"{item!r}: expected {shape}")
         return v
+
+    @model_validator(mode="after")
+    def _entries_named(self) -> SummaryConfig:
+        if not self.entry:
+            raise ValueError("entry: give at least one --entry NAME=PATH (a per-task scores JSONL such as "
+                             "RUN/eval/step_0.jsonl); without one the table would be empty")  # fmt: skip
+        names = [e.partition("=")[0] for e in self.entry]
+        for c in self.compare:
+            missing = [n for n in c.split(":", 1) if n not in names]
+            if missing:
+                raise ValueError(f"compare: {c!r} names {missing}, not among the entries {names}")
+        return self
 
 
 class PlotConfig(BaseConfig):

@@ -296,8 +296,7 @@ def run_node(cfg: RLConfig) -> int:
         return launch_and_wait(cfg)
     node = slurm_node()
     run = RunDir(Path(cfg.orchestrator.output_dir).resolve())
-    for section in ("trainer", "orchestrator", "inference"):
-        getattr(cfg, section).output_dir = run.root
+    cfg.set_run_dir(run.root)
     setup_logging(f"rl.node{node.index}", run.root, cfg.log.level)
     dep = cfg.deployment
     jobdir = JobDir(run.root, node.job_id)

@@ -48,6 +48,33 @@ def check_model(cfg: RLConfig) -> None:
             raise PreflightError(f"{section}.{e}") from None
 
 
+def check_extensions(cfg: RLConfig) -> None:
+    """Every registered name or `module:attr` import path the run will load resolves: each source's `env.id`, a
+    custom advantage's and a custom loss's `import_path` (nothing is built or called).
+    Raises PreflightError naming the field, the value and the registered names (RegistryError's message)."""
+    from prime_rl.config.orchestrator import CustomAdvantageConfig
+    from prime_rl.config.trainer import CustomLossConfig
+    from prime_rl.envs.base import ENVS
+    from prime_rl.orchestrator.advantages import ADVANTAGES
+    from prime_rl.registry import RegistryError
+    from prime_rl.trainer.loss import LOSSES
+
+    o = cfg.orchestrator
+    wanted = [(f"orchestrator.train.source[{s.name!r}].env.id", ENVS, s.env.id) for s in o.train.source]
+    wanted += [(f"orchestrator.eval.source[{s.name!r}].env.id", ENVS, s.env.id) for s in o.eval.source or []]
+    if isinstance(o.advantage, CustomAdvantageConfig):
+        wanted.append(("orchestrator.advantage.import_path", ADVANTAGES, o.advantage.import_path))
+    if isinstance(cfg.trainer.loss, CustomLossConfig):
+        wanted.append(("trainer.loss.import_path", LOSSES, cfg.trainer.loss.import_path))
+    for field, registry, name in wanted:
+        if name is None:
+            continue
+        try:
+            registry.get(name, field=field)
+        except RegistryError as e:
+            raise PreflightError(str(e)) from None
+
+
 def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
     """Rows of every nemo-gym source exist (or will be written by the launcher); data directories exist."""
     will_write = {p.url for p in plans if p.write_root is not None}

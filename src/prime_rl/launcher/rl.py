@@ -120,10 +120,10 @@ def prepare(cfg: RLConfig) -> Launch:
     from prime_rl.cli.rl import write_resolved
 
     run = RunDir(preflight.check_run_dirs(cfg))
-    for section in ("trainer", "orchestrator", "inference"):
-        getattr(cfg, section).output_dir = run.root
+    cfg.set_run_dir(run.root)
     preflight.check_sizes(cfg)
     preflight.check_model(cfg)
+    preflight.check_extensions(cfg)
     preflight.check_client(cfg)
     plans = envserver.plan_env_servers(cfg)
     envserver.bind_plans(cfg, plans)

@@ -155,10 +155,10 @@ def submit_rl(cfg: RLConfig, argv: list[str] | None = None) -> int:
 
     try:
         run = RunDir(preflight.check_run_dirs(cfg))
-        for section in ("trainer", "orchestrator", "inference"):
-            getattr(cfg, section).output_dir = run.root
+        cfg.set_run_dir(run.root)
         preflight.check_sizes(cfg)
         preflight.check_model(cfg)
+        preflight.check_extensions(cfg)
         if cfg.resume:
             resume.latest_checkpoint(run)
         elif resume.previous_run(run) and not cfg.clean:

@@ -160,20 +160,18 @@ def make_renderer(tokenizer: Any, cfg: Any = "auto", enable_thinking: bool | Non
         enable_thinking: overrides the config's value (and counts as explicitly set).
 
     Raises:
-        ValueError: unknown renderer name (`renderer.name`); `enable_thinking` on where the renderer and the
-            chat template cannot honour it; `template` on a tokenizer without a chat template.
+        ValueError: unknown renderer name (`renderer.name`); an explicit `enable_thinking` the renderer and the
+            chat template cannot honour; `template` on a tokenizer without a chat template.
     """
     from renderers import create_renderer
     from renderers.configs import config_from_name
 
     memoize_encode(tokenizer)
     name = cfg if isinstance(cfg, str) else cfg.name
-    if enable_thinking is None:
-        enable_thinking = False if isinstance(cfg, str) else bool(cfg.enable_thinking)
-    # only thinking *on* can go unhonoured: off is what a renderer without thinking does anyway. (`rl` writes every
-    # field into the resolved orchestrator.toml, so an explicit-but-default False reached every SmolLM2 run and
-    # refused it.)
-    explicit = bool(enable_thinking)  # thinking on (never the default) that the renderer must honour or refuse
+    if enable_thinking is None and not isinstance(cfg, str):
+        enable_thinking = cfg.enable_thinking  # None when not set, also after a config file round trip (rl's children)
+    explicit = enable_thinking is not None
+    enable_thinking = bool(enable_thinking)
     resolved = resolve_renderer_name(tokenizer, name)
     reads = template_reads(tokenizer, "enable_thinking")
     if resolved == "template":

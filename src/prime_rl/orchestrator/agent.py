@@ -133,6 +133,25 @@ def _assistant_message(parsed: Any, args: list[dict[str, Any] | None], turn: int
     return msg
 
 
+CANCELLED_OPEN_WAIT_S = 10.0  # how long a cancelled rollout waits for its in-flight open to land, to close it
+
+
+async def _open(source: TaskSource, task: Task) -> AsyncEpisode:
+    """`source.open(task)`, such that a cancellation while the open is in flight does not leak the episode: the
+    request may already have created a session on a remote server, so the open runs shielded, and on cancellation
+    the rollout waits up to CANCELLED_OPEN_WAIT_S for it to land and closes what it opened before re-raising."""
+    opening = asyncio.ensure_future(source.open(task))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        try:
+            episode = await asyncio.wait_for(opening, CANCELLED_OPEN_WAIT_S)
+            await episode.close()
+        except Exception as e:  # best effort: the open failed or timed out (the server reaps idle sessions too)
+            log.debug("episode of %s opened during cancellation not closed: %s", task.task_id, e)
+        raise
+
+
 async def run_rollout(
     task: Task,
     source: TaskSource,
@@ -153,7 +172,7 @@ async def run_rollout(
     tools = task.tools or None
     episode: AsyncEpisode | None = None
     try:
-        episode = await source.open(task)
+        episode = await _open(source, task)
         await _loop(r, episode, client, renderer, sampling, limits, source.max_turns, tools, rollout_id)
     except EnvError as e:
         r.masked, r.error = True, f"env/{e}"

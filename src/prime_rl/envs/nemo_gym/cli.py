@@ -53,6 +53,9 @@ def serve(cfg: EnvServerServeConfig) -> None:
     state = ServerState(env=env, name=root.name, masked_as_error=cfg.masked_as_error,
                         idle_timeout_s=cfg.idle_timeout, max_concurrent=cfg.max_concurrent,
                         at_capacity=cfg.at_capacity, seed_wait_s=cfg.seed_wait, token=cfg.token)  # fmt: skip
+    if cfg.token is None and cfg.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: binding {cfg.host} without --token: anyone who reaches the port can seed, play and verify "
+              "sessions; pass --token (clients send it as a bearer token)", file=sys.stderr)  # fmt: skip
     print(f"serving {server_cfg['env']} from {root} on http://{cfg.host}:{cfg.port} "
           f"(max_concurrent {cfg.max_concurrent}, at capacity: {cfg.at_capacity}, idle_timeout {cfg.idle_timeout})",
           flush=True)  # fmt: skip
