@@ -247,3 +247,16 @@ def test_unknown_extension_names_the_field_before_anything_starts(tmp_path, args
     with pytest.raises(PreflightError) as e:
         preflight.check_extensions(cfg)
     assert str(e.value).startswith(field), str(e.value)
+
+
+def test_dry_run_refuses_an_unknown_environment(tmp_path):
+    """`rl --dry-run` resolves the environments too (before: it wrote the configs of a run that could never start)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([str(Path(sys.executable).parent / "rl"), "--output-dir", str(tmp_path / "run"),
+                        "--model.name", str(fake_model(tmp_path)), "--orchestrator.train.source",
+                        '[{"name": "r", "env": {"id": "no-such-env"}}]', "--dry-run"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "env.id = 'no-such-env': unknown environment" in r.stderr, r.stderr
+    assert not (tmp_path / "run/configs").exists()

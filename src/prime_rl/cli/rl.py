@@ -34,14 +34,9 @@ def dry_run(cfg: RLConfig, name: str = "rl") -> None:
     also the sbatch script (not submitted)."""
     if cfg.slurm is not None:
         raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_rl")(cfg, sys.argv[1:]))
-    from prime_rl.launcher.errors import PreflightError
-    from prime_rl.launcher.preflight import check_extensions
-
-    try:
-        check_extensions(cfg)
-    except PreflightError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    status = load_impl("prime_rl.launcher.preflight:dry_run_checks")(cfg)
+    if status:
+        raise SystemExit(status)
     for section, path in write_resolved(cfg).items():
         print(f"resolved {section} config written to {path}")
     raise SystemExit(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from prime_rl.config.rl import RLConfig
@@ -73,6 +74,17 @@ def check_extensions(cfg: RLConfig) -> None:
             registry.get(name, field=field)
         except RegistryError as e:
             raise PreflightError(str(e)) from None
+
+
+def dry_run_checks(cfg: RLConfig) -> int:
+    """The checks `rl --dry-run` runs (those needing no model load or port): `check_extensions`. Returns the exit
+    status: 0, or the error's (2) after printing it."""
+    try:
+        check_extensions(cfg)
+    except PreflightError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
 
 
 def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
