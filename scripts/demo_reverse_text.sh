@@ -23,12 +23,25 @@ if [ -z "${RL_ONLY:-}" ]; then
   prime-rl sft-data reverse-text "$OUT/sft.jsonl"
   stamp convert $t
 
-  phase "2/5 the raw model on the 100 eval texts (examples/reverse_text/eval.toml, sampled in-process)"
+  phase "2/5 the raw model on the 100 eval texts (examples/reverse_text/eval.toml, through a vLLM server)"
   t=$SECONDS
   rm -rf "$OUT/raw-eval"
+  # The raw model is sampled by `inference` (vLLM) like the RL run's evals; transformers generate in-process is ~10x
+  # slower per token on 2 cores (examples/reverse_text/README.md). The server stops when the eval is done.
+  RAW_PORT=${RAW_PORT:-8011}
+  inference --model.name "$OUT/smollm2" --output-dir "$OUT/raw-eval" --server.port "$RAW_PORT" \
+    --vllm.max-model-len 1024 --vllm.tool-call-parser None &
+  INF_PID=$!
+  trap 'kill "$INF_PID" 2>/dev/null || true' EXIT
+  until curl -sf "http://127.0.0.1:$RAW_PORT/health" >/dev/null; do
+    kill -0 "$INF_PID" 2>/dev/null || { echo "inference for the raw eval exited; see $OUT/raw-eval/logs/" >&2; exit 1; }
+    sleep 2
+  done
   # shellcheck disable=SC2086
-  prime-rl eval @ examples/reverse_text/eval.toml --backend transformers --model.name "$OUT/smollm2" \
-    --output-dir "$OUT/raw-eval" ${EVAL_ARGS:-}
+  prime-rl eval @ examples/reverse_text/eval.toml --model.name "$OUT/smollm2" \
+    --client.base-url "http://127.0.0.1:$RAW_PORT" --output-dir "$OUT/raw-eval" ${EVAL_ARGS:-}
+  kill "$INF_PID"; wait "$INF_PID" 2>/dev/null || true
+  trap - EXIT
   stamp raw_eval $t
 
   phase "3/5 SFT warm start (examples/reverse_text/sft.toml)"
