@@ -8,7 +8,8 @@ own groups with policy version N - 1, so nothing depends on timing), seeded samp
 seed per rollout and turn), a seeded trainer, and an eval of 4 tasks per source on the base policy and after step 3.
 
 Kept: every value of the orchestrator, trainer and eval rows except wall-clock and memory ones (`time`, `*_s`,
-`*time*`, `*mem*`). Integers, booleans and strings must be equal; floats must agree to rtol 1e-9 (atol 1e-12).
+`*time*`, `*mem*`). Integers, booleans and strings must be equal; floats must agree to rtol 1e-9 (atol 1e-12), except
+the trainer's, which must agree to rtol 1e-4 (atol 1e-9): see "Another machine" below.
 Measured (three runs of the pre-refactor code, commit 61f04c4, and one of the refactored code, on 2 shared cores):
 every float agreed bit for bit except statistics over a step's rollouts (`reward_std` between pre-refactor runs;
 `reward`, `reward/reverse` in the refactored run), which differed in the last digit (~1e-17): the batch lists
@@ -22,6 +23,16 @@ against a dump of the old baseline first: the orchestrator's rows were unchanged
 relative (fp32 rounding of the packed-attention / concatenated micro-batch fast path, issue 17) next to new fields
 (`nonfinite`, `logp_grad_norm/*`); eval values changed because eval rollout ids now include the source name (issue
 13: two sources with the same task ids no longer share sampling seeds), which reseeds eval sampling.
+
+Another machine (2026-12-01, the same code on a restarted machine with a fresh install): every orchestrator and eval
+value and every integer was equal, but the trainer's fp32 numbers were not: step 1 (on-policy) moved by ~1e-8
+relative (entropy 5.565879251 vs 5.565879313 recorded, the mean importance ratio 0.99999999 vs 1.0), identically
+in two runs, so the machine's fp32 kernels, not timing; with lr 0.02 it grew to ~8e-6 relative by step 3
+(grad_norm). Those two runs also differed from each other from step 2 on, because a step listed its groups in
+completion order and the trainer's sums ran in that order; the scheduler now lists them in launch order
+(tests/orchestrator/test_scheduler.py), so runs on one machine agree bit for bit again. A refactor that changes
+what is trained moves these numbers by far more than 1e-4, so the trainer's tolerance is `tolerance.trainer` in the
+baseline file (rtol 1e-4, atol 1e-9) and the rest keeps the bit-level one.
 
     python -m tests.integration.behaviour --write tests/integration/rl_baseline.json   # record (pre-refactor code)
     python -m tests.integration.behaviour --check tests/integration/rl_baseline.json   # compare (exit 1 on a diff)
@@ -47,6 +58,7 @@ from prime_rl.ports import free_port
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 3
 PROCESSES = ("orchestrator", "trainer", "eval")
+TRAINER_TOLERANCE = {"trainer": {"rtol": 1e-4, "atol": 1e-9}}  # fp32 kernels differ between machines (docstring)
 
 
 def config_text(run: Path, model: Path) -> str:
@@ -132,10 +144,12 @@ def run_once(workdir: Path, timeout_s: float = 900) -> dict[str, list[dict[str, 
 
 def compare(expected: dict[str, Any], got: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Differences between a recorded baseline and a run's rows: non-float values must be equal, floats within
-    `expected["rtol"]`/`expected["atol"]`; missing or extra fields and rows are differences."""
-    rtol, atol = expected["rtol"], expected["atol"]
+    `expected["rtol"]`/`expected["atol"]`, or a process's own `expected["tolerance"][proc]` (`rtol`, `atol`) where
+    the file has one; missing or extra fields and rows are differences."""
     diffs = []
     for proc in PROCESSES:
+        tol = expected.get("tolerance", {}).get(proc, {})
+        rtol, atol = tol.get("rtol", expected["rtol"]), tol.get("atol", expected["atol"])
         want, have = expected["rows"][proc], got[proc]
         if len(want) != len(have):
             diffs.append(f"{proc}: {len(have)} rows, expected {len(want)}")
@@ -176,9 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     baseline = {
         "recorded": {"commit": commit, "command": "python -m tests.integration.behaviour --write " + str(args.write)},
-        "rtol": args.rtol, "atol": args.atol, "rows": first,
+        "rtol": args.rtol, "atol": args.atol, "tolerance": TRAINER_TOLERANCE, "rows": first,
     }
-    diffs = compare(baseline, second)
+    diffs = compare({**baseline, "tolerance": {}}, second)  # one machine, one code: every float to rtol/atol
     if diffs:
         raise SystemExit("two runs of the same code differ; nothing recorded:\n" + "\n".join(diffs))
     args.write.write_text(json.dumps(baseline, indent=1) + "\n")

@@ -64,6 +64,22 @@ async def test_synchronous_baseline_is_on_policy(renderer, tmp_path):
     assert sum(1 for e in env.log if e[0] == "close") == sum(1 for e in env.log if e[0] == "open") >= len(client.calls)
 
 
+async def test_step_lists_its_groups_in_launch_order(renderer, tmp_path):
+    """Groups that finish in reverse launch order (later group ids answer faster) are still listed by group id in
+    the step's batch, so the trainer's input does not depend on completion order. Before
+    the sort the batch listed the latest-launched group first."""
+
+    def delay(rid):  # rid = "<task>/g<gid>/r<k>": group 0 slowest
+        gid = int(rid.split("/g")[1].split("/")[0])
+        return 0.02 * (4 - gid % 4)
+
+    cuts, *_ = await _run(renderer, tmp_path, async_level=0, max_off=8, steps=2, train_s=0.01, delay_fn=delay,
+                          batch_size=8)  # fmt: skip
+    for _, _, b in cuts:
+        gids = [r.group_id for r in b.rollouts]
+        assert gids == sorted(gids) and len(set(gids)) == 4
+
+
 @pytest.mark.parametrize("async_level", [1, 2])
 def test_never_more_than_async_level_ahead(renderer, tmp_path, async_level):
     cuts, sched, client, env = asyncio.run(

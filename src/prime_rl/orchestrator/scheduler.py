@@ -9,8 +9,11 @@
   with version N - 1.
 - Staleness: when step N's batch is cut, a group whose oldest token came from a version older than
   N - 1 - max_off_policy_steps is dropped whole and replaced.
-- Finished groups get advantages (masked members excluded from the baseline) and are cut in completion order. A
-  non-finite advantage (a custom estimator's NaN) masks its rollout (DESIGN invariant 7).
+- Finished groups get advantages (masked members excluded from the baseline) and are cut in completion order (the
+  first `batch_size / group_size` finished groups make the step); within the step they are listed in launch order
+  (group id), so the trainer's input, and the order of its fp32 sums, do not depend on which group finished first
+  (a seeded synchronous run is reproducible bit for bit under any load). A non-finite advantage (a custom
+  estimator's NaN) masks its rollout (DESIGN invariant 7).
 """
 
 from __future__ import annotations
@@ -210,7 +213,7 @@ class Scheduler:
                         f"{self.inflight} rollouts running); see logs/trainer.log and logs/inference.log"
                     ) from None
         await self.policy.wait_for(step - 1 - self.max_async_level, self.weights_timeout_s)
-        groups = [self.ready.popleft() for _ in range(self.groups_per_step)]
+        groups = sorted((self.ready.popleft() for _ in range(self.groups_per_step)), key=lambda g: g.gid)
         filtered = 0
         if self.advantage.filter_zero:
             for g in groups:
