@@ -109,11 +109,10 @@ def test_three_steps_end_to_end(tmp_path, tiny, server):
 
 async def test_gridsim_server_killed_mid_step(tmp_path, tiny, server):
     """SIGKILL the env server while step 2's rollouts hold sessions on it and restart it on the same port (new
-    signing key, no sessions). Requests in the gap are retried (deadline 120 s: under load, 2 busy cores, a restart
-    took over 20 s and the groups launched in the gap errored, as they should past their deadline; the deadline
-    only bounds the gap, it costs nothing when the restart is quick) and reach the new server: sessions
-    of the old one come back masked, new seeds succeed. No trainer (max_async_level = max_steps: no version is
-    waited for)."""
+    signing key, no sessions). Requests in the gap are retried (deadline 120 s, so that a restart slowed by a loaded
+    machine stays inside it; it only bounds the gap and costs nothing when the restart is quick) and reach the new
+    server: sessions of the old one come back masked, new seeds succeed. No trainer (max_async_level = max_steps: no
+    version is waited for)."""
     from prime_rl.config.orchestrator import OrchestratorConfig
     from prime_rl.inference.client import InferenceClient
     from prime_rl.models.renderer import load_tokenizer, make_renderer
@@ -174,7 +173,13 @@ async def test_gridsim_server_killed_mid_step(tmp_path, tiny, server):
     assert [m["step"] for m in read_metrics(cfg.output_dir, "orchestrator")] == list(range(1, steps + 1))
     masked = [r for rs in seen for r in rs if r.masked]
     assert 0 < len(masked) <= batch, "only the rollouts in flight at the kill (<= max_inflight) may be masked"
-    assert out[0]["error_pct"] == 0.0 and out[-1]["error_pct"] == 0.0  # before the kill, and recovered after it
+    assert out[0]["error_pct"] == 0.0  # before the kill
+    # Recovered after it: the masked rollouts belong to the (at most max_inflight / group_size) groups in flight at
+    # the kill, and groups launched later succeed. Which step a masked group lands in depends on when it finishes
+    # (under load the group whose rollout did the kill finished last, in step 4), so no step is assumed clean.
+    masked_groups = {r.group_id for r in masked}
+    assert len(masked_groups) <= batch // cfg.train.group_size, sorted(masked_groups)
+    assert any(not r.masked and r.group_id > max(masked_groups) for rs in seen[1:] for r in rs)
     assert all(r.error and r.error.startswith("env/") for r in masked), [r.error for r in masked]
     for n, rs in enumerate(seen, start=1):
         # the batch holds exactly the samples of the unmasked rollouts: masked ones contribute no token at all
