@@ -267,6 +267,56 @@ async def test_run_stops_after_max_empty_steps(renderer, tmp_path):
     assert not (cfg.output_dir / "rollouts" / "step_3").exists()
 
 
+async def test_a_step_without_any_nonzero_advantage_trains_nothing(renderer):
+    """Every group with equal rewards (all 0 here, nothing masked): no learning signal, so no loss token reaches the
+    trainer (it skips its update). Before, the zero-advantage rollouts were packed with their loss tokens and AdamW
+    turned the step's ~1e-11..1e-8 gradient into an lr-sized update: the tool-bandit rung's policy drifted for 40
+    steps with reward 0 everywhere (docs/learning.md)."""
+    batch = await _one_batch(renderer, InProcessSource("zero", CycleEnv([0.0])), _cfg(batch_size=10))
+    assert len(batch.rollouts) == 10 and not any(r.masked for r in batch.rollouts)
+    assert all(r.filtered and r.advantage == 0.0 for r in batch.rollouts)
+    m = step_metrics(batch, 1.0, 0)
+    assert m["loss_tokens"] == 0 and m["trainable"] == 0 and m["filtered_groups"] == 2 and m["reward"] == 0.0
+
+
+async def test_one_group_with_a_signal_keeps_the_equal_reward_groups(renderer):
+    """Only a step with no signal at all is emptied: with one group whose rewards differ, the equal-reward group
+    keeps its loss tokens (advantage 0, in the normaliser as before) unless `advantage.filter_zero` is set."""
+    # group 1 (first five episodes) gets rewards 1, 0, 1, 0, 1; group 2 gets 1, 1, 1, 1, 1
+    src = InProcessSource("mix", CycleEnv([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]))
+    cfg = _cfg(batch_size=10, concurrency={"max_inflight": 5})
+    batch = await _one_batch(renderer, src, cfg)
+    m = step_metrics(batch, 1.0, 0)
+    assert m["trainable"] == 5 and m["filtered_groups"] == 0 and not any(r.filtered for r in batch.rollouts)
+    assert m["loss_tokens"] == sum(r.num_loss_tokens for r in batch.rollouts) > 0
+
+
+async def test_run_with_equal_rewards_everywhere_stops_naming_the_budget(renderer, tmp_path):
+    """A run whose groups all score the same (e.g. every answer cut by max_completion_tokens) stops after
+    `max_empty_steps` steps, and the message names the mean reward and the completion budget; before, it ran all
+    its steps saying nothing."""
+    cfg = _cfg(output_dir=tmp_path / "run", batch_size=4, train={"group_size": 2, "sampling": {"max_completion_tokens": 8}},
+               max_steps=10, max_empty_steps=2, max_async_level=0)  # fmt: skip
+    orch = Orchestrator(cfg, client=ScriptedClient(renderer._tokenizer, lambda p, k: "x"), renderer=renderer,
+                        train_sources=[InProcessSource("flat", CycleEnv([0.0]))], poll_s=0.005, echo=False)  # fmt: skip
+
+    async def trainer():
+        for n in itertools.count(1):
+            while not (cfg.output_dir / "rollouts" / f"step_{n}" / "rank_0.bin").exists():
+                await asyncio.sleep(0.005)
+            atomic_write_dir(cfg.output_dir / "weights" / f"step_{n}", lambda d: (d / "x").write_bytes(b"x"))
+
+    t = asyncio.create_task(trainer())
+    try:
+        with pytest.raises(NoProgressError) as e:
+            await orch.run()
+    finally:
+        t.cancel()
+    msg = str(e.value)
+    assert "steps 1-2: 2 consecutive steps with nothing to train" in msg and "0% masked" in msg
+    assert "mean reward 0" in msg and "max_completion_tokens" in msg and "2 group(s) filtered or with equal" in msg
+
+
 async def test_eval_rollout_ids_are_distinct_across_sources(renderer, tok):
     """Sticky replica routing and per-rollout sampling seeds are keyed by rollout id: two sources with the same
     task ids must not share one (they did: `eval/<task_id>/<j>`)."""

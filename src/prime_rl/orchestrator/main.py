@@ -6,8 +6,8 @@ samples (masked rollouts carry no tokens; zero-advantage groups too with `advant
 `traces.jsonl` then every `rank_R.bin` atomically, log metrics and print the step line; checkpoint every
 `ckpt.interval` steps. A weight watcher loads every new `weights/step_N/STABLE` into the inference server and
 evaluates the policy on version 0, every `eval.interval` versions and the final one (`eval/step_N.jsonl`).
-After `max_empty_steps` consecutive steps with no loss token (every rollout masked, never sampled or filtered) the
-run stops with `NoProgressError` (exit 1), naming what masked the rollouts.
+After `max_empty_steps` consecutive steps with nothing to train (every rollout masked, never sampled or filtered, or
+every group with equal rewards, i.e. no nonzero advantage; the trainer then skips its update) the run stops with `NoProgressError` (exit 1), naming what masked the rollouts.
 """
 
 from __future__ import annotations
@@ -50,12 +50,16 @@ def no_progress_message(first: int, last: int, m: dict[str, Any], limit: int) ->
     """Why steps `first`..`last` had nothing to train, from the last step's metrics `m` (its error kinds)."""
     errors = {k.removeprefix("errors/"): v for k, v in m.items() if k.startswith("errors/")}
     top = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: -kv[1])) or "none"
+    reward = m.get("reward")
     return (
-        f"steps {first}-{last}: {last - first + 1} consecutive steps with nothing to train (no loss token; "
-        f"orchestrator.max_empty_steps = {limit}). Step {last}: {m['num_rollouts']} rollouts, "
-        f"{m['error_pct']:.0f}% masked ({top}), {m['filtered_groups']} group(s) filtered, truncated "
-        f"{m['truncated_pct']:.0f}%. See rollouts/step_{last}/traces.jsonl and logs/orchestrator.log for the errors "
-        "(an environment whose verify fails, prompts longer than seq_len, an inference server that refuses requests)"
+        f"steps {first}-{last}: {last - first + 1} consecutive steps with nothing to train (no loss token, or no "
+        f"rollout with a nonzero advantage; orchestrator.max_empty_steps = {limit}, None never stops). Step {last}: "
+        f"{m['num_rollouts']} rollouts, {m['error_pct']:.0f}% masked ({top}), {m['filtered_groups']} group(s) filtered "
+        f"or with equal rewards (mean reward {'n/a' if reward is None else f'{reward:.3g}'}), truncated "
+        f"{m['truncated_pct']:.0f}%. See rollouts/step_{last}/traces.jsonl and logs/orchestrator.log: errors come from "
+        "an environment whose verify fails, prompts longer than seq_len or an inference server that refuses requests; "
+        "equal rewards in every group from a task too hard for the starting policy or a completion budget too small "
+        "for the answer (train.sampling.max_completion_tokens)"
     )
 
 
@@ -207,7 +211,7 @@ class Orchestrator:
                     empty_since = None
                 else:
                     empty_since = step if empty_since is None else empty_since
-                    log.warning("step %d: nothing to train (no loss token); the trainer skips its update", step)
+                    log.warning("step %d: nothing to train (no loss token, or every advantage is zero); the trainer skips its update", step)
                     if limit is not None and step - empty_since + 1 >= limit:
                         raise NoProgressError(no_progress_message(empty_since, step, m, limit))
                 step += 1
