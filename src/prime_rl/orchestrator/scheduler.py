@@ -215,22 +215,12 @@ class Scheduler:
         await self.policy.wait_for(step - 1 - self.max_async_level, self.weights_timeout_s)
         groups = sorted((self.ready.popleft() for _ in range(self.groups_per_step)), key=lambda g: g.gid)
         filtered = 0
-        for g in groups:
-            if self.advantage.filter_zero and all(r.advantage == 0.0 for r in g.rollouts):
-                filtered += 1
-                for r in g.rollouts:
-                    r.filtered = True
-        if not any(r.trainable for g in groups for r in g.rollouts):
-            # No learning signal in the whole step (every rollout masked or with a zero advantage): train nothing.
-            # A zero-advantage step still has loss tokens; its gradient (float rounding and the KL term's: norms
-            # 3e-11, 1e-8, 7e-6 in three such steps, measured) is normalised per parameter by AdamW into updates of
-            # up to ~lr, and the policy drifted with no reward at all (tool-bandit rung, docs/learning.md). With no loss token the trainer skips the update and the step
-            # counts towards orchestrator.max_empty_steps.
+        if self.advantage.filter_zero:
             for g in groups:
-                if not all(r.filtered or r.masked for r in g.rollouts):
+                if all(r.advantage == 0.0 for r in g.rollouts):
                     filtered += 1
-                for r in g.rollouts:
-                    r.filtered = True
+                    for r in g.rollouts:
+                        r.filtered = True
         self._launch(step + 1)
         return CutBatch(
             step=step,
