@@ -185,6 +185,7 @@ def test_step_without_a_nonzero_advantage_skips_the_update(tiny_model_dir, sampl
     assert max((w3[k] - w2[k]).abs().max().item() for k in w2) > 1e-4  # step 3 has a signal and trains
     rows = read_metrics(run, "trainer")
     assert [r["skipped_update"] for r in rows] == [0.0, 1.0, 0.0] and rows[1]["no_signal"] == 1.0
+    assert "no_signal" not in rows[0] and "no_signal" not in rows[2]
     line = [ln for ln in (run / "logs" / "trainer.log").read_text().splitlines() if "step 2/3" in ln]
     assert len(line) == 1 and "update skipped: every loss token's advantage is 0" in line[0], line
 

@@ -80,7 +80,8 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
             mine = any(bool(np.any(mb.advantages[mb.loss_mask] != 0)) for mb in batch.micro_batches)
             signal = all_reduce_sum(torch.tensor([float(mine)], dtype=torch.float64)).item() > 0
             m = engine.train_step(mbs, batch.total_loss_tokens if signal else 0, loss, cfg.loss, probe)
-            m["no_signal"] = float(not signal and batch.total_loss_tokens > 0)
+            if not signal and batch.total_loss_tokens > 0:
+                m["no_signal"] = 1.0  # only on such steps (metrics rows of ordinary runs unchanged)
             t_pub = time.perf_counter()
             engine.publish(step)
             m["publish_s"] = time.perf_counter() - t_pub
