@@ -240,16 +240,15 @@ class CrashEnv(CycleEnv):
         return ep
 
 
-async def test_run_stops_after_max_empty_steps(renderer, tmp_path):
-    """An environment whose verify always fails: every rollout masked, no loss token; the run stops with an error
-    naming the cause after `max_empty_steps` steps instead of skipping updates forever."""
+async def _run_until_no_progress(renderer, tmp_path, src):
+    """Run the orchestrator (4 rollouts a step, `max_empty_steps = 2`) beside a fake trainer that publishes each
+    version once its batch is written; returns (config, the NoProgressError's message)."""
     cfg = _cfg(output_dir=tmp_path / "run", batch_size=4, train={"group_size": 2, "sampling": {"max_completion_tokens": 8}},
                max_steps=10, max_empty_steps=2, max_async_level=0)  # fmt: skip
-    src = InProcessSource("crashy", CrashEnv([1.0]))
     orch = Orchestrator(cfg, client=ScriptedClient(renderer._tokenizer, lambda p, k: "x"), renderer=renderer,
                         train_sources=[src], poll_s=0.005, echo=False)  # fmt: skip
 
-    async def trainer():  # publishes each version once its batch is written
+    async def trainer():
         for n in itertools.count(1):
             while not (cfg.output_dir / "rollouts" / f"step_{n}" / "rank_0.bin").exists():
                 await asyncio.sleep(0.005)
@@ -261,7 +260,13 @@ async def test_run_stops_after_max_empty_steps(renderer, tmp_path):
             await orch.run()
     finally:
         t.cancel()
-    msg = str(e.value)
+    return cfg, str(e.value)
+
+
+async def test_run_stops_after_max_empty_steps(renderer, tmp_path):
+    """An environment whose verify always fails: every rollout masked, no loss token; the run stops with an error
+    naming the cause after `max_empty_steps` steps instead of skipping updates forever."""
+    cfg, msg = await _run_until_no_progress(renderer, tmp_path, InProcessSource("crashy", CrashEnv([1.0])))
     assert "steps 1-2: 2 consecutive steps with nothing to train" in msg and "max_empty_steps = 2" in msg
     assert "env/verify_crash 4" in msg and "100% masked" in msg
     assert not (cfg.output_dir / "rollouts" / "step_3").exists()
@@ -293,24 +298,7 @@ async def test_run_with_equal_rewards_everywhere_stops_naming_the_budget(rendere
     """A run whose groups all score the same (e.g. every answer cut by max_completion_tokens) stops after
     `max_empty_steps` steps, and the message names the mean reward and the completion budget; before, it ran all
     its steps saying nothing."""
-    cfg = _cfg(output_dir=tmp_path / "run", batch_size=4, train={"group_size": 2, "sampling": {"max_completion_tokens": 8}},
-               max_steps=10, max_empty_steps=2, max_async_level=0)  # fmt: skip
-    orch = Orchestrator(cfg, client=ScriptedClient(renderer._tokenizer, lambda p, k: "x"), renderer=renderer,
-                        train_sources=[InProcessSource("flat", CycleEnv([0.0]))], poll_s=0.005, echo=False)  # fmt: skip
-
-    async def trainer():
-        for n in itertools.count(1):
-            while not (cfg.output_dir / "rollouts" / f"step_{n}" / "rank_0.bin").exists():
-                await asyncio.sleep(0.005)
-            atomic_write_dir(cfg.output_dir / "weights" / f"step_{n}", lambda d: (d / "x").write_bytes(b"x"))
-
-    t = asyncio.create_task(trainer())
-    try:
-        with pytest.raises(NoProgressError) as e:
-            await orch.run()
-    finally:
-        t.cancel()
-    msg = str(e.value)
+    _, msg = await _run_until_no_progress(renderer, tmp_path, InProcessSource("flat", CycleEnv([0.0])))
     assert "steps 1-2: 2 consecutive steps with nothing to train" in msg and "0% masked" in msg
     assert "mean reward 0" in msg and "max_completion_tokens" in msg and "0 group(s) filtered or with equal" in msg
 
