@@ -347,8 +347,6 @@ class Engine:
             return
         if m.get("skipped_update"):
             why = "no loss tokens in this step's batch (every sample masked or filtered)"
-            if m.get("no_signal"):
-                why = "every loss token's advantage is 0 (equal rewards in every group: no learning signal)"
             self.log.info(" | ".join([f"step {step}{of}", f"update skipped: {why}", *tail]))
             return
         parts = [f"step {step}{of}", f"loss {m['loss']:.4f}"]

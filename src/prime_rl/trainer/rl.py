@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
 
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.monitor.logger import setup_logging
 from prime_rl.trainer.diagnostics import build_probe
-from prime_rl.trainer.dist import all_reduce_max, all_reduce_sum, node_name
+from prime_rl.trainer.dist import all_reduce_max, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss
 from prime_rl.trainer.shared_prefix import regroup
@@ -73,15 +72,7 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
                     mbs = concat_micro_batches(mbs, cfg.micro_batch_tokens)
                 most = int(all_reduce_max(torch.tensor([float(len(mbs)), 1.0], dtype=torch.float64)).max().item())
                 mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
-            # No learning signal anywhere (every loss token's advantage is 0 on every rank: equal rewards in every
-            # group): skip the update. AdamW normalises each parameter's gradient, so the step's leftover gradient
-            # (float rounding, the KL term's: norms 3e-11, 1e-8, 7e-6 measured in three such steps) moved the weights
-            # by up to ~lr each and the policy drifted at reward 0 (tool-bandit rung, docs/learning.md).
-            mine = any(bool(np.any(mb.advantages[mb.loss_mask] != 0)) for mb in batch.micro_batches)
-            signal = all_reduce_sum(torch.tensor([float(mine)], dtype=torch.float64)).item() > 0
-            m = engine.train_step(mbs, batch.total_loss_tokens if signal else 0, loss, cfg.loss, probe)
-            if not signal and batch.total_loss_tokens > 0:
-                m["no_signal"] = 1.0  # only on such steps (metrics rows of ordinary runs unchanged)
+            m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe)
             t_pub = time.perf_counter()
             engine.publish(step)
             m["publish_s"] = time.perf_counter() - t_pub
