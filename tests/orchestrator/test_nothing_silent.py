@@ -274,7 +274,7 @@ async def test_run_stops_after_max_empty_steps(renderer, tmp_path):
 
 async def test_a_step_without_any_nonzero_advantage_counts_as_nothing_to_train(renderer):
     """Every group with equal rewards (all 0 here, nothing masked): the step carries loss tokens but no learning
-    signal, `trainable` says so (the trainer skips such a step: tests/trainer/test_nonfinite.py)."""
+    signal, and `trainable` says so (the run loop counts such steps towards `max_empty_steps`: the test below)."""
     batch = await _one_batch(renderer, InProcessSource("zero", CycleEnv([0.0])), _cfg(batch_size=10))
     assert len(batch.rollouts) == 10 and not any(r.masked or r.filtered for r in batch.rollouts)
     assert all(r.advantage == 0.0 for r in batch.rollouts)

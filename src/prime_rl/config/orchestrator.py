@@ -297,7 +297,8 @@ class OrchestratorConfig(BaseConfig):
     max_empty_steps: int | None = Field(
         5, gt=0,
         description="Stop the run with an error after this many consecutive steps with nothing to train (no loss "
-        "token: every rollout masked, never sampled or filtered); None = never stop.",
+        "token: every rollout masked, never sampled or filtered; or no rollout with a nonzero advantage: equal rewards "
+        "in every group); None = never stop.",
     )
     seed: int = Field(0, description="Seed of the task stream's order and of random.")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
