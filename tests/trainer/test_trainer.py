@@ -100,6 +100,101 @@ def test_resume_is_bit_exact(tiny_model_dir, samples, tmp_path):
     assert [r["lr"] for r in ra] == [r["lr"] for r in rb]
 
 
+@pytest.mark.parametrize("fsdp", [False, True])
+def test_resume_from_a_checkpoint_taken_before_any_update(tiny_model_dir, samples, tmp_path, fsdp):
+    """Steps 1-2 have no loss token (every rollout masked), so AdamW never stepped when step 2 is checkpointed. Before,
+    that checkpoint held an empty optimizer state and resuming failed ('Missing key in checkpoint state_dict:
+    optim.state...step'); now it resumes and steps 3-4 give the uninterrupted run's weights bit for bit."""
+    masked = [{**s, "loss_mask": np.zeros_like(s["loss_mask"])} for s in samples[:4]]
+    stream = {1: masked, 2: masked, 3: samples[:4], 4: samples[4:]}
+    over = dict(max_steps=4, scheduler={"warmup_steps": 3}, model={"name": str(tiny_model_dir), "fsdp": fsdp})
+    full, split = tmp_path / "full", tmp_path / "split"
+    write_stream(full, stream)
+    rl.run(trainer_config(tiny_model_dir, full, **over))
+    write_stream(split, {s: stream[s] for s in (1, 2)})
+    with pytest.raises(TimeoutError, match="step_3"):
+        rl.run(trainer_config(tiny_model_dir, split, ckpt={"interval": 2}, data_timeout_s=0.2, **over))
+    assert (split / "checkpoints" / "step_2" / "trainer" / "STABLE").is_file()
+    write_stream(split, {s: stream[s] for s in (3, 4)})
+    rl.run(trainer_config(tiny_model_dir, split, ckpt={"resume_step": -1}, **over))
+    ra, rb = read_metrics(full, "trainer"), read_metrics(split, "trainer")
+    assert [r["step"] for r in rb] == [1, 2, 3, 4]
+    assert [r["skipped_update"] for r in ra] == [r["skipped_update"] for r in rb] == [1.0, 1.0, 0.0, 0.0]
+    assert [r["lr"] for r in ra] == [r["lr"] for r in rb]  # the schedule advanced through the skipped steps
+    assert [r["loss"] for r in ra] == [r["loss"] for r in rb]
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    for step in (3, 4):
+        a = load_file(str(full / "weights" / f"step_{step}" / "model.safetensors"))
+        b = load_file(str(split / "weights" / f"step_{step}" / "model.safetensors"))
+        assert all(torch.equal(a[k], b[k]) for k in a), step
+    assert not all(torch.equal(a[k], base[k]) for k in a)  # steps 3-4 trained
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_adamw_state_created_up_front_steps_like_the_lazy_one(amsgrad):
+    """`init_adamw_state` (called by `build_optimizer`) must give the very state AdamW creates at its first step:
+    same keys, dtypes and devices, and bit-identical parameters and moments after three steps."""
+    from torch import nn
+
+    from prime_rl.trainer.optim import init_adamw_state
+
+    gen = torch.Generator().manual_seed(0)
+    init = [torch.randn(5, 3, generator=gen), torch.randn(7, generator=gen)]
+    grads = [[torch.randn(t.shape, generator=gen) for t in init] for _ in range(3)]
+    runs = []
+    for eager in (False, True):
+        ps = [nn.Parameter(t.clone()) for t in init]
+        opt = torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, amsgrad=amsgrad)
+        if eager:
+            init_adamw_state(opt)
+            assert all(opt.state[p]["step"].item() == 0 for p in ps)
+        for g in grads:
+            for p, gi in zip(ps, g, strict=True):
+                p.grad = gi.clone()
+            opt.step()
+        runs.append((ps, [opt.state[p] for p in ps]))
+    (pa, sa), (pb, sb) = runs
+    assert all(torch.equal(a, b) for a, b in zip(pa, pb, strict=True))
+    for a, b in zip(sa, sb, strict=True):
+        assert list(a) == list(b)
+        for k in a:
+            assert (a[k].dtype, a[k].device) == (b[k].dtype, b[k].device) and torch.equal(a[k], b[k]), k
+
+
+@pytest.mark.parametrize("fsdp", [False, True])
+def test_resume_from_an_older_checkpoint_without_optimizer_state(tiny_model_dir, samples, tmp_path, fsdp):
+    """A checkpoint written by the code before `init_adamw_state`, after skipped steps only, holds no AdamW state at
+    all: it loads too (zero moments, as AdamW's first update would create them; a warning says so) and the next
+    step gives the uninterrupted engine's weights."""
+    import dataclasses
+
+    from torch.distributed.checkpoint import FileSystemReader
+
+    total = int(sum(s["loss_mask"].sum() for s in samples))
+    masked = [dataclasses.replace(mb, loss_mask=np.zeros_like(mb.loss_mask)) for mb in pack(samples, 1)]
+    over = dict(model={"name": str(tiny_model_dir), "fsdp": fsdp}, scheduler={"warmup_steps": 3})
+    eng, cfg = _engine(tiny_model_dir, tmp_path / "r", **over)
+    try:
+        eng.train_step(masked, 0, dppo_kl_loss, cfg.loss)
+        eng.optimizer.state.clear()  # what the older code held here (AdamW never stepped)
+        path = eng.maybe_checkpoint(1, force=True)
+        eng.train_step(pack(samples, 1), total, dppo_kl_loss, cfg.loss)
+        want = {n: full(p).detach().clone() for n, p in eng.model.named_parameters()}
+    finally:
+        eng.close()
+    assert not [k for k in FileSystemReader(str(path / "dcp")).read_metadata().state_dict_metadata
+                if k.startswith("optim.state.")]  # fmt: skip
+    eng, cfg = _engine(tiny_model_dir, tmp_path / "r", ckpt={"resume_step": 1}, **over)
+    try:
+        eng.maybe_resume()
+        assert eng.step == 1 and all(eng.optimizer.state[p]["step"].item() == 0 for p in eng.params)
+        eng.train_step(pack(samples, 1), total, dppo_kl_loss, cfg.loss)
+        got = {n: full(p).detach() for n, p in eng.model.named_parameters()}
+    finally:
+        eng.close()
+    assert all(torch.equal(want[n], got[n]) for n in want)
+
+
 def test_lora_trains_only_adapters_and_publishes_merged_or_adapter(tiny_model_dir, samples, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

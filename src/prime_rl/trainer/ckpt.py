@@ -25,6 +25,7 @@ from torch import nn
 from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.rundir import step_dirs
 from prime_rl.trainer.dist import DistInfo, barrier
+from prime_rl.trainer.optim import init_adamw_state
 from prime_rl.trainer.weights import prune_step_dirs
 from prime_rl.transport.atomic import STABLE, atomic_write_bytes, publish_filled_dir
 
@@ -56,8 +57,9 @@ def checkpoint_error(path: Path, file: str, problem: str) -> CheckpointError:
     return CheckpointError(f"checkpoint step {step} ({path}) is corrupt: {file}: {problem}; {fix}")
 
 
-def _check_dcp_files(path: Path) -> None:
+def _check_dcp_files(path: Path) -> set[str]:
     """Read `dcp/.metadata` and check that every shard file it names exists and is long enough (no data read).
+    Returns the (flattened) keys the checkpoint holds, e.g. `model.lm_head.weight`, `optim.state.<fqn>.step`.
 
     Raises:
         CheckpointError: the metadata is unreadable, or a shard file is missing or shorter than its entries need.
@@ -80,6 +82,7 @@ def _check_dcp_files(path: Path) -> None:
             raise checkpoint_error(path, f"dcp/{rel}", "missing")
         if f.stat().st_size < n:
             raise checkpoint_error(path, f"dcp/{rel}", f"{f.stat().st_size} bytes, its entries need {n} (cut short)")
+    return set(meta.state_dict_metadata or {})
 
 
 def _rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -184,6 +187,9 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Restore model, optimizer, scheduler and RNG from `path` (from `find_checkpoint`); returns `progress`.
 
+    A checkpoint without AdamW state (written by prime-rl before `optim.init_adamw_state`, when no step had updated
+    the weights yet) loads with zero moments and step 0, what AdamW would have created at its first update.
+
     Raises:
         CheckpointError: a file of the checkpoint is missing, cut short or unreadable, or a loaded weight is not
             finite (names the step, the file and the earlier checkpoint to resume from).
@@ -193,8 +199,14 @@ def load_checkpoint(
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     path = Path(path)
-    _check_dcp_files(path)
+    keys = _check_dcp_files(path)
     msd, osd = get_state_dict(model, optimizer)
+    # A checkpoint written before `init_adamw_state` existed, after steps that all skipped their update, holds no
+    # AdamW state: load its model and param groups (lr), and keep the fresh optimizer's zero state (what AdamW
+    # would have created at its first step anyway).
+    no_adam_state = not any(k.startswith("optim.state.") for k in keys)
+    if no_adam_state:
+        osd = {**osd, "state": {}}
     state = {"model": msd, "optim": osd}
     try:
         dcp.load(state, checkpoint_id=str(path / "dcp"))
@@ -205,6 +217,10 @@ def load_checkpoint(
     if bad:
         raise checkpoint_error(path, "dcp/ shard files (__*.distcp)", f"weights {bad[:3]} hold NaN or inf")
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    if no_adam_state:
+        log.warning(f"{path}: no optimizer state (saved before any update, by an older prime-rl): AdamW starts "
+                    "from zero moments, as it would have at its first update")  # fmt: skip
+        init_adamw_state(optimizer)
     meta_path = path / f"rank_{dist_info.rank}.json"
     if not meta_path.is_file():
         log.warning(f"{meta_path} missing (checkpoint from another world size): using rank 0's scheduler and RNG")

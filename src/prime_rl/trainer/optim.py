@@ -18,9 +18,38 @@ def build_optimizer(params: list[nn.Parameter], cfg: OptimizerConfig) -> torch.o
     """
     if not params:
         raise ValueError("no trainable parameters: check model.lora.target_modules against the model's module names")
-    return torch.optim.AdamW(
+    optimizer = torch.optim.AdamW(
         params, lr=cfg.lr, betas=(cfg.betas1, cfg.betas2), eps=cfg.eps, weight_decay=cfg.weight_decay
     )
+    init_adamw_state(optimizer)
+    return optimizer
+
+
+def init_adamw_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create now, for every parameter that has none, the AdamW state torch creates lazily at its first step (as in
+    `torch.optim.Adam._init_group`): `step` 0, `exp_avg` and `exp_avg_sq` (and `max_exp_avg_sq` with amsgrad) zeros
+    shaped like the parameter (a DTensor under FSDP2). The next `step()` then computes exactly what it would have
+    with lazy initialisation (tests/trainer/test_trainer.py checks this bit for bit).
+
+    Why: a checkpoint taken before any update (every step so far skipped: no loss token, no learning signal) would
+    otherwise hold an empty optimizer state, and loading it fails ("Missing key ... optim.state...step"), because
+    torch.distributed.checkpoint's `get_state_dict` fills a fresh optimizer's state before loading into it.
+    """
+    from torch.optim.optimizer import _get_scalar_dtype
+
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if optimizer.state.get(p):
+                continue
+            fused, capturable = bool(group.get("fused")), bool(group.get("capturable"))
+            st: dict[str, torch.Tensor] = {}
+            if fused or capturable:
+                st["step"] = torch.zeros((), dtype=_get_scalar_dtype(is_fused=fused), device=p.device)
+            else:
+                st["step"] = torch.tensor(0.0, dtype=_get_scalar_dtype(), device="cpu")
+            for key in ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group.get("amsgrad") else ()):
+                st[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            optimizer.state[p] = st
 
 
 def lr_factor(step: int, cfg: SchedulerConfig, max_steps: int | None) -> float:
