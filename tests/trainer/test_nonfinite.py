@@ -1,7 +1,8 @@
 """Issue 13 on the trainer side: a non-finite loss or gradient never moves the weights (the step is skipped and
 named), `optim.max_nonfinite_steps` of them in a row stop the run, non-finite weights are never published, a corrupt
-checkpoint gives one error naming the step and the file, a batch file with a NaN on a loss token is refused, and a
-step with no loss tokens says on the console that its update was skipped. Each test failed on the code before."""
+checkpoint gives one error naming the step and the file, a batch file with a NaN on a loss token is refused, a
+step with no loss tokens says on the console that its update was skipped, and a step in which no loss token on any
+rank has a nonzero advantage does not update. Each test failed on the code before."""
 
 from __future__ import annotations
 
@@ -166,6 +167,58 @@ def test_step_without_loss_tokens_says_the_update_was_skipped(tiny_model_dir, sa
     lines = [ln for ln in (run / "logs" / "trainer.log").read_text().splitlines() if "step 2/2" in ln]
     assert len(lines) == 1 and "update skipped: no loss tokens" in lines[0] and "loss 0.0000" not in lines[0]
     assert "grad_norm" not in lines[0], lines[0]
+
+
+def test_step_without_a_nonzero_advantage_skips_the_update(tiny_model_dir, samples, tmp_path):
+    """Step 2's samples keep their loss tokens but every advantage is 0 (equal rewards in every group): the weights
+    must not move, and the step is still published. Before, the step trained on its leftover gradient, which AdamW
+    scales to ~lr per parameter (the tool-bandit rung's policy drifted for 40 steps at reward 0, docs/learning.md)."""
+    from safetensors.torch import load_file
+
+    run = tmp_path / "run"
+    flat = [{**s, "advantages": np.zeros_like(s["advantages"])} for s in samples]
+    write_stream(run, {1: samples, 2: flat, 3: samples})
+    rl.run(trainer_config(tiny_model_dir, run, max_steps=3, optim={"lr": 1e-2}))
+    w1, w2, w3 = (load_file(run / f"weights/step_{n}/model.safetensors") for n in (1, 2, 3))
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert max((w3[k] - w2[k]).abs().max().item() for k in w2) > 1e-4  # step 3 has a signal and trains
+    rows = read_metrics(run, "trainer")
+    assert [r["skipped_update"] for r in rows] == [0.0, 1.0, 0.0] and rows[1]["no_signal"] == 1.0
+    assert "no_signal" not in rows[0] and "no_signal" not in rows[2]
+    assert rows[1]["loss_tokens"] == rows[0]["loss_tokens"] > 0 and rows[1]["grad_norm"] > 0  # a gradient was left
+    line = [ln for ln in (run / "logs" / "trainer.log").read_text().splitlines() if "step 2/3" in ln]
+    assert len(line) == 1 and "update skipped: every loss token's advantage is 0" in line[0], line
+
+
+@pytest.mark.slow
+def test_no_signal_is_decided_over_all_ranks(tiny_model_dir, samples, tmp_path):
+    """FSDP2 over 2 processes. Step 2: only rank 1's samples have a nonzero advantage, so every rank updates; step 3:
+    no rank's do, so no rank updates (a rank deciding alone would leave the shards out of step)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from prime_rl.config.loader import write_config
+
+    run = tmp_path / "run"
+    flat = [{**s, "advantages": np.zeros_like(s["advantages"])} for s in samples]
+    write_stream(run, {1: samples, 2: flat[:2] + samples[2:], 3: flat}, world_size=2, micro_per_rank=1)
+    path = write_config(trainer_config(tiny_model_dir, run, max_steps=3, data_timeout_s=60.0),
+                        run / "configs" / "trainer.toml")  # fmt: skip
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    cmd = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node=2", "-m",
+           "prime_rl.cli.trainer", "@", str(path)]  # fmt: skip
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    rows = read_metrics(run, "trainer")
+    assert [r["skipped_update"] for r in rows] == [0.0, 0.0, 1.0] and [r.get("no_signal") for r in rows] == [
+        None, None, 1.0]  # fmt: skip
+    w1, w2, w3 = (load_file(str(run / "weights" / f"step_{n}" / "model.safetensors")) for n in (1, 2, 3))
+    assert not all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert all(torch.equal(w2[k], w3[k]) for k in w2)
 
 
 def test_trainer_cli_exits_1_with_one_line_naming_the_divergence(tiny_model_dir, samples, tmp_path):

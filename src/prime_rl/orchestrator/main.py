@@ -7,7 +7,7 @@ samples (masked rollouts carry no tokens; zero-advantage groups too with `advant
 `ckpt.interval` steps. A weight watcher loads every new `weights/step_N/STABLE` into the inference server and
 evaluates the policy on version 0, every `eval.interval` versions and the final one (`eval/step_N.jsonl`).
 After `max_empty_steps` consecutive steps with nothing to train (every rollout masked, never sampled or filtered, or
-every group with equal rewards, i.e. no nonzero advantage) the run stops with
+every group with equal rewards, i.e. no nonzero advantage; the trainer then skips its update) the run stops with
 `NoProgressError` (exit 1), naming what masked the rollouts or the mean reward.
 """
 
@@ -212,7 +212,8 @@ class Orchestrator:
                     empty_since = None
                 else:
                     empty_since = step if empty_since is None else empty_since
-                    log.warning("step %d: nothing to train (no loss token, or every advantage is 0)", step)
+                    log.warning("step %d: nothing to train (no loss token, or every advantage is 0); the trainer skips its update",
+                                step)
                     if limit is not None and step - empty_since + 1 >= limit:
                         raise NoProgressError(no_progress_message(empty_since, step, m, limit))
                 step += 1

@@ -138,12 +138,15 @@ class Engine:
         loss_fn: LossFn,
         loss_cfg: Any,
         probe: MetricProbe | None = None,
+        skip_update: bool = False,
     ) -> dict[str, float]:
         """One optimizer step: `forward_backward` over this rank's micro-batches, then `optimizer_step`.
 
-        With `total_loss_tokens == 0` the optimizer step is skipped (weights and AdamW state unchanged); so it is
-        when the loss of any micro-batch on any rank, or the gradient norm, is not finite (logged, naming the step
-        and micro-batch). `probe(fwd, mb)`, if given, adds (numerator, denominator) metrics per micro-batch (no grad).
+        With `total_loss_tokens == 0`, or `skip_update` (the caller found no learning signal; it must pass the same
+        value on every rank), the optimizer step is skipped (weights and AdamW state unchanged; the metrics are still
+        computed); so it is when the loss of any micro-batch on any rank, or the gradient norm, is not finite
+        (logged, naming the step and micro-batch). `probe(fwd, mb)`, if given, adds (numerator, denominator) metrics
+        per micro-batch (no grad).
 
         Returns step metrics (identical on all ranks): `loss`, `entropy` (mean over loss tokens),
         the loss function's metrics, `logp_grad_norm/<term>` for a loss that returns terms, the probe's metrics,
@@ -162,7 +165,7 @@ class Engine:
         sums = self.forward_backward(micro_batches, loss_fn, loss_cfg, norm, probe)
         # A step with no loss token anywhere (e.g. every rollout masked) must not move the weights: AdamW's
         # momentum would still change them with zero gradients. The schedule advances so lr stays tied to step.
-        skipped = int(total_loss_tokens) == 0
+        skipped = int(total_loss_tokens) == 0 or skip_update
         flag = torch.tensor([float(bool(sums.nonfinite))], dtype=torch.float32, device=self.dist.device)
         bad_ranks = int(all_reduce_sum(flag).item())  # ranks with a non-finite micro-batch loss
         grad_norm, lr = self.optimizer_step(skip=skipped or bad_ranks > 0)
@@ -347,6 +350,8 @@ class Engine:
             return
         if m.get("skipped_update"):
             why = "no loss tokens in this step's batch (every sample masked or filtered)"
+            if m.get("no_signal"):
+                why = "every loss token's advantage is 0 (equal rewards in every group: no learning signal)"
             self.log.info(" | ".join([f"step {step}{of}", f"update skipped: {why}", *tail]))
             return
         parts = [f"step {step}{of}", f"loss {m['loss']:.4f}"]

@@ -4,19 +4,21 @@ Step N (N >= 1): wait for `rollouts/step_N/rank_R.bin` (at most `data_timeout_s`
 micro-batches (regrouped so a group's shared prompt runs once, with `shared_prefix`; concatenated up to
 `micro_batch_tokens` tokens per forward pass when set) with the configured loss,
 publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every `ckpt.interval` steps, log. Stops
-after `max_steps`. With `ckpt.resume_step` set, continues at the step after the checkpoint's.
+after `max_steps`. A step in which no loss token on any rank has a nonzero advantage is published without an update
+(metric `no_signal`, only on such steps). With `ckpt.resume_step` set, continues at the step after the checkpoint's.
 """
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.monitor.logger import setup_logging
 from prime_rl.trainer.diagnostics import build_probe
-from prime_rl.trainer.dist import all_reduce_max, node_name
+from prime_rl.trainer.dist import all_reduce_max, all_reduce_sum, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss
 from prime_rl.trainer.shared_prefix import regroup
@@ -29,6 +31,18 @@ def run(cfg: TrainerConfig) -> dict[str, float] | None:
     from prime_rl.monitor.wandb_log import run_with_wandb
 
     return run_with_wandb(train, cfg, "trainer", {"trainer"})
+
+
+def has_learning_signal(micro_batches: list[MicroBatch], device: torch.device) -> bool:
+    """Whether any loss token of this step, on any rank, has a nonzero advantage (collective: call on every rank).
+
+    Without one (every group's rewards equal, e.g. all 0) the step has no learning signal, but its gradient is not
+    exactly 0 (float rounding, the KL term: norms 3e-11, 1e-8, 7e-6 measured in three such steps) and AdamW
+    normalises it per parameter into an update of up to ~lr: the tool-bandit rung's policy drifted for 40 steps at
+    reward 0 (docs/learning.md). The trainer skips such a step's update.
+    """
+    mine = any(bool(np.any(mb.advantages[mb.loss_mask] != 0)) for mb in micro_batches)
+    return all_reduce_sum(torch.tensor([float(mine)], dtype=torch.float32, device=device)).item() > 0
 
 
 def train(cfg: TrainerConfig) -> dict[str, float] | None:
@@ -72,7 +86,10 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
                     mbs = concat_micro_batches(mbs, cfg.micro_batch_tokens)
                 most = int(all_reduce_max(torch.tensor([float(len(mbs)), 1.0], dtype=torch.float64)).max().item())
                 mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
-            m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe)
+            signal = has_learning_signal(batch.micro_batches, engine.dist.device)
+            m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe, skip_update=not signal)
+            if not signal and batch.total_loss_tokens > 0:
+                m["no_signal"] = 1.0  # only on such steps: the metrics rows of ordinary runs stay as they were
             t_pub = time.perf_counter()
             engine.publish(step)
             m["publish_s"] = time.perf_counter() - t_pub
