@@ -55,3 +55,18 @@ def test_tool_bandit_demonstrations_use_random_codes_and_echo_the_reply():
         reply = "open" if c == 7 else "locked"
         assert d["messages"][3]["content"] == reply and d["messages"][4]["content"] == reply
     assert demos == env.sft_examples("train")  # seeded
+
+
+def test_tool_bandit_eval_safes_are_a_held_out_sample_of_the_train_safes():
+    """Before, eval prompts were "Safe 0." .. "Safe 31.", a subset of the train prompts and a third of them one-digit
+    numbers (4% of train): a policy at train reward 0.8 opened none of those ten eval safes."""
+    env = load_env("tool-bandit", num_train=256, num_eval=32)
+    number = lambda t: int(t.messages[-1]["content"].removeprefix("Safe ").removesuffix("."))  # noqa: E731
+    train = [number(t) for t in env.tasks("train")]
+    evals = [number(t) for t in env.tasks("eval")]
+    assert len(set(train)) == 256 and len(set(evals)) == 32
+    assert not set(train) & set(evals)  # held out
+    assert sorted(train + evals) == list(range(288))  # one draw from one range
+    assert sum(n < 10 for n in evals) < 6  # ~10/288 of 32 expected, not 10
+    assert [t.task_id for t in env.tasks("eval")] == [f"safe-eval-{i}" for i in range(32)]
+    assert env.tasks("eval") == load_env("tool-bandit", num_train=256, num_eval=32).tasks("eval")  # seeded

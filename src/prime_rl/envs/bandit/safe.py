@@ -68,7 +68,7 @@ class ToolBanditEnv(Environment):
 
     Args:
         code: the digit that opens the safe. num_train, num_eval: tasks per split. seed: seed of the demonstrations'
-            random codes.
+            random codes and of the train/eval split of safe numbers.
 
     Raises:
         ValueError: code outside 0-9.
@@ -82,16 +82,25 @@ class ToolBanditEnv(Environment):
         self.code, self.seed = int(code), seed
         self.n = {"train": num_train, "eval": num_eval}
 
+    def safe_numbers(self, split: str) -> list[int]:
+        """The safe numbers of `split`'s prompts ("Safe 123."): one seeded shuffle of 0..num_train+num_eval-1, the
+        first num_train for train and the rest for eval, so the eval prompts are a held-out sample of the train
+        prompts' distribution. (Numbering eval safes 0..num_eval-1 made a third of them one-digit numbers, which
+        are 4% of train prompts: a policy that opened 80% of train safes opened none of the one-digit ones.)"""
+        numbers = list(range(self.n["train"] + self.n["eval"]))
+        random.Random(f"tool-bandit-split-{self.seed}").shuffle(numbers)
+        return numbers[: self.n["train"]] if split == "train" else numbers[self.n["train"] :]
+
     def tasks(self, split: str) -> list[Task]:
         if split not in SPLITS:
             raise KeyError(f"unknown split {split!r}; tool-bandit has {', '.join(SPLITS)}")
         return [
             Task(
                 f"safe-{split}-{i}", split, i,
-                [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Safe {i}."}],
+                [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Safe {n}."}],
                 tools=[TOOL_SCHEMA], info={"env": self.name},
             )  # fmt: skip
-            for i in range(self.n[split])
+            for i, n in enumerate(self.safe_numbers(split))
         ]
 
     def episode(self, task: Task) -> SafeEpisode:
