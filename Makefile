@@ -20,7 +20,7 @@ demo-reverse-text: install
 	PATH=$(abspath $(BIN)):$$PATH bash scripts/demo_reverse_text.sh
 
 test: install lint
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest tests
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest tests --durations=25
 
 test-fast: install
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest tests -m "not slow"
