@@ -69,17 +69,37 @@ def barrier() -> None:
         dist.barrier()
 
 
+def collective_device() -> torch.device | None:
+    """The device a collective's tensor must be on: the current CUDA device under NCCL (which cannot reduce CPU
+    tensors), None under gloo (any CPU tensor will do)."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
+def _all_reduce(t: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
+    """Reduce `t` over all ranks in place (returned), through the backend's device when `t` is not on it; a no-op
+    at world size 1."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return t
+    dev = collective_device()
+    if dev is None or t.device == dev:
+        dist.all_reduce(t, op=op)
+        return t
+    on_dev = t.to(dev)
+    dist.all_reduce(on_dev, op=op)
+    return t.copy_(on_dev)
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    """Sum `t` over all ranks (in place, returned); a no-op at world size 1."""
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t
+    """Sum `t` over all ranks (in place, returned); a CPU tensor goes through the GPU under NCCL; a no-op at world
+    size 1."""
+    return _all_reduce(t, dist.ReduceOp.SUM)
 
 
 def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t
+    """Element-wise max of `t` over all ranks (in place, returned); as `all_reduce_sum` otherwise."""
+    return _all_reduce(t, dist.ReduceOp.MAX)
 
 
 def node_name() -> str:
