@@ -140,6 +140,163 @@ class _MemoDecode:
         return text
 
 
+def _rust_backend(tok: Any) -> Any:
+    """`tok`'s `tokenizers.Tokenizer` when transformers' `__call__`, `encode` and `decode` of `tok` are the stock
+    `TokenizersBackend` ones (each a wrapper around that backend), else None: then `RendererTokenizer` has no fast
+    path and passes every call through."""
+    try:
+        from tokenizers import Tokenizer
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:
+        return None
+    cls = type(tok)
+    stock = (
+        isinstance(tok, TokenizersBackend)
+        and cls.__call__ is PreTrainedTokenizerBase.__call__
+        and cls.decode is PreTrainedTokenizerBase.decode
+        and cls._encode_plus is TokenizersBackend._encode_plus
+        and cls._convert_encoding is TokenizersBackend._convert_encoding
+        and cls._decode is TokenizersBackend._decode
+        and not hasattr(cls, "_switch_to_input_mode")  # seq2seq tokenizers switch modes inside __call__
+    )
+    backend = getattr(tok, "_tokenizer", None)
+    return backend if stock and isinstance(backend, Tokenizer) else None
+
+
+def _call_cache(tok: RendererTokenizer, n_chars: int) -> OrderedDict | None:
+    """Which answers of `RendererTokenizer.__call__` are kept, by text length: texts of at most 32 characters (the
+    renderers' capability probe `tok("a", ...)`, two or three per turn, and bare scaffolds; up to 4096 of them) and
+    texts of 512 to 32768 characters (a system prompt with its tool schemas, the same for every task of a source and
+    the costliest text a first prompt encodes; the 16 most recently used). The texts between (user prompts, tool
+    results) are encoded each time: they rarely repeat in a run (they do in benchmarks/orchestrator.py, whose stub
+    answers every rollout of a group alike, which a cache of them would flatter)."""
+    if n_chars <= 32:
+        return tok._short
+    if 512 <= n_chars <= 32768:
+        return tok._long
+    return None
+
+
+class RendererTokenizer:
+    """The tokenizer as `renderers` renderers see it (their `Tokenizer`/`OffsetTokenizer` protocol): every
+    attribute and call is `tok`'s, with the same answers, but the calls a renderer makes several times per turn skip
+    transformers' per-call set-up (argument normalisation, padding/truncation bookkeeping, `BatchEncoding` batching):
+
+    - `tok(text, add_special_tokens=..., return_offsets_mapping=...)` on one string (what `attribute_text_segments`
+      calls for every message it renders, and its capability probe `tok("a", ...)` before each): one call of the
+      Rust backend's `encode` (transformers' wrapper cost ~60 us of a ~70 us probe); the answers for the probe and
+      for long system prompts are kept (`_call_cache`);
+    - `decode(ids, skip_special_tokens=...)` of a list of ids: the backend's `decode` (the parser decodes every
+      completion; short lists still come from `tok.decode`'s memo, `memoize_encode`);
+    - `convert_tokens_to_ids` of one token string (the reasoning scan asks for `<think>` and `</think>` several
+      times per turn): kept;
+    - `unk_token_id` and `eos_token_id` (read ~20 times per turn; transformers resolves them through `__getattr__`):
+      read once.
+
+    The fast paths run only when `tok` is a stock `TokenizersBackend` (`_rust_backend`) and its backend is in the
+    state transformers' own call would leave it in (no truncation, no padding, `split_special_tokens` as set);
+    otherwise the call goes to `tok`. Like the memo, it assumes the tokenizer's vocabulary and special tokens do
+    not change once the renderer is made. `tests/models/test_memo_tokenizer.py` compares it with the plain tokenizer.
+    """
+
+    def __init__(self, tok: Any):
+        d = self.__dict__
+        d["_tok"] = tok
+        d["_backend"] = _rust_backend(tok)
+        names = getattr(tok, "model_input_names", None) or []
+        d["_type_ids"] = "token_type_ids" in names
+        d["_attention"] = "attention_mask" in names
+        for name in ("unk_token_id", "eos_token_id"):
+            if hasattr(tok, name):
+                d[name] = getattr(tok, name)
+        d["_short"] = OrderedDict()  # (text, add_special_tokens, offsets) -> (data, encoding): see _call_cache
+        d["_long"] = OrderedDict()
+        d["_token_ids"] = {}  # convert_tokens_to_ids of one token string
+
+    @property
+    def wrapped(self) -> Any:
+        """The tokenizer this one answers for."""
+        return self._tok
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tok, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._tok, name, value)
+
+    def __len__(self) -> int:
+        return len(self._tok)
+
+    def __repr__(self) -> str:
+        return f"RendererTokenizer({self._tok!r})"
+
+    def _ready(self) -> Any:
+        """The backend when a fast path gives what transformers would, else None."""
+        b = self._backend
+        if b is None or b.truncation is not None or b.padding is not None:
+            return None
+        return b if b.encode_special_tokens == self._tok.split_special_tokens else None
+
+    def __call__(self, text: Any = None, *args: Any, **kwargs: Any) -> Any:
+        b = self._ready() if type(text) is str and not args else None
+        if b is None or not kwargs.keys() <= {"add_special_tokens", "return_offsets_mapping"}:
+            return self._tok(text, *args, **kwargs)
+        from transformers.tokenization_utils_base import BatchEncoding
+
+        special, offsets = bool(kwargs.get("add_special_tokens", True)), bool(kwargs.get("return_offsets_mapping"))
+        key = (text, special, offsets)
+        cache = _call_cache(self, len(text))
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            if cache is self._long:
+                cache.move_to_end(key)
+            data, enc = hit
+            return BatchEncoding({k: list(v) for k, v in data.items()}, [enc])
+        enc = b.encode(text, add_special_tokens=special)
+        data: dict[str, Any] = {"input_ids": enc.ids}
+        if self._type_ids:
+            data["token_type_ids"] = enc.type_ids
+        if self._attention:
+            data["attention_mask"] = enc.attention_mask
+        if offsets:
+            data["offset_mapping"] = enc.offsets
+        warn = getattr(self._tok, "_eventual_warn_about_too_long_sequence", None)
+        if warn is not None:  # transformers' "longer than model_max_length" warning, as its own call gives it
+            warn(data["input_ids"], None, True)
+        if cache is not None:
+            cache[key] = ({k: list(v) for k, v in data.items()}, enc)
+            if len(cache) > (4096 if cache is self._short else 16):
+                cache.popitem(last=False)
+        return BatchEncoding(data, [enc])
+
+    def convert_tokens_to_ids(self, tokens: Any) -> Any:
+        if type(tokens) is not str:
+            return self._tok.convert_tokens_to_ids(tokens)
+        i = self._token_ids.get(tokens)
+        if i is None:
+            i = self._token_ids[tokens] = self._tok.convert_tokens_to_ids(tokens)
+        return i
+
+    def decode(self, token_ids: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if (
+            type(token_ids) is list
+            and len(token_ids) > 8  # shorter lists: the memo of `tok.decode`
+            and type(token_ids[0]) is int  # not a batch
+            and not args
+            and kwargs.keys() <= {"skip_special_tokens"}
+            and self._backend is not None
+            and not self._tok.clean_up_tokenization_spaces
+        ):
+            try:
+                return self._backend.decode(token_ids, skip_special_tokens=bool(kwargs.get("skip_special_tokens", False)))
+            except TypeError:  # an id that is not a Python int (numpy): transformers converts it first
+                pass
+        if token_ids is None:
+            return self._tok.decode(*args, **kwargs)
+        return self._tok.decode(token_ids, *args, **kwargs)
+
+
 def memoize_encode(tokenizer: Any) -> Any:
     """Give `tokenizer` (in place; returned) an `encode` that caches short strings (`_MemoEncode`) and a `decode`
     that caches short id lists (`_MemoDecode`); idempotent. The tokenizer must not change its vocabulary afterwards
@@ -191,7 +348,7 @@ def make_renderer(tokenizer: Any, cfg: Any = "auto", enable_thinking: bool | Non
         base = type(base)(enable_thinking=enable_thinking)  # DefaultRendererConfig passes extras to the template
     elif explicit:
         raise _thinking_refused(name, resolved)
-    return create_renderer(tokenizer, base)
+    return create_renderer(RendererTokenizer(tokenizer), base)
 
 
 def _thinking_refused(name: str, resolved: str) -> ValueError:
