@@ -121,3 +121,25 @@ def test_pack_items_takes_trainable_rollouts_only():
     assert [it.advantage for it in seq] == pytest.approx([0.375, 0.375, -0.375])
     with pytest.raises(ValueError, match="loss_aggregation"):
         pack_items(rs, "sequence")
+
+
+def test_micro_batch_arrays_equal_numpy_conversion_in_every_input_form():
+    """`build_micro_batch` converts Python lists through struct/bytes (faster than `np.asarray`); the arrays are
+    the ones `np.asarray` gives, also for inputs the fast path refuses (numpy scalars, a mask value of 2, float
+    ids), which take `np.asarray` itself."""
+    from prime_rl.orchestrator.packing import build_micro_batch
+
+    def plain(items):
+        return (np.concatenate([np.asarray(it.input_ids, np.int32) for it in items]),
+                np.concatenate([np.asarray(it.loss_mask, bool) for it in items]),
+                np.concatenate([np.asarray(it.logprobs, np.float32) for it in items]))  # fmt: skip
+
+    odd = [
+        PackItem([np.int64(3), 4], [np.bool_(True), False], [np.float32(-0.5), 0.0], 1.0, 1.0),
+        PackItem([3, 4], [2, 0], [-0.5, 0], 1.0, 1.0),
+        PackItem([3.0, 4.0], [True, False], [-1e-30, -3.4e38], 1.0, 1.0),
+    ]
+    for items in (_items(5), _items(3, seed=1, max_len=2000), [odd[0]], [odd[1]], [odd[2]], odd):
+        mb = build_micro_batch(items)
+        for got, want in zip((mb.input_ids, mb.loss_mask, mb.inference_logprobs), plain(items), strict=True):
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes() and got.flags.writeable

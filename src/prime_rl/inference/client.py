@@ -254,19 +254,19 @@ class InferenceClient:
             params["seed"] = sampling.seed
         if stop_token_ids:
             params["stop_token_ids"] = list(stop_token_ids)
-        body: dict = {"token_ids": list(prompt_ids), "sampling_params": params}
+        body: dict = {"token_ids": prompt_ids if type(prompt_ids) is list else list(prompt_ids), "sampling_params": params}
         if self.model:
             body["model"] = self.model
         url, data = await self._routed_post(rollout_id, "/inference/v1/generate", body)
         choice = data["choices"][0]
         ids = list(choice.get("token_ids") or [])
         content = (choice.get("logprobs") or {}).get("content") or []
-        if len(content) != len(ids) or any(c["token_id"] != t for c, t in zip(content, ids, strict=False)):
+        if len(content) != len(ids) or [c["token_id"] for c in content] != ids:
             raise InferenceError(f"{url}: logprobs do not line up with the sampled ids ({len(content)} vs {len(ids)})")
         spans = choice.get("weight_versions") or []
         version = min((_version(s["version"]) for s in spans), default=self._known_version[url])
         return GenerateResult(
-            prompt_ids=list(prompt_ids),
+            prompt_ids=body["token_ids"],  # the list sent (not copied: the agent loop compares it by identity)
             completion_ids=ids,
             logprobs=[float(c["logprob"]) for c in content],
             finish_reason=choice.get("finish_reason") or "stop",

@@ -226,7 +226,8 @@ async def _loop(
             prompt_ids, _turn_sampling(sampling, rollout_id, turn), rollout_id=rollout_id, stop_token_ids=stop_ids,
             max_tokens=budget,
         )
-        if list(res.prompt_ids) and list(res.prompt_ids) != prompt_ids:
+        echoed = res.prompt_ids  # the list sent, for prime-rl's clients: nothing to compare
+        if echoed is not prompt_ids and len(echoed) and (echoed if type(echoed) is list else list(echoed)) != prompt_ids:
             raise RuntimeError("inference echoed different prompt ids than were sent (token-in/token-out broken)")
         if res.finish_reason == "abort":
             raise RuntimeError("inference aborted the request (finish_reason=abort)")
@@ -289,7 +290,7 @@ async def _loop(
             sample = Sample()
             sample.extend(next_prompt, sampled=False)
         prompt_ids = next_prompt
-    if sample.num_loss_tokens:
+    if any(sample.loss_mask):  # has a sampled token (`num_loss_tokens`, without summing the prompt's mask)
         r.samples.append(sample)
     result = await episode.verify(final_text, r.messages[len(r.task.messages) :])
     if not isinstance(result, VerifyResult):

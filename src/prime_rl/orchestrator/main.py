@@ -152,19 +152,22 @@ class Orchestrator:
         log.info("checkpoint step %d -> %s", step, path)
 
     # ---- one step ----
-    def _write_step(self, batch: CutBatch, step_time_s: float) -> dict[str, Any]:
+    async def _write_step(self, batch: CutBatch, step_time_s: float) -> dict[str, Any]:
+        """Metrics, traces and the packed rank files of one step. The files are written (and fsynced) in a worker
+        thread, so the rollouts of the next step keep running meanwhile; this returns once all are written."""
         step = batch.step
         m = step_metrics(batch, step_time_s, self.policy.version)
         m["inflight"] = self.sched.inflight if self.sched is not None else 0
         m["weight_load_s"] = self.watcher.last_load_s
         step_dir = self.run_dir.rollout_step(step)
+        traces = None
         if self.cfg.traces_per_step:
-            write_traces(step_dir, trace_rows(batch.rollouts, self.cfg.traces_per_step, self.cfg.train.group_size, step))
+            traces = trace_rows(batch.rollouts, self.cfg.traces_per_step, self.cfg.train.group_size, step)
         batches = pack_step(
             pack_items(batch.rollouts, self.cfg.loss_aggregation), step=step, seq_len=self.cfg.seq_len, num_ranks=self.cfg.num_train_ranks,
             pad_id=self.pad_id, metrics={k: v for k, v in m.items() if isinstance(v, int | float)},
         )
-        write_step(batches, step_dir)
+        await asyncio.to_thread(_write_files, step_dir, traces, batches)
         m["micro_batches_per_rank"] = len(batches[0].micro_batches)
         self.metrics.log(step, m)
         line = step_line(step, m, self.cfg.max_steps)
@@ -204,7 +207,7 @@ class Orchestrator:
             while self.cfg.max_steps is None or step <= self.cfg.max_steps:
                 batch = await _race(sched.next_batch(step), watch_task)
                 now = time.monotonic()
-                m = self._write_step(batch, now - last)
+                m = await self._write_step(batch, now - last)
                 out.append(m)
                 last = now
                 self._checkpoint(step, sched)
@@ -229,6 +232,13 @@ class Orchestrator:
             await asyncio.gather(watch_task, return_exceptions=True)
             gc.unfreeze()  # collectable again at exit (extension modules report frozen objects as leaks)
         return out
+
+
+def _write_files(step_dir: Path, traces: list[dict[str, Any]] | None, batches: list) -> None:
+    """A step's files, each atomically: `traces.jsonl` (when given), then every `rank_R.bin`."""
+    if traces is not None:
+        write_traces(step_dir, traces)
+    write_step(batches, step_dir)
 
 
 def tune_gc(young: int = 10_000) -> None:

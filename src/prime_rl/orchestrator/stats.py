@@ -32,14 +32,15 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
     rs = batch.rollouts
     n = len(rs)
     ok = [r for r in rs if not r.masked]
+    trainable = sum(r.trainable for r in rs)
     m: dict[str, Any] = {
         "reward": sum(r.reward for r in ok) / len(ok) if ok else float("nan"),
         "reward_std": _std([r.reward for r in ok]),
         "adv_abs_mean": sum(abs(r.advantage) for r in ok) / len(ok) if ok else 0.0,
         "zero_spread_groups_pct": _zero_spread_pct(rs),
         "num_rollouts": n,
-        "trainable": sum(r.trainable for r in rs),
-        "trainable_pct": 100.0 * sum(r.trainable for r in rs) / n if n else 0.0,
+        "trainable": trainable,
+        "trainable_pct": 100.0 * trainable / n if n else 0.0,
         "turns": sum(r.num_turns for r in rs) / n if n else 0.0,
         "max_off_policy": batch.max_off_policy,
         "error_pct": 100.0 * (n - len(ok)) / n if n else 0.0,

@@ -77,7 +77,7 @@ class Rollout:
     @property
     def trainable(self) -> bool:
         """Contributes to the loss: not masked, has sampled tokens and a nonzero advantage."""
-        return not self.masked and not self.filtered and self.num_loss_tokens > 0 and self.advantage != 0.0
+        return not self.masked and not self.filtered and self.advantage != 0.0 and self.num_loss_tokens > 0
 
 
 class PolicyVersion:
