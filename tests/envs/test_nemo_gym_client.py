@@ -168,3 +168,38 @@ async def test_missing_or_non_finite_reward_masks_the_rollout(body, masked, tmp_
         assert "reward" in r.error and "slow-0" in r.error, r.error  # names the field and the task
     if not masked:
         assert r.reward == 0.5
+
+
+def test_request_and_answer_json_carry_the_same_values_as_the_json_module():
+    """The client's JSON (orjson where it gives the same value, `json` otherwise) sends and reads what `json` would:
+    NaN/Infinity stay literals (orjson would send null), non-string keys, huge ints and lone surrogates go through
+    `json`, types JSON has no form for still fail; answers with NaN or huge ints parse as `json` parses them."""
+    import math
+    from dataclasses import dataclass
+
+    from prime_rl.envs.nemo_gym.client import _dumps, _loads, _parse_set_cookie
+
+    @dataclass
+    class D:
+        x: int = 1
+
+    cases = [{"a": [1, 2.5, "é", True, {"b": "c"}]}, {"n": None}, {"x": float("nan")}, {"x": float("-inf")},
+             {1: "int key"}, {"big": 2**70}, {"s": "\ud800"}, {"t": (1, 2)}, "plain", [1e16, -0.0, 1e-300]]  # fmt: skip
+    for obj in cases:
+        sent = _dumps(obj)
+        want = json.dumps(obj, separators=(",", ":"))
+        got, ref = json.loads(sent), json.loads(want)
+        assert repr(got) == repr(ref), obj  # repr: NaN compares unequal to itself
+    for bad in ({"d": D()}, {"s": {1, 2}}):
+        with pytest.raises(TypeError):
+            _dumps(bad)
+        with pytest.raises(TypeError):
+            json.dumps(bad)
+    for raw in (b'{"r": NaN, "i": -Infinity}', b'{"big": 123456789012345678901234567890}', b'[1, 2.5, "\\u00e9"]'):
+        assert repr(_loads(raw)) == repr(json.loads(raw))
+    assert math.isnan(_loads(b'{"r": NaN}')["r"])
+    with pytest.raises(ValueError):
+        _loads(b"not json")
+    header = "NeMoGym___s=abc.def; HttpOnly; Path=/; SameSite=lax"
+    assert _parse_set_cookie(header) == _parse_set_cookie(header) == (("NeMoGym___s", "abc.def"),)
+    assert _parse_set_cookie('bad="') == ()

@@ -106,11 +106,13 @@ def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) ->
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def _state(request: Request) -> ServerState:
+# The dependencies are `async def` although they never wait: FastAPI runs a plain `def` dependency in its thread
+# pool, two thread hand-offs per request that cost the server more than any route's own work (py-spy, issue 17).
+async def _state(request: Request) -> ServerState:
     return request.app.state.server
 
 
-def require_token(request: Request, state: ServerState = Depends(_state)) -> None:
+async def require_token(request: Request, state: ServerState = Depends(_state)) -> None:
     """401 unless the request carries `Authorization: Bearer <state.token>` (no token configured: anything)."""
     if state.token is None:
         return

@@ -13,7 +13,6 @@ process (a restart) or a forged one names no session.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import secrets
 import time
@@ -74,7 +73,7 @@ class SessionStore:
 
     # ---- cookies ----
     def sign(self, sid: str) -> str:
-        return f"{sid}.{hmac.new(self._key, sid.encode(), hashlib.sha256).hexdigest()[:32]}"
+        return f"{sid}.{hmac.digest(self._key, sid.encode(), 'sha256').hex()[:32]}"  # hmac.new's value, one C call
 
     def unsign(self, cookie: str | None) -> str | None:
         """The session id of a cookie value this process signed; None for a missing or foreign one."""
