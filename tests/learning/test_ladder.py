@@ -1,6 +1,7 @@
 """The learning ladder's bandit rungs (issue 16 §2), end to end through `rl` on CPU with a fixed seed: RL alone must
 take each from a weak start to its target (tests/learning/ladder.py has the runs, docs/learning.md the recorded
-seeds). Slow: each rung is one `rl` run of 40 steps (about 2-3 minutes on 2 shared cores, vLLM start included).
+seeds). Slow: the digit rung is one `rl` run of 40 steps (about 2-3 minutes on 2 shared cores, vLLM start included),
+the tool rung 200 warm-start steps and an `rl` run of 100 steps (11-12 minutes), so it runs under `make test-learning`.
 """
 
 from __future__ import annotations
@@ -17,22 +18,31 @@ def test_digit_bandit_from_a_random_model(tmp_path):
     assert r["last"] >= TARGET["digit"], r
 
 
-TOOL_NOT_YET = pytest.mark.skip(
-    reason="tool rung not passing yet: with the 96-token budget (48 cut every call), 200 warm-start steps and lr 1e-3 "
-    "with 10 warm-up steps, seed 0 went 0.117 -> 0.438 in 40 steps (target 0.9); more steps are the next thing to "
-    "measure with `python -m tests.learning.ladder --rung tool` (docs/learning.md)"
-)
-
-
-@TOOL_NOT_YET
+@pytest.mark.learning
 def test_tool_bandit_through_the_nemo_gym_server(tmp_path):
+    """Seed 0 of the tool rung. Under `make test-learning`, not `make test`: its 100 steps (warm start and two evals
+    included) took 11-12 minutes on 2 shared cores, and `make test` is already past its ~30-minute budget."""
     r = tool(tmp_path, seed=0)
     assert r["first"] < 0.3, r  # the warm start opens the safe about one time in ten
     assert r["last"] >= TARGET["tool"], r
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("rung", ["digit", pytest.param("tool", marks=TOOL_NOT_YET)])
+@pytest.mark.parametrize(
+    "rung",
+    [
+        "digit",
+        pytest.param(
+            "tool",
+            marks=pytest.mark.xfail(
+                reason=(
+                    "held in 2 of 3 seeds (0.969, 0.969); seed 2 collapsed into truncated completions at steps 27-31 and "
+                    "max_empty_steps stopped it (docs/learning.md); next: mask truncated completions from the loss"
+                )
+            ),
+        ),
+    ],
+)
 def test_bandit_target_holds_in_three_seeds(rung, tmp_path):
     """`make test-learning`: the recorded claim, the target reached with RL seeds 0, 1 and 2."""
     from tests.learning.ladder import RUNGS
