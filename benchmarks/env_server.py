@@ -5,7 +5,8 @@ clients, p50/p99 rollout latency, side by side with the same episodes in-process
 
 Starts the server as a subprocess (the real CLI) on 127.0.0.1, drives it with `NemoGymClient` (the product's
 client: aiohttp + tenacity) and with a raw asyncio HTTP/1.1 client (a lean reference that measures the server), stops
-it; prints the ratio of the two, measured in this one run. Targets (issue 17): NemoGymClient >= 600 rollouts/s,
+it; prints the ratio of the two, measured in this one run, and each side's CPU per rollout (client process and
+server process). Targets (issue 17): NemoGymClient >= 600 rollouts/s,
 goal 1,000, on a 2-core machine shared by server and clients.
 """
 
@@ -22,6 +23,7 @@ import tempfile
 import time
 
 import httpx
+import psutil
 
 from prime_rl.envs.gridsim.baselines import greedy
 from prime_rl.envs.gridsim.env import GridSimEnv
@@ -154,11 +156,13 @@ def main() -> None:
         try:
             wait_health(url, proc)
             asyncio.run(drive(url, rows, schedules, args.clients, 1.0))  # warm-up
-            results = {}
+            results, cpu = {}, {}
+            server = psutil.Process(proc.pid)
             for name, fn in (("NemoGymClient (aiohttp)", drive), ("raw asyncio client", drive_raw)):
-                t0 = time.perf_counter()
+                t0, c0, s0 = time.perf_counter(), time.process_time(), sum(server.cpu_times()[:2])
                 lat = sorted(asyncio.run(fn(url, rows, schedules, args.clients, args.seconds)))
                 results[name] = (lat, time.perf_counter() - t0)
+                cpu[name] = ((time.process_time() - c0) / len(lat), (sum(server.cpu_times()[:2]) - s0) / len(lat))
         finally:
             proc.terminate()
             try:
@@ -168,13 +172,16 @@ def main() -> None:
                 proc.wait(timeout=10)
     print(f"rollouts (seed+tool+verify), {args.clients} concurrent clients, {args.seconds:.0f} s each, "
           f"{os.cpu_count()} CPUs shared by server and clients")  # fmt: skip
-    print(f"{'':28}{'rollouts/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'/ target':>10}")
+    print(f"{'':28}{'rollouts/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'/ target':>10}{'client CPU':>12}{'server CPU':>12}")
     for name, (lat, wall) in results.items():
         rate = len(lat) / wall
         p50, p99 = lat[len(lat) // 2] * 1e3, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3
-        print(f"{'HTTP, ' + name:28}{rate:>12.0f}{p50:>10.1f}{p99:>10.1f}{rate / TARGET:>10.2f}")
+        cc, sc = cpu[name]
+        print(f"{'HTTP, ' + name:28}{rate:>12.0f}{p50:>10.1f}{p99:>10.1f}{rate / TARGET:>10.2f}"
+              f"{cc * 1e3:>9.2f} ms{sc * 1e3:>9.2f} ms")
     print(f"{'in-process episodes':28}{inproc:>12.0f}{'':>10}{'':>10}{inproc / TARGET:>10.2f}")
     print(f"{'target (issue 17)':28}{TARGET:>12.0f}")
+    print("(client/server CPU: CPU seconds of this process / of the env-server process per rollout)")
     (lc, wc), (lr, wr) = results["NemoGymClient (aiohttp)"], results["raw asyncio client"]
     print(f"ratio NemoGymClient / raw client: {len(lc) / wc / (len(lr) / wr):.2f}")
 
