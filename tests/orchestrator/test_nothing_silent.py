@@ -294,6 +294,22 @@ async def test_one_group_with_a_signal_keeps_the_equal_reward_groups(renderer):
     assert m["loss_tokens"] == sum(r.num_loss_tokens for r in batch.rollouts) > 0
 
 
+async def test_mask_truncated_leaves_truncated_rollouts_out_of_the_loss_but_in_the_baseline(renderer):
+    """`advantage.mask_truncated`: a rollout cut at max_completion_tokens carries no loss, and its reward still
+    enters its group's baseline (hand-worked: rewards 1, 0, 1, 0, 1, mean 0.6)."""
+    src = InProcessSource("mix", CycleEnv([1.0, 0.0, 1.0, 0.0, 1.0]))
+    long = lambda p, k: "a long answer that runs past eight tokens" if k % 2 else "hi"  # noqa: E731
+    for mask in (False, True):
+        cfg = _cfg(advantage={"mask_truncated": mask})
+        batch = await _one_batch(renderer, src, cfg, ScriptedClient(renderer._tokenizer, long))
+        cut = [r.truncated for r in batch.rollouts]
+        assert 0 < sum(cut) < 5
+        assert [round(r.advantage, 6) for r in batch.rollouts] == [round(r.reward - 0.6, 6) for r in batch.rollouts]
+        assert [r.filtered for r in batch.rollouts] == [mask and c for c in cut]
+        m = step_metrics(batch, 1.0, 0)
+        assert m["loss_tokens"] == sum(r.num_loss_tokens for r in batch.rollouts if not (mask and r.truncated))
+
+
 async def test_run_with_equal_rewards_everywhere_stops_naming_the_budget(renderer, tmp_path):
     """A run whose groups all score the same (e.g. every answer cut by max_completion_tokens) stops after
     `max_empty_steps` steps, and the message names the mean reward and the completion budget; before, it ran all

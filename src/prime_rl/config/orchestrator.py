@@ -189,6 +189,12 @@ class EvalConfig(BaseConfig):
 
 class _AdvantageBase(BaseConfig):
     filter_zero: bool = Field(False, description="Drop groups whose advantages are all zero.")
+    mask_truncated: bool = Field(
+        False,
+        description="Leave truncated rollouts (cut at max_completion_tokens or seq_len) out of the loss; their "
+        "rewards still count in their group's baseline (DAPO's overlong filtering, arXiv:2503.14476; TRL's "
+        "mask_truncated_completions).",
+    )
 
 
 class GRPOAdvantageConfig(_AdvantageBase):

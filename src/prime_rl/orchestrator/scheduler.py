@@ -221,6 +221,10 @@ class Scheduler:
                     filtered += 1
                     for r in g.rollouts:
                         r.filtered = True
+        if self.advantage.mask_truncated:  # after the advantages: truncated members stay in their group's baseline
+            for g in groups:
+                for r in g.rollouts:
+                    r.filtered = r.filtered or r.truncated
         self._launch(step + 1)
         return CutBatch(
             step=step,

@@ -62,7 +62,7 @@ class Rollout:
     malformed_tool_calls: int = 0
     policy_versions: list[int] = field(default_factory=list)
     advantage: float = 0.0
-    filtered: bool = False  # zero-advantage group filtered out of the batch (advantage.filter_zero)
+    filtered: bool = False  # out of the loss: zero-advantage group (advantage.filter_zero) or truncated (mask_truncated)
     temperature: float = 1.0
     duration_s: float = 0.0
 
