@@ -9,6 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,9 +197,6 @@ def test_step_without_a_nonzero_advantage_skips_the_update(tiny_model_dir, sampl
 def test_no_signal_is_decided_over_all_ranks(tiny_model_dir, samples, tmp_path):
     """FSDP2 over 2 processes. Step 2: only rank 1's samples have a nonzero advantage, so every rank updates; step 3:
     no rank's do, so no rank updates (a rank deciding alone would leave the shards out of step)."""
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from safetensors.torch import load_file
 
@@ -207,11 +207,7 @@ def test_no_signal_is_decided_over_all_ranks(tiny_model_dir, samples, tmp_path):
     write_stream(run, {1: samples, 2: flat[:2] + samples[2:], 3: flat}, world_size=2, micro_per_rank=1)
     path = write_config(trainer_config(tiny_model_dir, run, max_steps=3, data_timeout_s=60.0),
                         run / "configs" / "trainer.toml")  # fmt: skip
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
-    cmd = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node=2", "-m",
-           "prime_rl.cli.trainer", "@", str(path)]  # fmt: skip
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    r = _torchrun_trainer(path)
     assert r.returncode == 0, r.stderr[-4000:]
     rows = read_metrics(run, "trainer")
     assert [r["skipped_update"] for r in rows] == [0.0, 0.0, 1.0] and [r.get("no_signal") for r in rows] == [
@@ -257,9 +253,6 @@ kwargs = {{bad = "all"}}
 def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank(tiny_model_dir, samples, tmp_path):
     """FSDP2 over 2 processes: rank 1's loss is +inf at step 2 while every gradient stays finite. Every rank must
     skip (the flag is all-reduced), or rank 0 would update its shard and rank 1 not: a model no longer in sync."""
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from safetensors.torch import load_file
 
@@ -270,14 +263,19 @@ def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank(tiny_model_d
     loss = CustomLossConfig(import_path=LOSS, kwargs={"per_step": 1, "bad": [[2, 0]], "rank": 1, "mode": "inf"})
     path = write_config(trainer_config(tiny_model_dir, run, max_steps=3, data_timeout_s=60.0, loss=loss.model_dump()),
                         run / "configs" / "trainer.toml")  # fmt: skip
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
-    cmd = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node=2", "-m",
-           "prime_rl.cli.trainer", "@", str(path)]  # fmt: skip
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    r = _torchrun_trainer(path)
     assert r.returncode == 0, r.stderr[-4000:]
     assert [m["nonfinite"] for m in read_metrics(run, "trainer")] == [0.0, 1.0, 0.0]
     assert "step 2: non-finite loss in micro-batch(es) [0] of rank 1; update skipped" in r.stdout + r.stderr
     w1, w2, w3 = (load_file(str(run / "weights" / f"step_{n}" / "model.safetensors")) for n in (1, 2, 3))
     assert all(torch.equal(w1[k], w2[k]) for k in w1)  # nothing moved at step 2, on either rank's shard
     assert not all(torch.equal(w2[k], w3[k]) for k in w2)
+
+
+def _torchrun_trainer(config_path):
+    """Run the trainer in 2 torchrun processes (gloo) on `config_path`; the finished process, output captured."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    cmd = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node=2", "-m",
+           "prime_rl.cli.trainer", "@", str(config_path)]  # fmt: skip
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
