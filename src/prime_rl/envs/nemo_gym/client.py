@@ -37,7 +37,11 @@ from http.cookies import SimpleCookie
 from typing import Any
 
 import aiohttp
-import orjson
+
+try:  # a dependency of prime-rl, but the peers' venvs (tests/interop) import this module without it
+    import orjson
+except ImportError:  # pragma: no cover - exercised in the peer venvs
+    orjson = None
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception, stop_before_delay
 
 
@@ -273,13 +277,17 @@ class NemoGymClient:
         _raise_for(resp, "/close_session")
 
 
-_ORJSON_OPTS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+_ORJSON_OPTS = (
+    orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS if orjson else 0
+)
 
 
 def _dumps(obj: Any) -> bytes:
     """Compact JSON of a request body: orjson (a GridSim row took ~8% of the client's CPU with `json`), else `json`
     where the two would not send the same value: what orjson refuses (non-string keys, huge ints, lone surrogates,
     types JSON has no form for) and NaN/Infinity, which orjson writes as `null` (so any `null` takes `json`)."""
+    if orjson is None:
+        return json.dumps(obj, separators=(",", ":")).encode()
     try:
         out = orjson.dumps(obj, option=_ORJSON_OPTS)
     except TypeError:
@@ -296,7 +304,7 @@ def _loads(raw: bytes) -> Any:
     """JSON of an answer: orjson, else `json` where the two would not read the same value: what orjson refuses
     (NaN/Infinity literals, other encodings than UTF-8) and integers of 19 digits or more (orjson reads those
     past 64 bits as floats). Raises ValueError when it is not JSON."""
-    if _LONG_DIGITS.search(raw) is None:
+    if orjson is not None and _LONG_DIGITS.search(raw) is None:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
