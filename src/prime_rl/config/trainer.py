@@ -78,6 +78,12 @@ class DPPOKLLossConfig(BaseConfig):
     tis_cap: float | None = Field(None, gt=0, description="Truncated importance sampling: cap the ratio at this value.")
     log_ratio_clamp: float = Field(20.0, gt=0, description="Clamp log(ratio) to [-c, c] before exp.")
     kl_tau: float = Field(1e-3, ge=0, description="Weight of the kl_tau * log_ratio^2 penalty.")
+    ref_kl_coef: float = Field(
+        0.0, ge=0,
+        description="beta: weight of a KL(policy || reference) penalty per loss token (k3 estimator, as GRPO, TRL "
+        "`beta`, verl `kl_loss_coef`); the reference is model.name, run by a frozen copy (one more forward per "
+        "micro-batch); 0 = off. It also trains steps whose advantages are all 0.",
+    )
 
 
 class CustomLossConfig(BaseConfig):

@@ -2,8 +2,9 @@
 
 - `kl_to_start`: KL(current policy || starting policy) per loss token, the k3 estimator (Schulman 2020, "Approximating
   KL divergence"): mean over loss tokens of exp(d) - d - 1 with d = log pi_start(a_t) - log pi(a_t), tokens sampled
-  from (nearly) the current policy, both at the sampling temperature. The starting policy is `model.name`, run by a
-  frozen copy on every micro-batch (one more forward, no backward; an unsharded copy on every rank).
+  from (nearly) the current policy, both at the sampling temperature. The starting policy is `model.name`, run by
+  the trainer's reference policy (`prime_rl.trainer.reference`: a frozen copy, one more forward per micro-batch, no
+  backward, an unsharded copy on every rank), whose logprobs the engine puts in `LossInputs.ref_logprobs`.
 - `entropy/decision`: the mean entropy over loss tokens that are one of `decision_chars` (e.g. GridSim's schedule
   digits), where the policy's choices are made, next to the all-token `entropy` that fixed syntax dilutes.
 """
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from prime_rl.trainer.forward import ForwardOutput, forward_micro_batch
+from prime_rl.trainer.forward import ForwardOutput
 
 
 def decision_token_ids(model_dir: str | Path, chars: str) -> list[int]:
@@ -38,19 +39,15 @@ class StepProbe:
     """Callable `(forward output, micro-batch) -> {metric: (numerator, denominator)}` for `Engine.train_step`.
 
     Args:
-        model_dir: the starting model (`model.name`); its copy is loaded only with `kl_to_start`.
-        device: where the copy runs. seq_len: the trainer's.
-        kl_to_start: log `kl_to_start`. decision_chars: log `entropy/decision` over these characters' tokens.
+        model_dir: the starting model (`model.name`), whose tokenizer maps `decision_chars` to token ids.
+        device: where the metrics are computed.
+        kl_to_start: log `kl_to_start` from the forward output's `inputs.ref_logprobs` (the engine fills them when
+            the trainer has a reference policy; `build_reference` makes one whenever `kl_to_start` is set).
+        decision_chars: log `entropy/decision` over these characters' tokens.
     """
 
-    def __init__(self, model_dir: str | Path, device: torch.device, seq_len: int, kl_to_start: bool, decision_chars: str):
-        self.device, self.seq_len = device, seq_len
-        self.start = None
-        if kl_to_start:
-            from transformers import AutoModelForCausalLM
-
-            self.start = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="sdpa")
-            self.start.to(device).eval().requires_grad_(False)
+    def __init__(self, model_dir: str | Path, device: torch.device, kl_to_start: bool, decision_chars: str):
+        self.kl_to_start = kl_to_start
         self.decision = (
             torch.tensor(decision_token_ids(model_dir, decision_chars), device=device) if decision_chars else None
         )
@@ -62,9 +59,11 @@ class StepProbe:
         if self.decision is not None:
             sel = mask & torch.isin(fwd.token_ids, self.decision)
             out["entropy/decision"] = (torch.where(sel, fwd.entropy, zero).sum(), sel.sum().float())
-        if self.start is not None:
-            ref = forward_micro_batch(mb, self.start, index=0, seq_len=self.seq_len, device=self.device)
-            d = ref.inputs.trainer_logprobs.detach() - fwd.inputs.trainer_logprobs.detach()
+        if self.kl_to_start:
+            ref_lp = fwd.inputs.ref_logprobs
+            if ref_lp is None:
+                raise ValueError("diagnostics.kl_to_start: the engine ran without a reference policy (build_reference)")
+            d = ref_lp.detach() - fwd.inputs.trainer_logprobs.detach()
             k3 = torch.where(mask, torch.exp(d) - d - 1, zero.to(d.dtype))
             out["kl_to_start"] = (k3.sum(), mask.sum().float())
         return out
@@ -75,4 +74,4 @@ def build_probe(cfg: Any, device: torch.device) -> StepProbe | None:
     d = cfg.diagnostics
     if not d.kl_to_start and not d.decision_chars:
         return None
-    return StepProbe(cfg.model.name, device, cfg.seq_len, d.kl_to_start, d.decision_chars)
+    return StepProbe(cfg.model.name, device, d.kl_to_start, d.decision_chars)

@@ -139,6 +139,7 @@ class Engine:
         loss_cfg: Any,
         probe: MetricProbe | None = None,
         skip_update: bool = False,
+        reference: Callable[[Any], torch.Tensor] | None = None,
     ) -> dict[str, float]:
         """One optimizer step: `forward_backward` over this rank's micro-batches, then `optimizer_step`.
 
@@ -146,7 +147,8 @@ class Engine:
         value on every rank), the optimizer step is skipped (weights and AdamW state unchanged; the metrics are still
         computed); so it is when the loss of any micro-batch on any rank, or the gradient norm, is not finite
         (logged, naming the step and micro-batch). `probe(fwd, mb)`, if given, adds (numerator, denominator) metrics
-        per micro-batch (no grad).
+        per micro-batch (no grad). `reference(mb)`, if given, returns the micro-batch's [T] reference-policy
+        logprobs (`prime_rl.trainer.reference`), put in `LossInputs.ref_logprobs` before the loss and the probe run.
 
         Returns step metrics (identical on all ranks): `loss`, `entropy` (mean over loss tokens),
         the loss function's metrics, `logp_grad_norm/<term>` for a loss that returns terms, the probe's metrics,
@@ -162,7 +164,7 @@ class Engine:
         t0 = time.perf_counter()
         self._check_micro_batch_counts(len(micro_batches))
         norm = float(max(int(total_loss_tokens), 1))
-        sums = self.forward_backward(micro_batches, loss_fn, loss_cfg, norm, probe)
+        sums = self.forward_backward(micro_batches, loss_fn, loss_cfg, norm, probe, reference)
         # A step with no loss token anywhere (e.g. every rollout masked) must not move the weights: AdamW's
         # momentum would still change them with zero gradients. The schedule advances so lr stays tied to step.
         skipped = int(total_loss_tokens) == 0 or skip_update
@@ -212,7 +214,13 @@ class Engine:
             )
 
     def forward_backward(
-        self, micro_batches: list[Any], loss_fn: LossFn, loss_cfg: Any, norm: float, probe: MetricProbe | None = None
+        self,
+        micro_batches: list[Any],
+        loss_fn: LossFn,
+        loss_cfg: Any,
+        norm: float,
+        probe: MetricProbe | None = None,
+        reference: Callable[[Any], torch.Tensor] | None = None,
     ) -> StepSums:
         """Zero the gradients, then forward and backward every micro-batch: afterwards the gradients hold
         d(loss)/d(params) with loss = sum over micro-batches and ranks of loss_fn(mb).loss / `norm`. Each rank
@@ -227,6 +235,8 @@ class Engine:
             if self.fsdp:
                 self.model.set_requires_gradient_sync(i == n_mb - 1)
             fwd = forward_micro_batch(mb, self.model, index=i, seq_len=self.max_tokens, device=self.dist.device)
+            if reference is not None:
+                fwd.inputs.ref_logprobs = reference(mb)
             out = loss_fn(fwd.inputs, loss_cfg)
             lp = fwd.inputs.trainer_logprobs
             for name, term in out.terms.items():  # d term / d logprobs: through the loss only, not the model

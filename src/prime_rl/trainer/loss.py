@@ -32,12 +32,15 @@ class LossInputs:
 
     `trainer_logprobs[t]` (differentiable) and `inference_logprobs[t]` are both log p(input_ids[t] |
     input_ids[<t]) at the token's sampling temperature; `loss_mask[t]` (bool) selects the trained tokens.
+    `ref_logprobs[t]` (no grad) is the same for the reference policy (the starting model), filled by the engine
+    when the trainer has one (`prime_rl.trainer.reference`), else None.
     """
 
     trainer_logprobs: Tensor
     inference_logprobs: Tensor
     advantages: Tensor
     loss_mask: Tensor
+    ref_logprobs: Tensor | None = None
 
 
 @dataclass
@@ -112,7 +115,18 @@ def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
     the kl_tau * l^2 term still pulls it back. Gradient wrt logp_trainer of a kept token: -A * w + 2 kl_tau l
     (zero for the clamp-saturated part when |logp_trainer - logp_inference| > c).
 
+    With `ref_kl_coef` = beta > 0, a KL penalty to the reference policy (the starting model) is added per loss token:
+
+        d       = clamp(logp_ref - logp_trainer, -c, c)
+        loss_t += beta * (exp(d) - d - 1)                                  (gradient wrt logp_trainer: beta * (1 - e^d))
+
+    the k3 estimator of KL(pi || pi_ref) (Schulman 2020, "Approximating KL divergence") as GRPO adds it (Shao et al.
+    2024, "DeepSeekMath", eq. 3-4; TRL `beta`, verl `kl_loss_type = "low_var_kl"`). Unlike the policy-gradient
+    term it acts on steps whose advantages are all 0 too: when every rollout fails the same way, it is what pulls
+    the policy back toward the starting model.
+
     Metrics: `mismatch_kl` = mean over loss tokens of r - l - 1 (the k3 estimator of KL(inference||trainer));
+    `ref_kl` = mean over loss tokens of the k3 above (with `ref_kl_coef > 0`);
     `masked_frac` over all loss tokens, `masked_frac_pos`/`masked_frac_neg` over tokens with A > 0 / A < 0;
     `tis_capped_frac` when a cap is set; `ratio` mean over loss tokens.
     """
@@ -138,6 +152,16 @@ def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
     kl = torch.where(mask, log_ratio.square(), zero)
     pg_term, kl_term = -pg.sum(), cfg.kl_tau * kl.sum()
     loss = (-pg + cfg.kl_tau * kl).sum()
+    terms = {"pg": pg_term, "kl": kl_term}
+    ref_k3 = None
+    if cfg.ref_kl_coef > 0:
+        if inputs.ref_logprobs is None:
+            raise ValueError("trainer.loss.ref_kl_coef > 0 needs reference logprobs: the engine ran without a reference "
+                             "policy (prime_rl.trainer.reference.build_reference)")
+        d = torch.clamp(inputs.ref_logprobs.to(lp.dtype) - lp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+        ref_k3 = torch.where(mask, torch.exp(d) - d - 1, zero)
+        terms["ref_kl"] = cfg.ref_kl_coef * ref_k3.sum()
+        loss = loss + terms["ref_kl"]
     with torch.no_grad():
         n = mask.sum().float()
         metrics = {
@@ -149,7 +173,9 @@ def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
         }
         if capped is not None:
             metrics["tis_capped_frac"] = _frac(capped, mask)
-    return LossOutput(loss=loss, metrics=metrics, terms={"pg": pg_term, "kl": kl_term})
+        if ref_k3 is not None:
+            metrics["ref_kl"] = (ref_k3.sum().detach(), n)
+    return LossOutput(loss=loss, metrics=metrics, terms=terms)
 
 
 @register_loss("sft")

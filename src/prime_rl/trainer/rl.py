@@ -5,7 +5,8 @@ micro-batches (regrouped so a group's shared prompt runs once, with `shared_pref
 `micro_batch_tokens` tokens per forward pass when set) with the configured loss,
 publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every `ckpt.interval` steps, log. Stops
 after `max_steps`. A step in which no loss token on any rank has a nonzero advantage is published without an update
-(metric `no_signal`, only on such steps). With `ckpt.resume_step` set, continues at the step after the checkpoint's.
+(metric `no_signal`, only on such steps), unless the loss has a reference-KL term (`loss.ref_kl_coef > 0`), which
+trains on such steps too. With `ckpt.resume_step` set, continues at the step after the checkpoint's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from prime_rl.trainer.diagnostics import build_probe
 from prime_rl.trainer.dist import all_reduce_max, all_reduce_sum, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss
+from prime_rl.trainer.reference import build_reference
 from prime_rl.trainer.shared_prefix import regroup
 from prime_rl.transport.batch import BatchFormatError, MicroBatch, concat_micro_batches, wait_for_batch
 
@@ -33,15 +35,20 @@ def run(cfg: TrainerConfig) -> dict[str, float] | None:
     return run_with_wandb(train, cfg, "trainer", {"trainer"})
 
 
-def has_learning_signal(micro_batches: list[MicroBatch], device: torch.device) -> bool:
-    """Whether any loss token of this step, on any rank, has a nonzero advantage (collective: call on every rank).
+def has_learning_signal(micro_batches: list[MicroBatch], device: torch.device, ref_kl: bool = False) -> bool:
+    """Whether any loss token of this step, on any rank, has a nonzero advantage (collective: call on every rank);
+    with `ref_kl` (the loss has a reference-KL term, which trains on zero-advantage tokens too) whether any rank has a
+    loss token at all.
 
     Without one (every group's rewards equal, e.g. all 0) the step has no learning signal, but its gradient is not
     exactly 0 (float rounding, the KL term: norms 3e-11, 1e-8, 7e-6 measured in three such steps) and AdamW
     normalises it per parameter into an update of up to ~lr: the tool-bandit rung's policy drifted for 40 steps at
     reward 0 (docs/learning.md). The trainer skips such a step's update.
     """
-    mine = any(bool(np.any(mb.advantages[mb.loss_mask] != 0)) for mb in micro_batches)
+    if ref_kl:
+        mine = any(bool(np.any(mb.loss_mask)) for mb in micro_batches)
+    else:
+        mine = any(bool(np.any(mb.advantages[mb.loss_mask] != 0)) for mb in micro_batches)
     return all_reduce_sum(torch.tensor([float(mine)], dtype=torch.float32, device=device)).item() > 0
 
 
@@ -58,6 +65,8 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
     loss = get_loss(cfg.loss)
     engine = Engine(EngineConfig.from_config(cfg), process="trainer")
     probe = build_probe(cfg, engine.dist.device)
+    reference = build_reference(cfg, engine.dist.device)
+    ref_kl = float(getattr(cfg.loss, "ref_kl_coef", 0.0)) > 0
     last: dict[str, float] | None = None
     try:
         engine.maybe_resume()
@@ -86,8 +95,9 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
                     mbs = concat_micro_batches(mbs, cfg.micro_batch_tokens)
                 most = int(all_reduce_max(torch.tensor([float(len(mbs)), 1.0], dtype=torch.float64)).max().item())
                 mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
-            signal = has_learning_signal(batch.micro_batches, engine.dist.device)
-            m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe, skip_update=not signal)
+            signal = has_learning_signal(batch.micro_batches, engine.dist.device, ref_kl)
+            m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe, skip_update=not signal,
+                                  reference=reference)
             if not signal and batch.total_loss_tokens > 0:
                 m["no_signal"] = 1.0  # only on such steps: the metrics rows of ordinary runs stay as they were
             t_pub = time.perf_counter()
