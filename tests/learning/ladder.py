@@ -80,11 +80,12 @@ def rl_run(config: Path, model: Path, run: Path, seed: int, extra: list[str] = (
             "train_reward": [r["reward"] for r in rows], "wall_s": time.monotonic() - t0}  # fmt: skip
 
 
-def digit(out: Path, seed: int) -> dict:
-    """Rung 1: the digit bandit from the random 64x2 tiny model."""
+def digit(out: Path, seed: int, extra: list[str] = (), tag: str = "") -> dict:
+    """Rung 1: the digit bandit from the random 64x2 tiny model (`extra`: more rl flags; `tag`: run-name suffix)."""
     from prime_rl.models.tiny import cached_tiny_model
 
-    return rl_run(LADDER / "digit.toml", cached_tiny_model(hidden=64, layers=2, seed=0), out / f"digit-s{seed}", seed)
+    model = cached_tiny_model(hidden=64, layers=2, seed=0)
+    return rl_run(LADDER / "digit.toml", model, out / f"digit{tag}-s{seed}", seed, list(extra))
 
 
 def tool_warm_start(out: Path) -> Path:
@@ -105,8 +106,8 @@ def tool_warm_start(out: Path) -> Path:
     return sorted(weights.glob("step_*/STABLE"))[-1].parent
 
 
-def tool(out: Path, seed: int) -> dict:
-    """Rung 2: the tool bandit through the NeMo Gym server, from the warm start."""
+def tool(out: Path, seed: int, extra: list[str] = (), tag: str = "") -> dict:
+    """Rung 2: the tool bandit through the NeMo Gym server, from the warm start (`extra`, `tag`: as `digit`)."""
     model = tool_warm_start(out)
     dataset = out / "gym-root" / "resources_servers" / "tool_bandit_v1" / "data" / "train.jsonl"
     from prime_rl.ports import free_port
@@ -114,8 +115,8 @@ def tool(out: Path, seed: int) -> dict:
     extra = ["--orchestrator.train.source", json.dumps([{
         "name": "safe", "env": {"agent": {"max_turns": 2}, "taskset": {
             "id": "nemo-gym", "dataset": str(dataset),
-            "task": {"resources_url": f"http://127.0.0.1:{free_port()}"}}}}])]  # fmt: skip
-    return rl_run(LADDER / "tool.toml", model, out / f"tool-s{seed}", seed, extra)
+            "task": {"resources_url": f"http://127.0.0.1:{free_port()}"}}}}]), *extra]  # fmt: skip
+    return rl_run(LADDER / "tool.toml", model, out / f"tool{tag}-s{seed}", seed, extra)
 
 
 RUNGS = {"digit": digit, "tool": tool}
@@ -126,15 +127,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rung", choices=sorted(RUNGS), required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "ladder")
+    p.add_argument("--rl-args", default="", help='more `rl` flags, e.g. "--trainer.optim.lr 5e-4" (a variant to try)')
+    p.add_argument("--tag", default="", help="suffix of the run folders (<rung><tag>-s<seed>), to keep variants apart")
     a = p.parse_args(argv)
     results: list[dict[str, Any]] = []
     for s in a.seeds:
-        r = RUNGS[a.rung](a.out, s)
+        r = RUNGS[a.rung](a.out, s, a.rl_args.split(), a.tag)
         results.append(r)
         ok = "held" if r["last"] >= TARGET[a.rung] else "MISSED"
         print(f"{a.rung} seed {s}: eval {r['first']:.3f} -> {r['last']:.3f} (target {TARGET[a.rung]}: {ok}), "
               f"{r['wall_s']:.0f} s", flush=True)  # fmt: skip
-    (a.out / f"ladder_{a.rung}.json").write_text(json.dumps(results, indent=1, default=str))
+    (a.out / f"ladder_{a.rung}{a.tag}.json").write_text(json.dumps(results, indent=1, default=str))
     return 0 if all(r["last"] >= TARGET[a.rung] for r in results) else 1
 
 
