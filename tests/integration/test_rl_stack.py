@@ -1,6 +1,6 @@
-"""The real stack on CPU with the tiny model: one vLLM server for the module, the real trainer (`python -m
-prime_rl.cli.trainer`, world size 1) and orchestrator (CLI subprocess, or in-process for the kill test), and a real
-`env-server serve` subprocess for GridSim.
+"""The real stack on CPU with the tiny model: the session's shared vLLM server on it (tests/shared_vllm.py), the
+real trainer (`python -m prime_rl.cli.trainer`, world size 1) and orchestrator (CLI subprocess, or in-process for the
+kill test), and a real `env-server serve` subprocess for GridSim.
 
 1. A fake-fast environment (`tests.integration.fast_env:FastEnv`), 3 steps end to end with `max_async_level = 0`:
    every step's rank file, every policy version published and loaded, metrics rows of both processes for every
@@ -35,7 +35,6 @@ from tests.integration.stack import (
     write_gridsim_rows,
 )
 
-from prime_rl.inference.testing import start_server
 from prime_rl.models.tiny import cached_tiny_model
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.ports import free_port
@@ -54,10 +53,12 @@ def tiny() -> Path:
     return cached_tiny_model()
 
 
-@pytest.fixture(scope="module")
-def server(tiny, tmp_path_factory):
-    with start_server(tiny, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log") as srv:
-        yield srv
+@pytest.fixture
+def server(tiny, shared_vllm):
+    """The session's vLLM on the tiny model (tests/shared_vllm.py; tests/inference/test_inference_server.py uses
+    the same one), serving the base weights as version 0 when each test starts. The tests load new policy versions
+    into it; the next user gets the base weights back."""
+    return shared_vllm.get(tiny)
 
 
 def test_three_steps_end_to_end(tmp_path, tiny, server):
