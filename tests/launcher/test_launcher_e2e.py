@@ -1,8 +1,10 @@
-"""`rl` end to end on the real ERCOT days (the packaged 2021-2024 file, GridSim's default) with the tiny model: env server (started by rl, rows written by rl),
-vLLM inference, torchrun trainer and orchestrator, for a few short steps. Then the trainer is killed mid-run: rl
-must exit non-zero naming it, leave nothing running, and `--resume` must finish the run.
+"""`rl` end to end on the real ERCOT days (the packaged 2021-2024 file, GridSim's default) with the tiny model: env
+server (started by rl, rows written by rl), vLLM inference, torchrun trainer and orchestrator, for a few short steps.
+The trainer is killed mid-run: rl must exit non-zero naming it, leave nothing running, and `--resume` must finish
+the run. One run (two `rl` invocations) serves both: a separate uninterrupted run cost one more vLLM start-up and
+checked nothing the two halves do not (a fresh run's clean exit is checked by tests/integration's `rl` runs).
 
-Slow (each rl run is about 1.5-2 minutes on 2 cores, most of it vLLM start-up).
+Slow (each rl invocation is about 1.5-2 minutes on 2 cores, most of it vLLM start-up).
 """
 
 from __future__ import annotations
@@ -91,29 +93,12 @@ def steps_printed(text: str) -> list[int]:
     return sorted({int(m) for m in re.findall(r"^Step (\d+)/\d+ \|", text, flags=re.M)})
 
 
-def test_rl_end_to_end_on_ercot(tmp_path, tiny_model):
-    cfg = write_config(tmp_path, tiny_model, max_steps=3)
-    r = rl(cfg)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-4000:]
-    run = tmp_path / "run"
-    assert steps_printed(out) == [1, 2, 3]
-    assert "rows missing: writing them" in out and "env-server healthy" in out
-    for n in (1, 2, 3):  # every policy version published...
-        assert (run / f"weights/step_{n}/STABLE").is_file() or n < 1
-    orch_log = (run / "logs/orchestrator.log").read_text()
-    for n in (1, 2, 3):  # ...and loaded into inference
-        assert f"loaded policy version {n} from" in orch_log
-    assert len(re.findall(r'"POST /update_weights HTTP/1.1" 200', (run / "logs/vllm.log").read_text())) == 3
-    rows = read_metrics(run, "orchestrator")
-    assert sorted({row["step"] for row in rows}) == [1, 2, 3]
-    for n in (0, 3):  # eval on the base policy and at the last step
-        assert len((run / f"eval/step_{n}.jsonl").read_text().splitlines()) == 4
-    assert len((tmp_path / "gym/resources_servers/gridsim_v1/data/eval.jsonl").read_text().splitlines()) == 200
-    assert leftovers(tmp_path) == []
-
-
 def test_trainer_killed_then_resume(tmp_path, tiny_model):
+    """One run for the two checks that used to start a run each (each `rl` run is mostly vLLM start-up): a fresh
+    4-step run on ERCOT (rows written by rl, env server, vLLM, trainer, orchestrator, eval) whose trainer is
+    SIGKILLed after its step-2 checkpoint, then `rl --resume` to the end. Together the two halves must show what
+    one uninterrupted run shows: every step printed, every policy version published and loaded into vLLM, the
+    eval on the base policy and at the last step, nothing left running."""
     cfg = write_config(tmp_path, tiny_model, max_steps=4)
     run = tmp_path / "run"
     p = subprocess.Popen([str(BIN / "rl"), "@", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -138,12 +123,28 @@ def test_trainer_killed_then_resume(tmp_path, tiny_model):
     assert "Last lines of" in out and "trainer.console.log" in out
     assert leftovers(tmp_path) == []
     assert not (run / "weights/step_4/STABLE").exists()
+    # what the fresh run did before the kill
+    assert "rows missing: writing them" in out and "env-server healthy" in out
+    assert steps_printed(out)[:2] == [1, 2], out[-4000:]
+    assert len((run / "eval/step_0.jsonl").read_text().splitlines()) == 4  # eval on the base policy
+    assert len((tmp_path / "gym/resources_servers/gridsim_v1/data/eval.jsonl").read_text().splitlines()) == 200
 
     r = rl(cfg, "--resume")
     out2 = r.stdout + r.stderr
     assert r.returncode == 0, out2[-4000:]
     m = re.search(r"resuming from checkpoint step (\d+)", out2)
     assert m and int(m.group(1)) >= 2
-    assert steps_printed(out2) == list(range(int(m.group(1)) + 1, 5))
-    assert (run / "weights/step_4/STABLE").is_file() and (run / "eval/step_4.jsonl").is_file()
+    resumed = int(m.group(1))
+    assert steps_printed(out2) == list(range(resumed + 1, 5))
+    assert "rows missing" not in out2  # the first run's rows are used
+    for n in (2, 3, 4):  # every policy version published (weights.keep_last = 3 removed step_1 after step 4)...
+        assert (run / f"weights/step_{n}/STABLE").is_file()
+    orch_log = (run / "logs/orchestrator.log").read_text()
+    for n in (1, 2, 3, 4):  # ...and loaded into inference (4 for the last eval)
+        assert f"loaded policy version {n} from" in orch_log
+    # the resumed run's vLLM (the last start in the appended log) loaded the checkpoint's version, then each later one
+    vllm_log = (run / "logs/vllm.log").read_text().split("===== prime-rl launcher: starting vllm")[-1]
+    assert len(re.findall(r'"POST /update_weights HTTP/1.1" 200', vllm_log)) == 4 - resumed + 1
+    assert sorted({row["step"] for row in read_metrics(run, "orchestrator")}) == [1, 2, 3, 4]
+    assert len((run / "eval/step_4.jsonl").read_text().splitlines()) == 4  # eval at the last step
     assert leftovers(tmp_path) == []
