@@ -1,13 +1,15 @@
 """`rl` on a real 3-node Slurm cluster (scripts/local-slurm.sh): 1 inference node + 2 trainer nodes (torchrun
 2 nodes x 1 process, gloo, c10d rendezvous), the tiny model, a fake-fast environment.
 
-1. 3 steps: the job ends COMPLETED in sacct, policy version 3 is published, the two trainer ranks ran on two
-   different Slurm nodes, the published weights and per-step loss / grad norm equal a single-node 2-process
-   trainer run on the same rollouts, and nothing is left running.
-2. scancel mid-run: every node stops its processes (SIGTERM, logged per node), the job is CANCELLED, nothing is
-   left running; `rl --resume` then submits a job that continues from the newest checkpoint to the end.
+1. scancel mid-run: every node stops its processes (SIGTERM, logged per node), the job is CANCELLED, nothing is
+   left running; `rl --resume` then submits a job that continues from the newest checkpoint to the end: it ends
+   COMPLETED in sacct, every policy version is published, the two trainer ranks ran on two different Slurm nodes,
+   the published weights and per-step loss / grad norm equal a single-node 2-process trainer run on the same
+   rollouts, and nothing is left running. (One run for both: a finished 3-step job of its own cost one more vLLM
+   start-up and checked nothing the resumed job does not.)
+2. A trainer rank SIGKILLed on one node fails the job, naming the node and the process.
 
-About 4-5 minutes on 2 cores (each job is mostly vLLM start-up).
+About 4 minutes on 2 cores (each job is mostly vLLM start-up).
 """
 
 from __future__ import annotations
@@ -89,53 +91,19 @@ def tiny() -> Path:
     return cached_tiny_model(hidden=64, layers=2)
 
 
-def test_rl_three_steps_on_three_nodes(slurm_cluster, tmp_path, tiny):
-    env = job_env(slurm_cluster)
-    cfg = write_config(tmp_path, tiny, steps=3)
-    run = tmp_path / "run"
-    job, printed = submit([str(BIN / "rl"), "@", str(cfg)], env)
-    for what in ("job log:", "scancel " + job, "squeue -j " + job):
-        assert what in printed
-    job_log = run / "slurm" / f"job_{job}.log"
-    state = wait_job(job, env, job_log)
-    assert state == ("COMPLETED", "0:0"), tail(job_log)
-    log = job_log.read_text()
-    assert "node 0 (node1, 127.0.0.1): inference replica 0" in log and "orchestrator" in log
-    for n in (1, 2, 3):
-        assert (run / f"weights/step_{n}/STABLE").is_file()
-    ranks = dict(re.findall(r"trainer rank (\d)/2 on cpu, node (\S+),", (run / "logs/trainer.log").read_text()))
-    assert sorted(ranks) == ["0", "1"] and len(set(ranks.values())) == 2, ranks
-    assert set(ranks.values()) == {"node2", "node3"}  # the two trainer nodes of the layout
-    assert wait_no_leftovers(str(tmp_path)) == []
-
-    # The same training on one node with 2 processes, on the rollouts the job wrote.
-    ref = tmp_path / "ref"
-    shutil.copytree(run / "rollouts", ref / "rollouts")
-    r = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-         str(free_block(1)), "-m", "prime_rl.cli.trainer", "@", str(run / "configs/trainer.toml"),
-         "--output-dir", str(ref)], capture_output=True, text=True, timeout=300, env=job_env({}),
-    )  # fmt: skip
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    multi = {row["step"]: row for row in read_metrics(run, "trainer")}
-    single = {row["step"]: row for row in read_metrics(ref, "trainer")}
-    assert sorted(multi) == sorted(single) == [1, 2, 3]
-    for step in (1, 2, 3):
-        for key in ("loss", "grad_norm", "entropy", "loss_tokens"):
-            assert multi[step][key] == pytest.approx(single[step][key], rel=1e-5, abs=1e-7), (step, key)
-    a = load_file(str(run / "weights/step_3/model.safetensors"))
-    b = load_file(str(ref / "weights/step_3/model.safetensors"))
-    assert a.keys() == b.keys()
-    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
-    assert any(not torch.equal(a[k], load_file(str(tiny / "model.safetensors"))[k]) for k in a)  # it trained
-
-
 def test_scancel_stops_cleanly_then_resume(slurm_cluster, tmp_path, tiny):
+    """One run, two jobs (each job is mostly vLLM start-up, so one run serves both checks that used to have a
+    run each): job 1 is scancelled after its step-2 checkpoint and must stop cleanly on every node; job 2
+    (`rl --resume`) must finish the run COMPLETED with the trainer ranks on the two trainer nodes, and the run's
+    weights and per-step metrics must equal a single-node 2-process trainer run over the same rollouts (so the
+    multi-node resume is exact, too)."""
     env = job_env(slurm_cluster)
     steps = 6
     cfg = write_config(tmp_path, tiny, steps=steps, ckpt_interval=1)
     run = tmp_path / "run"
-    job, _ = submit([str(BIN / "rl"), "@", str(cfg)], env)
+    job, printed = submit([str(BIN / "rl"), "@", str(cfg)], env)
+    for what in ("job log:", "scancel " + job, "squeue -j " + job):
+        assert what in printed
     job_log = run / "slurm" / f"job_{job}.log"
     deadline = time.monotonic() + 900  # vLLM start-up alone took 300 s on a busy 2-core machine
     while not ((run / "checkpoints/step_2/trainer/STABLE").is_file()
@@ -158,15 +126,47 @@ def test_scancel_stops_cleanly_then_resume(slurm_cluster, tmp_path, tiny):
     job_log2 = run / "slurm" / f"job_{job2}.log"
     state = wait_job(job2, env, job_log2)
     assert state == ("COMPLETED", "0:0"), tail(job_log2)
-    m = re.search(r"resuming from checkpoint step (\d+)", job_log2.read_text())
+    log2 = job_log2.read_text()
+    m = re.search(r"resuming from checkpoint step (\d+)", log2)
     assert m and int(m.group(1)) >= 2, tail(job_log2)
     resumed = int(m.group(1))
-    assert (run / f"weights/step_{steps}/STABLE").is_file()
+    assert "node 0 (node1, 127.0.0.1): inference replica 0" in log2 and "orchestrator" in log2
+    assert (run / f"weights/step_{steps}/STABLE").is_file()  # (weights.keep_last = 3 removed the oldest)
+    orch_log = (run / "logs/orchestrator.log").read_text()
+    for n in range(1, steps):  # every policy version was published and loaded for sampling (max_async_level 0)
+        assert f"loaded policy version {n} from" in orch_log, n
     rows = read_metrics(run, "orchestrator")
     assert {r["step"] for r in rows} == set(range(1, steps + 1))
     after = [r["step"] for r in rows if r["time"] >= t_resume]
     assert sorted(after) == list(range(resumed + 1, steps + 1))  # the resumed job did only the rest
+    # the log holds both jobs' lines; the last per rank (the resumed job's) wins
+    ranks = dict(re.findall(r"trainer rank (\d)/2 on cpu, node (\S+),", (run / "logs/trainer.log").read_text()))
+    assert sorted(ranks) == ["0", "1"] and len(set(ranks.values())) == 2, ranks
+    assert set(ranks.values()) == {"node2", "node3"}  # the two trainer nodes of the layout
     assert wait_no_leftovers(str(tmp_path)) == []
+
+    # The same training on one node with 2 processes, from scratch, on the rollouts the run trained on (steps up
+    # to the checkpoint from job 1, the rest from job 2: `--resume` deleted job 1's later ones).
+    ref = tmp_path / "ref"
+    shutil.copytree(run / "rollouts", ref / "rollouts")
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+         str(free_block(1)), "-m", "prime_rl.cli.trainer", "@", str(run / "configs/trainer.toml"),
+         "--output-dir", str(ref), "--ckpt.resume-step", "None", "--ckpt.interval", "None"], capture_output=True,
+        text=True, timeout=300, env=job_env({}),
+    )  # fmt: skip
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    multi = {row["step"]: row for row in read_metrics(run, "trainer")}  # the last row of a step: job 2 redid it
+    single = {row["step"]: row for row in read_metrics(ref, "trainer")}
+    assert sorted(multi) == sorted(single) == list(range(1, steps + 1))
+    for step in range(1, steps + 1):
+        for key in ("loss", "grad_norm", "entropy", "loss_tokens"):
+            assert multi[step][key] == pytest.approx(single[step][key], rel=1e-5, abs=1e-7), (step, key)
+    a = load_file(str(run / f"weights/step_{steps}/model.safetensors"))
+    b = load_file(str(ref / f"weights/step_{steps}/model.safetensors"))
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+    assert any(not torch.equal(a[k], load_file(str(tiny / "model.safetensors"))[k]) for k in a)  # it trained
 
 
 def test_a_dead_trainer_rank_fails_the_job_naming_node_and_process(slurm_cluster, tmp_path, tiny):
