@@ -215,7 +215,8 @@ class Orchestrator:
                     empty_since = None
                 else:
                     empty_since = step if empty_since is None else empty_since
-                    log.warning("step %d: nothing to train (no loss token, or every advantage is 0); the trainer skips its update",
+                    log.warning("step %d: nothing to train (no loss token, or every advantage is 0); the trainer skips its update "
+                                "(unless trainer.loss.ref_kl_coef > 0, whose term trains such steps)",
                                 step)
                     if limit is not None and step - empty_since + 1 >= limit:
                         raise NoProgressError(no_progress_message(empty_since, step, m, limit))

@@ -42,10 +42,15 @@ class ReferencePolicy:
         return out.inputs.trainer_logprobs.detach()
 
 
+def has_ref_kl(cfg: Any) -> bool:
+    """Whether a TrainerConfig's loss has a reference-KL term (`ref_kl_coef > 0`; a custom loss has none)."""
+    return float(getattr(cfg.loss, "ref_kl_coef", 0.0)) > 0
+
+
 def uses_reference(cfg: Any) -> bool:
     """Whether a TrainerConfig needs the reference policy: a loss with `ref_kl_coef > 0` or the `kl_to_start`
     diagnostic."""
-    return float(getattr(cfg.loss, "ref_kl_coef", 0.0)) > 0 or bool(cfg.diagnostics.kl_to_start)
+    return has_ref_kl(cfg) or bool(cfg.diagnostics.kl_to_start)
 
 
 def build_reference(cfg: Any, device: torch.device) -> ReferencePolicy | None:

@@ -22,7 +22,7 @@ from prime_rl.trainer.diagnostics import build_probe
 from prime_rl.trainer.dist import all_reduce_max, all_reduce_sum, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss
-from prime_rl.trainer.reference import build_reference
+from prime_rl.trainer.reference import build_reference, has_ref_kl
 from prime_rl.trainer.shared_prefix import regroup
 from prime_rl.transport.batch import BatchFormatError, MicroBatch, concat_micro_batches, wait_for_batch
 
@@ -66,7 +66,7 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
     engine = Engine(EngineConfig.from_config(cfg), process="trainer")
     probe = build_probe(cfg, engine.dist.device)
     reference = build_reference(cfg, engine.dist.device)
-    ref_kl = float(getattr(cfg.loss, "ref_kl_coef", 0.0)) > 0
+    ref_kl = has_ref_kl(cfg)
     last: dict[str, float] | None = None
     try:
         engine.maybe_resume()
