@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from prime_rl.monitor.logger import get_logger
-from prime_rl.monitor.rundir import step_dirs
+from prime_rl.monitor.rundir import newest_step_dir
 from prime_rl.orchestrator.types import PolicyVersion
 from prime_rl.transport.atomic import STABLE
 
@@ -41,14 +41,14 @@ class WeightWatcher:
         self.loaded: list[int] = []
         self.last_load_s = 0.0  # seconds the latest load took (the inference servers' reload, as the client saw it)
 
-    def newest(self) -> tuple[int, Path] | None:
-        dirs = step_dirs(self.dir, marker=STABLE)
-        return dirs[-1] if dirs else None
+    def newest(self, above: int = -1) -> tuple[int, Path] | None:
+        """The newest stable `(N, weights_dir/step_N)` with N > `above`, or None."""
+        return newest_step_dir(self.dir, STABLE, above)
 
     async def poll_once(self) -> int | None:
         """Load the newest stable version if it is newer than the current one; returns it (or None)."""
-        found = self.newest()
-        if found is None or found[0] <= self.policy.version:
+        found = self.newest(above=self.policy.version)
+        if found is None:
             return None
         n, path = found
         t0 = time.perf_counter()
