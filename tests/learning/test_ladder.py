@@ -1,7 +1,8 @@
 """The learning ladder's bandit rungs (issue 16 §2), end to end through `rl` on CPU with a fixed seed: RL alone must
 take each from a weak start to its target (tests/learning/ladder.py has the runs, docs/learning.md the recorded
 seeds). Slow: the digit rung is one `rl` run of 40 steps (about 2-3 minutes on 2 shared cores, vLLM start included),
-the tool rung 200 warm-start steps and an `rl` run of 100 steps (11-12 minutes), so it runs under `make test-learning`.
+the tool rung 200 warm-start steps and an `rl` run of 100 steps (11-12 minutes), so it runs under `make test-learning`,
+with the GridSim rung (a full `make demo`, then the demo's RL phase from SFT step 300 for each of three seeds).
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ def test_tool_bandit_through_the_nemo_gym_server(tmp_path):
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("rung", ["digit", "tool"])
-def test_bandit_target_holds_in_three_seeds(rung, tmp_path):
-    """`make test-learning`: the recorded claim, the target reached with RL seeds 0, 1 and 2."""
+@pytest.mark.parametrize("rung", ["digit", "tool", "gridsim"])
+def test_rung_target_holds_in_three_seeds(rung, tmp_path):
+    """`make test-learning`: the recorded claim, the target reached with RL seeds 0, 1 and 2 (gridsim: half the gap
+    between SFT-300 and SFT-1000 closed; its full demo runs first, ~25-30 minutes, then ~10 minutes a seed; set
+    DATA_DIR to the ERCOT xlsx folder to reproduce the recorded numbers)."""
     from tests.learning.ladder import RUNGS
 
     results = [RUNGS[rung](tmp_path, seed=s) for s in (0, 1, 2)]
-    assert all(r["last"] >= TARGET[rung] for r in results), [(r["seed"], r["first"], r["last"]) for r in results]
+    assert all(r["score"] >= TARGET[rung] for r in results), [(r["seed"], r["first"], r["last"], r["score"])
+                                                              for r in results]  # fmt: skip
