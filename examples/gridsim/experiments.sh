@@ -37,6 +37,8 @@ declare -A CAND=(
   [maxrl]="--orchestrator.advantage.type maxrl"
   [t1]="--orchestrator.train.sampling.temperature 1.0"
   [lora]="--trainer.model.lora.rank 32 --trainer.model.lora.alpha 64 --trainer.optim.lr 1e-3"
+  [std-b64]="--orchestrator.advantage.std-normalize true --orchestrator.batch-size 64 --orchestrator.concurrency.max-inflight 64"
+  [std-refkl]="--orchestrator.advantage.std-normalize true --trainer.loss.ref-kl-coef 0.01"
 )
 
 run() {  # run NAME SEED
