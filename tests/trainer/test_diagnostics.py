@@ -54,3 +54,41 @@ def test_kl_to_start_and_decision_entropy(tiny_model_dir, tmp_path):
         assert row["kl_to_start"] == pytest.approx(k3 / n, rel=1e-3, abs=1e-9)
         assert row["entropy/decision"] == pytest.approx(ent / n_dec, rel=1e-4)
     assert rows[0]["kl_to_start"] < 1e-9 < 1e-4 < rows[1]["kl_to_start"]  # step 1 trains the starting policy itself
+
+
+def _k3(start, model, samples) -> float:
+    k3, n = 0.0, 0
+    for s in samples:
+        lp, _ = _lp_ent(model, s)
+        lp0, _ = _lp_ent(start, s)
+        for t in np.nonzero(s["loss_mask"])[0]:
+            d = float(lp0[t - 1] - lp[t - 1])
+            k3 += np.exp(d) - d - 1
+            n += 1
+    return k3 / n
+
+
+def test_kl_to_start_interval_logs_it_on_step_1_and_every_nth_step(tiny_model_dir, tmp_path):
+    """kl_to_start_interval = 2 over 3 steps: kl_to_start on steps 1 and 2 (the value an every-step run gives,
+    checked independently at step 2), not on step 3, whose reference forward is skipped; entropy/decision stays on
+    every step."""
+    from transformers import AutoModelForCausalLM
+
+    samples = make_samples(tiny_model_dir, n=6, seed=4, temperature=0.8)
+    run = tmp_path / "run"
+    write_stream(run, {1: samples, 2: samples, 3: samples})
+    cfg = trainer_config(tiny_model_dir, run, max_steps=3, weights={"keep_last": None},
+                         diagnostics={"kl_to_start": True, "kl_to_start_interval": 2, "decision_chars": CHARS})  # fmt: skip
+    rl.run(cfg)
+    rows = read_metrics(run, "trainer")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert ["kl_to_start" in r for r in rows] == [True, True, False]
+    assert all("entropy/decision" in r for r in rows)
+    start = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float64).eval()
+    after1 = AutoModelForCausalLM.from_pretrained(str(run / "weights" / "step_1"), dtype=torch.float64).eval()
+    assert rows[1]["kl_to_start"] == pytest.approx(_k3(start, after1, samples), rel=1e-3, abs=1e-9)
+
+
+def test_kl_to_start_interval_without_kl_to_start_is_refused(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="kl_to_start_interval = 5 .* kl_to_start is false"):
+        trainer_config(tiny_model_dir, tmp_path / "run", diagnostics={"kl_to_start_interval": 5})

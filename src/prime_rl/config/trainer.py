@@ -128,9 +128,22 @@ class DiagnosticsConfig(BaseConfig):
         description="Log kl_to_start, KL(current || starting policy) per loss token (k3); runs a frozen copy of "
         "model.name on every micro-batch (one more forward).",
     )
+    kl_to_start_interval: int = Field(
+        1,
+        gt=0,
+        description="With kl_to_start: log it on step 1 and every N-th step only; the starting policy's forward is "
+        "skipped on the other steps (unless the loss's ref_kl_coef needs it, then kl_to_start is logged every step).",
+    )
     decision_chars: str = Field(
         "", description="Log entropy/decision: the entropy on loss tokens that are one of these characters."
     )
+
+    @model_validator(mode="after")
+    def _interval_needs_kl(self) -> DiagnosticsConfig:
+        if self.kl_to_start_interval != 1 and not self.kl_to_start:
+            raise ValueError(f"kl_to_start_interval = {self.kl_to_start_interval} sets how often kl_to_start is "
+                             "logged, but kl_to_start is false: set kl_to_start = true, or drop kl_to_start_interval")  # fmt: skip
+        return self
 
 
 class WeightsConfig(BaseConfig):

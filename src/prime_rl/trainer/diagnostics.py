@@ -4,7 +4,9 @@
   KL divergence"): mean over loss tokens of exp(d) - d - 1 with d = log pi_start(a_t) - log pi(a_t), tokens sampled
   from (nearly) the current policy, both at the sampling temperature. The starting policy is `model.name`, run by
   the trainer's reference policy (`prime_rl.trainer.reference`: a frozen copy, one more forward per micro-batch, no
-  backward, an unsharded copy on every rank), whose logprobs the engine puts in `LossInputs.ref_logprobs`.
+  backward, an unsharded copy on every rank), whose logprobs the engine puts in `LossInputs.ref_logprobs`. With
+  `kl_to_start_interval = N` it is logged on step 1 and every N-th step only, and the extra forward runs on those
+  steps only (`prime_rl.trainer.reference.reference_due`).
 - `entropy/decision`: the mean entropy over loss tokens that are one of `decision_chars` (e.g. GridSim's schedule
   digits), where the policy's choices are made, next to the all-token `entropy` that fixed syntax dilutes.
 """
@@ -59,10 +61,8 @@ class StepProbe:
         if self.decision is not None:
             sel = mask & torch.isin(fwd.token_ids, self.decision)
             out["entropy/decision"] = (torch.where(sel, fwd.entropy, zero).sum(), sel.sum().float())
-        if self.kl_to_start:
-            ref_lp = fwd.inputs.ref_logprobs
-            if ref_lp is None:
-                raise ValueError("diagnostics.kl_to_start: the engine ran without a reference policy (build_reference)")
+        ref_lp = fwd.inputs.ref_logprobs
+        if self.kl_to_start and ref_lp is not None:  # None: a step between kl_to_start_interval's (reference_due)
             d = ref_lp.detach() - fwd.inputs.trainer_logprobs.detach()
             k3 = torch.where(mask, torch.exp(d) - d - 1, zero.to(d.dtype))
             out["kl_to_start"] = (k3.sum(), mask.sum().float())

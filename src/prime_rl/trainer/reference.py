@@ -53,6 +53,15 @@ def uses_reference(cfg: Any) -> bool:
     return has_ref_kl(cfg) or bool(cfg.diagnostics.kl_to_start)
 
 
+def reference_due(cfg: Any, step: int) -> bool:
+    """Whether step `step` (1-based) runs the reference policy: on every step for a reference-KL term, else on the
+    steps `kl_to_start` is logged (step 1 and every `diagnostics.kl_to_start_interval`-th step)."""
+    if has_ref_kl(cfg):
+        return True
+    d = cfg.diagnostics
+    return bool(d.kl_to_start) and (step == 1 or step % d.kl_to_start_interval == 0)
+
+
 def build_reference(cfg: Any, device: torch.device) -> ReferencePolicy | None:
     """The reference policy a TrainerConfig needs (`uses_reference`), or None."""
     if not uses_reference(cfg):

@@ -22,7 +22,7 @@ from prime_rl.trainer.diagnostics import build_probe
 from prime_rl.trainer.dist import all_reduce_max, all_reduce_sum, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss
-from prime_rl.trainer.reference import build_reference, has_ref_kl
+from prime_rl.trainer.reference import build_reference, has_ref_kl, reference_due
 from prime_rl.trainer.shared_prefix import regroup
 from prime_rl.transport.batch import BatchFormatError, MicroBatch, concat_micro_batches, wait_for_batch
 
@@ -96,8 +96,9 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
                 most = int(all_reduce_max(torch.tensor([float(len(mbs)), 1.0], dtype=torch.float64)).max().item())
                 mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
             signal = has_learning_signal(batch.micro_batches, engine.dist.device, ref_kl)
+            ref_now = reference if reference is not None and reference_due(cfg, step) else None
             m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe, skip_update=not signal,
-                                  reference=reference)
+                                  reference=ref_now)
             if not signal and batch.total_loss_tokens > 0:
                 m["no_signal"] = 1.0  # only on such steps: the metrics rows of ordinary runs stay as they were
             t_pub = time.perf_counter()
