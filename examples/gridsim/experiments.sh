@@ -39,6 +39,8 @@ declare -A CAND=(
   [lora]="--trainer.model.lora.rank 32 --trainer.model.lora.alpha 64 --trainer.optim.lr 1e-3"
   [std-b64]="--orchestrator.advantage.std-normalize true --orchestrator.batch-size 64 --orchestrator.concurrency.max-inflight 64"
   [std-refkl]="--orchestrator.advantage.std-normalize true --trainer.loss.ref-kl-coef 0.01"
+  [std-b64-lr1.5e-4]="--orchestrator.advantage.std-normalize true --orchestrator.batch-size 64 --orchestrator.concurrency.max-inflight 64 --trainer.optim.lr 1.5e-4"
+  [std-g16]="--orchestrator.advantage.std-normalize true --orchestrator.train.group-size 16 --orchestrator.batch-size 64 --orchestrator.concurrency.max-inflight 64"
 )
 
 run() {  # run NAME SEED
