@@ -155,13 +155,24 @@ def gridsim_demo(out: Path) -> Path:
     return demo
 
 
+# The RL config the GridSim rung's three seeds were measured with (docs/learning.md §2): the demo's rl.toml as it was
+# then (32 rollouts per step, no std normalisation), pinned so that a change of the demo's defaults leaves the rung as
+# recorded.
+GRIDSIM_RUNG_ARGS = (
+    "--orchestrator.batch-size", "32", "--orchestrator.concurrency.max-inflight", "32",
+    "--orchestrator.advantage.std-normalize", "false", "--trainer.diagnostics.kl-to-start-interval", "1",
+)  # fmt: skip
+
+
 def gridsim(out: Path, seed: int, extra: list[str] = (), tag: str = "") -> dict:
-    """Rung 3: RL (the demo's config, seed `seed`) from SFT step 300; `score` is the share of the eval gap between
-    SFT-300 and SFT-1000 that RL closed, (RL - SFT300) / (SFT1000 - SFT300), on the same 200 eval days."""
+    """Rung 3: RL (the demo's config as recorded, `GRIDSIM_RUNG_ARGS`, seed `seed`) from SFT step 300; `score` is the
+    share of the eval gap between SFT-300 and SFT-1000 that RL closed, (RL - SFT300) / (SFT1000 - SFT300), on the same
+    200 eval days."""
     demo = gridsim_demo(out)
     full = eval_means(demo / "rl")[0]
     t0 = time.monotonic()
-    run = _demo(out / f"gridsim{tag}-s{seed}", seed, sft_model=demo / "sft/weights/step_300", rl_args=" ".join(extra))
+    rl_args = " ".join([*GRIDSIM_RUNG_ARGS, *extra])
+    run = _demo(out / f"gridsim{tag}-s{seed}", seed, sft_model=demo / "sft/weights/step_300", rl_args=rl_args)
     evals = eval_means(run)
     first, last = evals[min(evals)], evals[max(evals)]
     return {"seed": seed, "eval": evals, "first": first, "last": last, "sft_1000": full,
