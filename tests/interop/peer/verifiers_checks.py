@@ -2,6 +2,7 @@
 
     python verifiers_checks.py adapter                  -> {"rollouts": [...], "independent": [...]}
     python verifiers_checks.py nemo-gym URL ROWS SCHED  -> {"rewards": [...], "tool_texts": [...], "infos": [...]}
+    python verifiers_checks.py both URL ROWS SCHED      -> {"adapter": <adapter's>, "nemo-gym": <nemo-gym's>}
 
 `adapter`: the `vf_arith` taskset (verifiers' own API, vf_arith.py) as an `env.taskset.id`, played by prime-rl's
 agent loop with a scripted policy: single-turn answers and tool-calling (multi-turn) rollouts. For each rollout it
@@ -109,6 +110,9 @@ async def nemo_gym(url: str, rows: str, sched: list[int]) -> dict:
 if __name__ == "__main__":
     if sys.argv[1] == "adapter":
         result = asyncio.run(adapter())
+    elif sys.argv[1] == "both":
+        result = {"adapter": asyncio.run(adapter()),
+                  "nemo-gym": asyncio.run(nemo_gym(sys.argv[2], sys.argv[3], json.loads(sys.argv[4])))}  # fmt: skip
     else:
         result = asyncio.run(nemo_gym(sys.argv[2], sys.argv[3], json.loads(sys.argv[4])))
     print(json.dumps(result, default=str))
