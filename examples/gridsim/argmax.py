@@ -4,7 +4,8 @@
 
 starts a vLLM inference server per model and scores it with `prime-rl eval` (one rollout per day at temperature 0,
 up to 4 turns, as benchmarks/peer_trl.py scores models), writes RUN/argmax/argmax_sft.jsonl and argmax_rl.jsonl
-(`task_id`, `score`) and prints both means and the paired difference.
+(`task_id`, `score`) and prints both means and the paired difference. `--sft-scores FILE` reuses the start model's
+scores from an earlier run's argmax_sft.jsonl (same start model; refused when the run started from another).
 """
 
 from __future__ import annotations
@@ -23,9 +24,22 @@ from benchmarks.peer_trl import score  # noqa: E402
 from prime_rl.monitor.stats import mean_se, paired  # noqa: E402
 
 
+def reuse_sft(path: Path, start: Path) -> dict[str, float]:
+    """`task_id -> score` of an earlier argmax_sft.jsonl, whose run (two folders up) must have started from `start`.
+
+    Raises:
+        SystemExit: the earlier run started from another model (its scores would be another model's).
+    """
+    earlier = tomllib.loads((path.parents[1] / "configs" / "orchestrator.toml").read_text())
+    if Path(earlier["model"]["name"]).resolve() != start:
+        raise SystemExit(f"--sft-scores {path}: that run started from {earlier['model']['name']}, this one from {start}")
+    return {r["task_id"]: r["score"] for r in map(json.loads, path.read_text().splitlines())}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("run", type=Path, help="an rl run directory (its configs/ and weights/)")
+    p.add_argument("--sft-scores", type=Path, help="argmax_sft.jsonl of an earlier run from the same start model")
     a = p.parse_args()
     run = a.run.resolve()
     cfg = tomllib.loads((run / "configs" / "orchestrator.toml").read_text())
@@ -34,7 +48,11 @@ def main() -> None:
     opts = argparse.Namespace(data_dir=None, eval_rollouts=1, temperature=0.0, eval_days=None)
     res = {}
     for name, model in (("argmax_sft", start), ("argmax_rl", last)):
-        scores = score(model, opts, run / "argmax" / name)
+        if name == "argmax_sft" and a.sft_scores is not None:
+            scores = reuse_sft(a.sft_scores.resolve(), start)
+        else:
+            scores = score(model, opts, run / "argmax" / name)
+        (run / "argmax").mkdir(exist_ok=True)
         (run / "argmax" / f"{name}.jsonl").write_text("".join(
             json.dumps({"task_id": t, "score": s}) + "\n" for t, s in sorted(scores.items())))  # fmt: skip
         res[name] = scores
