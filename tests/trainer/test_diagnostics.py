@@ -24,6 +24,18 @@ def _lp_ent(model, s):
     return lp, ent  # position t predicts token t+1
 
 
+def _k3(start, model, samples) -> float:
+    k3, n = 0.0, 0
+    for s in samples:
+        lp, _ = _lp_ent(model, s)
+        lp0, _ = _lp_ent(start, s)
+        for t in np.nonzero(s["loss_mask"])[0]:
+            d = float(lp0[t - 1] - lp[t - 1])
+            k3 += np.exp(d) - d - 1
+            n += 1
+    return k3 / n
+
+
 def test_kl_to_start_and_decision_entropy(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -39,33 +51,17 @@ def test_kl_to_start_and_decision_entropy(tiny_model_dir, tmp_path):
     start = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float64).eval()
     after1 = AutoModelForCausalLM.from_pretrained(str(run / "weights" / "step_1"), dtype=torch.float64).eval()
     for row, model in ((rows[0], start), (rows[1], after1)):
-        k3, n, ent, n_dec = 0.0, 0, 0.0, 0
+        ent, n_dec = 0.0, 0
         for s in samples:
-            lp, e = _lp_ent(model, s)
-            lp0, _ = _lp_ent(start, s)
+            _, e = _lp_ent(model, s)
             for t in np.nonzero(s["loss_mask"])[0]:
-                d = float(lp0[t - 1] - lp[t - 1])
-                k3 += np.exp(d) - d - 1
-                n += 1
                 if int(s["input_ids"][t]) in ids:
                     ent += float(e[t - 1])
                     n_dec += 1
         assert n_dec > 0
-        assert row["kl_to_start"] == pytest.approx(k3 / n, rel=1e-3, abs=1e-9)
+        assert row["kl_to_start"] == pytest.approx(_k3(start, model, samples), rel=1e-3, abs=1e-9)
         assert row["entropy/decision"] == pytest.approx(ent / n_dec, rel=1e-4)
     assert rows[0]["kl_to_start"] < 1e-9 < 1e-4 < rows[1]["kl_to_start"]  # step 1 trains the starting policy itself
-
-
-def _k3(start, model, samples) -> float:
-    k3, n = 0.0, 0
-    for s in samples:
-        lp, _ = _lp_ent(model, s)
-        lp0, _ = _lp_ent(start, s)
-        for t in np.nonzero(s["loss_mask"])[0]:
-            d = float(lp0[t - 1] - lp[t - 1])
-            k3 += np.exp(d) - d - 1
-            n += 1
-    return k3 / n
 
 
 def test_kl_to_start_interval_logs_it_on_step_1_and_every_nth_step(tiny_model_dir, tmp_path):
