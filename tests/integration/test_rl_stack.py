@@ -48,6 +48,12 @@ pytestmark = pytest.mark.slow
 MISMATCH_KL_BOUND = 1e-6
 
 
+def prestart_vllm(shared, tmp_path_factory):
+    """Called by tests/conftest.py at the start of the session (a no-op when test_inference_server's prestart already
+    spawned this server)."""
+    shared.prestart(cached_tiny_model())
+
+
 @pytest.fixture(scope="module")
 def tiny() -> Path:
     return cached_tiny_model()
