@@ -29,11 +29,12 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("model") / "tiny"
-    subprocess.run([str(BIN / "prime-rl"), "tiny-model", str(out), "--hidden", "64", "--layers", "2"], check=True,
-                   capture_output=True, timeout=120)
-    return out
+def tiny_model() -> Path:
+    """The 64x2 tiny model, cached per machine (what `prime-rl tiny-model OUT --hidden 64 --layers 2` writes; the
+    command itself is tests/inference/test_tiny_model.py's: building it here cost ~10 s of imports)."""
+    from prime_rl.models.tiny import cached_tiny_model
+
+    return cached_tiny_model(hidden=64, layers=2)
 
 
 def write_config(tmp: Path, model: Path, max_steps: int) -> Path:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from prime_rl.models.tiny import cached_tiny_model
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.ports import free_port, port_free
 
@@ -26,9 +27,7 @@ SEED = Path(__file__).resolve().parents[2] / "examples" / "gridsim" / "seed.toml
 def test_seed_config_runs_on_cpu(tmp_path):
     if not port_free("127.0.0.1", 9100):
         pytest.skip("port 9100 (the seed config's resources_url) is taken on this machine")
-    model = tmp_path / "model"
-    subprocess.run([str(BIN / "prime-rl"), "tiny-model", str(model), "--hidden", "64", "--layers", "2"], check=True,
-                   capture_output=True, timeout=120)
+    model = cached_tiny_model(hidden=64, layers=2)  # = `prime-rl tiny-model OUT --hidden 64 --layers 2`, cached
     # rows at the seed config's relative dataset path, as `env-server write` produces them
     subprocess.run([str(BIN / "env-server"), "write", "gridsim", str(tmp_path / "gym-root")], check=True,
                    capture_output=True, timeout=300)
