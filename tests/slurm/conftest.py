@@ -120,7 +120,7 @@ def wait_job(job_id: str, env: dict[str, str], job_log: Path, timeout_s: float =
         st = job_state(job_id, env)
         if st is not None:
             return st
-        time.sleep(2)
+        time.sleep(0.5)
     subprocess.run(["scancel", job_id], env=env, timeout=30)
     raise AssertionError(f"job {job_id} still {squeue_state(job_id, env)!r} after {timeout_s:.0f} s:\n{tail(job_log)}")
 

@@ -52,7 +52,7 @@ output_dir = "{tmp / 'run'}"
 max_steps = {steps}
 seq_len = 256
 startup_timeout_s = 900
-stop_grace_s = 15
+stop_grace_s = 5  # after scancel vLLM ignored SIGTERM for the whole grace (15 s) and was SIGKILLed: a longer one only waits
 {ckpt}
 [model]
 name = "{model}"
