@@ -5,12 +5,14 @@
 starts a vLLM inference server per model and scores it with `prime-rl eval` (one rollout per day at temperature 0,
 up to 4 turns, as benchmarks/peer_trl.py scores models), writes RUN/argmax/argmax_sft.jsonl and argmax_rl.jsonl
 (`task_id`, `score`) and prints both means and the paired difference. `--sft-scores FILE` reuses the start model's
-scores from an earlier run's argmax_sft.jsonl (same start model; refused when the run started from another).
+scores from an earlier run's argmax_sft.jsonl (same start model: the same folder, or a folder whose `*.safetensors`
+files have the same bytes, e.g. a clone's copy; refused otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import tomllib
@@ -24,15 +26,23 @@ from benchmarks.peer_trl import score  # noqa: E402
 from prime_rl.monitor.stats import mean_se, paired  # noqa: E402
 
 
+def weights_digest(model: Path) -> dict[str, str]:
+    """`file name -> sha256` of a model folder's `*.safetensors` files (empty when it has none)."""
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(model.glob("*.safetensors"))}
+
+
 def reuse_sft(path: Path, start: Path) -> dict[str, float]:
-    """`task_id -> score` of an earlier argmax_sft.jsonl, whose run (two folders up) must have started from `start`.
+    """`task_id -> score` of an earlier argmax_sft.jsonl, whose run (two folders up) must have started from `start`:
+    the same folder, or one whose `*.safetensors` files are byte for byte those of `start`.
 
     Raises:
         SystemExit: the earlier run started from another model (its scores would be another model's).
     """
     earlier = tomllib.loads((path.parents[1] / "configs" / "orchestrator.toml").read_text())
-    if Path(earlier["model"]["name"]).resolve() != start:
-        raise SystemExit(f"--sft-scores {path}: that run started from {earlier['model']['name']}, this one from {start}")
+    other = Path(earlier["model"]["name"]).resolve()
+    if other != start and (not weights_digest(start) or weights_digest(other) != weights_digest(start)):
+        raise SystemExit(f"--sft-scores {path}: that run started from {earlier['model']['name']}, this one from "
+                         f"{start}, and their *.safetensors files differ")
     return {r["task_id"]: r["score"] for r in map(json.loads, path.read_text().splitlines())}
 
 
