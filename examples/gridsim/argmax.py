@@ -40,7 +40,7 @@ def reuse_sft(path: Path, start: Path) -> dict[str, float]:
     """
     earlier = tomllib.loads((path.parents[1] / "configs" / "orchestrator.toml").read_text())
     other = Path(earlier["model"]["name"]).resolve()
-    if other != start and (not weights_digest(start) or weights_digest(other) != weights_digest(start)):
+    if other != start and (not (mine := weights_digest(start)) or weights_digest(other) != mine):
         raise SystemExit(f"--sft-scores {path}: that run started from {earlier['model']['name']}, this one from "
                          f"{start}, and their *.safetensors files differ")
     return {r["task_id"]: r["score"] for r in map(json.loads, path.read_text().splitlines())}
