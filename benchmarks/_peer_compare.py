@@ -46,6 +46,10 @@ class Workload:
     env_args: dict = field(default_factory=dict)
 
 
+PARALLEL_FLAG = "--orchestrator.client.parallel-sampling"  # `--parallel-sampling` of peer_trl.py adds it (+ true)
+ASYNC_FLAG = "--orchestrator.max-async-level"  # `--async-level N` of peer_trl.py adds it (+ N)
+
+
 def workloads(args) -> dict[str, Workload]:
     """The three workloads of issue 17 §1 (models resolved lazily by `model_for`)."""
     digit = Workload(
@@ -272,7 +276,9 @@ def table(w: Workload, model: Path, steps: int, prime: dict, trl: dict) -> str:
 
     p_eval, t_eval = prime["eval"], trl["eval"]
     lines = [
-        f"### {w.name}: {model.name}, {steps} steps, {prime['rollouts_per_step']} rollouts/step",
+        f"### {w.name}: {model.name}, {steps} steps, {prime['rollouts_per_step']} rollouts/step"
+        + ("; prime-rl with client.parallel_sampling" if PARALLEL_FLAG in w.rl_args else "")
+        + (f"; prime-rl max_async_level {w.rl_args[w.rl_args.index(ASYNC_FLAG) + 1]}" if ASYNC_FLAG in w.rl_args else ""),
         "",
         "| | prime-rl | TRL | prime-rl / TRL |",
         "|---|---|---|---|",

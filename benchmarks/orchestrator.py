@@ -3,7 +3,8 @@
 1. Rollouts per second of the orchestrator alone (scheduler, agent loop with rendering and tool parsing, GridSim
    tools and verify in-process, advantages, packing, writing rank files) against a stub inference server that
    answers every generate request instantly over real HTTP (the real `InferenceClient`), next to the same loop
-   with an in-process stub client (no HTTP), as a ratio measured in one run. Rollouts/s are over steps 2..N
+   with an in-process stub client (no HTTP), as a ratio measured in one run, and over HTTP again with
+   `client.parallel_sampling` (a group's first turn as one request with n samples). Rollouts/s are over steps 2..N
    (steady state; the whole run's wall time is printed too), with the orchestrator process's CPU per rollout over
    the same steps and over the whole run (start-up included).
 2. Step time with `max_async_level = 0` versus 1 with a simulated trainer (fixed seconds per step) and simulated
@@ -42,26 +43,33 @@ from prime_rl.transport.atomic import atomic_write_dir  # noqa: E402
 SCHEDULE = [1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, 0, 0, 0]
 
 
-def completion_ids(tok, k: int) -> list[int]:
-    text = '<tool_call>\n{"name": "submit_schedule", "arguments": {"schedule": ' + json.dumps(SCHEDULE) + "}}\n</tool_call>"
+VARIANTS = 8  # first-turn answers differ by member (the schedule rotated by v hours), so second-turn prompts differ
+
+
+def completion_ids(tok, k: int, variant: int = 0) -> list[int]:
+    schedule = SCHEDULE[variant:] + SCHEDULE[:variant]
+    text = '<tool_call>\n{"name": "submit_schedule", "arguments": {"schedule": ' + json.dumps(schedule) + "}}\n</tool_call>"
     if k % 2:
         text = "Submitted."
     return tok.encode(text, add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
 
 
 class InstantClient:
-    """In-process stub: answers at once (tool call on the first turn, a final text on the second)."""
+    """In-process stub: answers at once (a tool call on the first turn, one of `VARIANTS` schedules in turn; a final
+    text on the second)."""
 
     def __init__(self, tok, latency_s: float = 0.0):
         self.tok, self.latency_s, self.version, self.n = tok, latency_s, 0, 0
-        self.ids = [completion_ids(tok, 0), completion_ids(tok, 1)]
+        self.first = [completion_ids(tok, 0, v) for v in range(VARIANTS)]
+        self.second = completion_ids(tok, 1)
 
     async def generate(self, prompt_ids, sampling, *, rollout_id=None, stop_token_ids=None, max_tokens=None):
         from prime_rl.inference.backend import GenerateResult
 
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        ids = self.ids[1] if 261 in prompt_ids else self.ids[0]  # <tool_response> in the prompt: second turn
+        second = 261 in prompt_ids  # <tool_response> in the prompt: second turn
+        ids = self.second if second else self.first[self.n % VARIANTS]
         self.n += 1
         return GenerateResult(list(prompt_ids), ids, [-0.5] * len(ids), "stop", self.version)
 
@@ -74,9 +82,26 @@ import sys, json
 import uvicorn
 ids = json.loads(sys.argv[2])
 # the two answers, encoded once: this stub measures the orchestrator, not a server's JSON encoding
-ANSWERS = [json.dumps({"choices": [{"token_ids": out, "finish_reason": "stop",
-                                    "logprobs": {"content": [{"token_id": t, "logprob": -0.5} for t in out]}}]}).encode()
-           for out in ids]
+first, second = ids  # first-turn answers (one per variant), the second turn's
+CHOICES = [[{"token_ids": out, "finish_reason": "stop",
+             "logprobs": {"content": [{"token_id": t, "logprob": -0.5} for t in out]}} for out in first],
+           [{"token_ids": second, "finish_reason": "stop",
+             "logprobs": {"content": [{"token_id": t, "logprob": -0.5} for t in second]}}]]
+ANSWERS = {}  # (turn, first variant, n) -> the answer, encoded on first use
+count = [0]
+
+
+def answer(turn, n):
+    # the first turn answers variant (count + i) for choice i, as the in-process stub does per call
+    v = count[0] % len(CHOICES[0]) if turn == 0 else 0
+    count[0] += n if turn == 0 else 0
+    key = (turn, v, n)
+    if key not in ANSWERS:
+        opts = CHOICES[turn]
+        ANSWERS[key] = json.dumps({"choices": [dict(opts[(v + i) % len(opts)], index=i) for i in range(n)]}).encode()
+    return ANSWERS[key]
+
+
 HEAD = [(b"content-type", b"application/json")]
 
 async def app(scope, receive, send):
@@ -90,8 +115,9 @@ async def app(scope, receive, send):
             break
     body = b"{}"
     if scope["path"] == "/inference/v1/generate":
-        prompt = json.loads(b"".join(chunks))["token_ids"]
-        body = ANSWERS[1] if 261 in prompt else ANSWERS[0]  # <tool_response> in the prompt: second turn
+        req = json.loads(b"".join(chunks))
+        n = req["sampling_params"].get("n", 1)
+        body = answer(1 if 261 in req["token_ids"] else 0, n)  # <tool_response> in the prompt: second turn
     await send({"type": "http.response.start", "status": 200, "headers": HEAD})
     await send({"type": "http.response.body", "body": body})
 
@@ -109,7 +135,7 @@ def stub_server(tok):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ids = json.dumps([completion_ids(tok, 0), completion_ids(tok, 1)])
+    ids = json.dumps([[completion_ids(tok, 0, v) for v in range(VARIANTS)], completion_ids(tok, 1)])
     proc = subprocess.Popen([sys.executable, "-c", STUB, str(port), ids], stderr=subprocess.DEVNULL)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -235,13 +261,19 @@ async def main_async(args):
         await client.wait_healthy(60)
         http = await run_once(args, client, renderer, async_level=1, train_s=0.0, tag="HTTP stub server")
         await client.aclose()
+        client = InferenceClient(ClientConfig(base_url=[url], parallel_sampling=True))
+        par = await run_once(args, client, renderer, async_level=1, train_s=0.0, tag="HTTP, parallel_sampling")
+        sent = f"{client._parallel.requests} requests for {client._parallel.samples} samples"
+        await client.aclose()
     finally:
         proc.terminate()
         proc.wait(10)
-    for r in (inproc, http):
-        print(f"{r['tag']:>20}: {r['rollouts_per_s']:8.1f} rollouts/s  ({r['wall_s']:.2f} s; orchestrator CPU "
+    for r in (inproc, http, par):
+        print(f"{r['tag']:>24}: {r['rollouts_per_s']:8.1f} rollouts/s  ({r['wall_s']:.2f} s; orchestrator CPU "
               f"{r['steady_cpu_ms']:.2f} ms/rollout over steps 2..N, {r['cpu_ms']:.2f} over the whole run)")
-    print(f"{'ratio':>20}: HTTP / in-process = {http['rollouts_per_s'] / inproc['rollouts_per_s']:.2f}")
+    print(f"{'ratio':>24}: HTTP / in-process = {http['rollouts_per_s'] / inproc['rollouts_per_s']:.2f}; "
+          f"HTTP with / without client.parallel_sampling = {par['rollouts_per_s'] / http['rollouts_per_s']:.2f} "
+          f"({sent})")
     print("  (for scale: vLLM samples ~4k tok/s with the 128x2 tiny model on this CPU, i.e. ~25 GridSim rollouts/s)")
 
     print(f"# async level: simulated trainer {args.train_s} s/step, inference latency {args.latency_s} s/turn")

@@ -26,7 +26,9 @@ trained tokens/s, peak memory per process, eval reward after the last step +- SE
 OUT/compare.md and compare.json. Workloads: `digit` (examples/ladder/digit.toml, the random tiny 64x2 model),
 `gridsim` (GridSim's first turn, benchmarks/peer/gridsim_first_turn.toml, from `--gridsim-model`, an SFT model
 that calls the tool) and `reverse-text` (examples/reverse_text/rl.toml from SmolLM2-135M-Instruct). `--steps`
-overrides every workload's step count.
+overrides every workload's step count; `--parallel-sampling` runs prime-rl with `client.parallel_sampling = true`
+(a group's prompt sampled as one request with n, as TRL's vLLM mode does with `num_generations`) and
+`--async-level N` with `orchestrator.max_async_level = N` (0: on-policy, as TRL).
 
     python benchmarks/peer_trl.py --compare digit reverse-text --out outputs/peer-compare
 """
@@ -144,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-examples", type=int, default=None,
                    help="--compare: eval tasks per source for both sides (default: each config's own)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--parallel-sampling", action="store_true",
+                   help="--compare: run prime-rl with client.parallel_sampling (a group's prompt as one request with n)")
+    p.add_argument("--async-level", type=int, default=None,
+                   help="--compare: prime-rl's orchestrator.max_async_level (default: the workload config's)")
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "peer-trl")
     p.add_argument("--data-dir", type=Path, default=None, help="ERCOT NP4-180-ER files (default: synthetic days)")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 50; --compare: per workload)")
@@ -213,6 +219,10 @@ def compare(args: argparse.Namespace) -> int:
         seed = args.seeds[0]
         if args.eval_examples:
             w.rl_args += ["--orchestrator.eval.num-examples", str(args.eval_examples)]
+        if args.parallel_sampling:
+            w.rl_args += [pc.PARALLEL_FLAG, "true"]
+        if args.async_level is not None:
+            w.rl_args += [pc.ASYNC_FLAG, str(args.async_level)]
         prime = pc.run_prime(w, model, steps, seed, out / name)
         print(f"{name}: prime-rl {prime['step_s']:.3f} s/step, eval {prime['eval'][0]:.3f}", flush=True)
         trl = pc.train_trl(py, w, model, steps, seed, out / name / "trl")

@@ -22,6 +22,13 @@ class ClientConfig(BaseConfig):
     max_retries: int = Field(5, ge=0, description="Retries on 5xx and transport errors (exponential backoff).")
     health_timeout_s: float = Field(300.0, gt=0, description="How long to wait for the servers' /health at start.")
     api_key: str | None = Field(None, description="Sent as `Authorization: Bearer KEY` (servers started with one).")
+    parallel_sampling: bool = Field(
+        False,
+        description="Send the generate calls that ask for the same prompt with the same settings at once (a group's "
+        "first turn) as one request with n samples (vLLM parallel sampling: the prompt is prefilled once, fewer "
+        "requests). Seeds are per request (choice i: seed + i), so seeded runs sample differently than with false. "
+        "backend = server only.",
+    )
 
 
 class SamplingConfig(BaseConfig):

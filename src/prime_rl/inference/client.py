@@ -34,6 +34,7 @@ import tenacity
 
 from prime_rl.config.orchestrator import ClientConfig, SamplingConfig
 from prime_rl.inference.backend import GenerateResult, InferenceError, completion_budget
+from prime_rl.inference.parallel_sampling import Call, ParallelSampler
 from prime_rl.inference.pool import NoReplicaLeft as NoReplicaLeft
 from prime_rl.inference.pool import ReplicaPool
 from prime_rl.monitor.logger import get_logger
@@ -115,6 +116,8 @@ class InferenceClient:
         self._session: aiohttp.ClientSession | None = None
         self.pool = ReplicaPool(self.urls)
         self._known_version: dict[str, int] = dict.fromkeys(self.urls, 0)
+        # `client.parallel_sampling`: a group's identical prompts as one request with n samples
+        self._parallel = ParallelSampler(self._generate_n) if cfg.parallel_sampling else None
 
     def _http(self) -> aiohttp.ClientSession:
         """The client's aiohttp session (made on first use, in the running loop)."""
@@ -237,8 +240,10 @@ class InferenceClient:
         """Sample one completion of `prompt_ids` (token-in/token-out).
 
         `max_tokens` overrides `sampling.max_completion_tokens` (e.g. the room left in the context); generation
-        also stops at the model's eos ids and `stop_token_ids`. Raises ValueError on an empty prompt or
-        max_tokens < 1, InferenceError when the server refuses or stays unreachable.
+        also stops at the model's eos ids and `stop_token_ids`. With `client.parallel_sampling`, calls with the same
+        prompt and settings in one event-loop iteration share one request (`prime_rl.inference.parallel_sampling`).
+        Raises ValueError on an empty prompt or max_tokens < 1, InferenceError when the server refuses or stays
+        unreachable.
         """
         n = completion_budget(prompt_ids, sampling, max_tokens)
         params: dict = {
@@ -254,11 +259,38 @@ class InferenceClient:
             params["seed"] = sampling.seed
         if stop_token_ids:
             params["stop_token_ids"] = list(stop_token_ids)
-        body: dict = {"token_ids": prompt_ids if type(prompt_ids) is list else list(prompt_ids), "sampling_params": params}
+        prompt = prompt_ids if type(prompt_ids) is list else list(prompt_ids)
+        if self._parallel is not None:
+            return await self._parallel.submit(rollout_id, prompt, params)
+        body: dict = {"token_ids": prompt, "sampling_params": params}
         if self.model:
             body["model"] = self.model
         url, data = await self._routed_post(rollout_id, "/inference/v1/generate", body)
-        choice = data["choices"][0]
+        return self._result(url, data["choices"][0], prompt)
+
+    async def _generate_n(self, calls: list[Call]) -> list[GenerateResult]:
+        """One request for `calls` (same prompt and settings, `ParallelSampler`): `n` = len(calls) with the first
+        call's seed (vLLM seeds choice i with seed + i), routed as the first call's rollout; every call's rollout
+        is then pinned to the replica that answered (its later turns find the prompt in that prefix cache). One
+        call: the plain request. Returns one result per call, choice i for call i. Raises as `generate`."""
+        params = dict(calls[0].params)
+        if len(calls) > 1:
+            params["n"] = len(calls)
+        body: dict = {"token_ids": calls[0].prompt, "sampling_params": params}
+        if self.model:
+            body["model"] = self.model
+        url, data = await self._routed_post(calls[0].rollout_id, "/inference/v1/generate", body)
+        choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
+        if len(choices) != len(calls):
+            raise InferenceError(f"{url}: asked for n = {len(calls)} samples, got {len(choices)} choices")
+        for c in calls[1:]:
+            if c.rollout_id is not None:
+                self.pool.pin(c.rollout_id, url)
+        return [self._result(url, ch, c.prompt) for ch, c in zip(choices, calls, strict=True)]
+
+    def _result(self, url: str, choice: dict, prompt: list[int]) -> GenerateResult:
+        """One answer choice as a GenerateResult (`prompt`: the list the caller sent, handed back as is: the agent
+        loop compares it by identity). Raises InferenceError when its logprobs do not line up with its ids."""
         ids = list(choice.get("token_ids") or [])
         content = (choice.get("logprobs") or {}).get("content") or []
         if len(content) != len(ids) or [c["token_id"] for c in content] != ids:
@@ -266,7 +298,7 @@ class InferenceClient:
         spans = choice.get("weight_versions") or []
         version = min((_version(s["version"]) for s in spans), default=self._known_version[url])
         return GenerateResult(
-            prompt_ids=body["token_ids"],  # the list sent (not copied: the agent loop compares it by identity)
+            prompt_ids=prompt,
             completion_ids=ids,
             logprobs=[float(c["logprob"]) for c in content],
             finish_reason=choice.get("finish_reason") or "stop",

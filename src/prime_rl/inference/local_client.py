@@ -81,7 +81,11 @@ class TransformersClient:
 
         Raises:
             FileNotFoundError: `model.name` is not a folder (names the field).
+            ValueError: `client.parallel_sampling` is set (it applies to backend = server only).
         """
+        if cfg.client.parallel_sampling:
+            raise ValueError("client.parallel_sampling = true applies to backend = server (vLLM's parallel sampling); "
+                             "backend = transformers samples every rollout on its own: drop the setting")
         if not Path(cfg.model.name).is_dir():
             raise FileNotFoundError(f"model.name = {cfg.model.name!r}: no such model folder (backend = transformers "
                                     "loads a local Hugging Face folder, e.g. outputs/demo/sft/weights/step_N)")

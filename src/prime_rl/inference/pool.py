@@ -86,6 +86,14 @@ class ReplicaPool:
                 self._sticky.popitem(last=False)
         return best.url
 
+    def pin(self, rollout_id: str, url: str) -> None:
+        """Send `rollout_id`'s later requests to `url` (a request made for it under another rollout's id, e.g. a
+        parallel-sampling request for its group, landed there)."""
+        self._sticky[rollout_id] = url
+        self._sticky.move_to_end(rollout_id)
+        if len(self._sticky) > _STICKY_MAX:
+            self._sticky.popitem(last=False)
+
     @contextlib.contextmanager
     def busy(self, url: str) -> Iterator[None]:
         """Count one request in flight on `url` for the duration of the block."""
