@@ -109,6 +109,18 @@ async def test_a_group_of_calls_is_one_request_with_n(fake_client):
     assert (c._parallel.requests, c._parallel.samples) == (1, 4)
 
 
+async def test_more_than_max_n_identical_calls_are_split(fake_client):
+    from prime_rl.inference.parallel_sampling import MAX_N
+
+    fake, c = await fake_client()
+    s = SamplingConfig(max_completion_tokens=2)
+    ids = [f"r{i:03d}" for i in range(MAX_N + 6)]
+    out = await asyncio.gather(*(c.generate([4], s.model_copy(update={"seed": i}), rollout_id=r) for i, r in enumerate(ids)))
+    assert sorted(b["sampling_params"]["n"] for _, b in fake.calls) == [6, MAX_N]
+    assert sorted(b["sampling_params"]["seed"] for _, b in fake.calls) == [0, MAX_N]  # each part: its first id's seed
+    assert [r.completion_ids[0] for r in out] == [100 + i for i in range(MAX_N)] + [100 + i for i in range(6)]
+
+
 async def test_alone_different_or_later_calls_are_plain_requests(fake_client):
     fake, c = await fake_client()
     s = SamplingConfig(max_completion_tokens=2, seed=5)

@@ -7,7 +7,9 @@ client hands each generate call to a `ParallelSampler`, which holds it until the
 then sends every call with the same prompt and settings as ONE request with `n` = their count: vLLM's parallel
 sampling (`SamplingParams.n`), which prefills the prompt once and returns `n` choices. Calls that are alone in
 their iteration (later turns: each rollout's prompt differs) go out as they are, so nothing waits for a call that
-may never come.
+may never come. A batch of more than `MAX_N` calls (identical prompts across many groups) is sent as several
+requests of at most `MAX_N` samples each, below vLLM's `max_num_seqs` default (a request with n above the server's
+`max_num_seqs` is refused with 400, naming both).
 
 Which sample each rollout gets is fixed by the call alone, not by arrival order: the calls of one request are
 sorted by rollout id; the request carries the first one's seed, and vLLM seeds choice `i` with `seed + i`
@@ -39,6 +41,8 @@ class Call:
     params: dict[str, Any]
     future: asyncio.Future = field(repr=False)
 
+
+MAX_N = 64  # the most samples one request asks for
 
 # send(calls) -> one result per call, in the order of `calls` (sorted by `order_key`); one request with n = len(calls)
 Sender = Callable[[list[Call]], Awaitable[list[GenerateResult]]]
@@ -74,10 +78,11 @@ class ParallelSampler:
         return await call.future
 
     def _flush(self, key: tuple) -> None:
-        calls = self._pending.pop(key)
-        task = asyncio.ensure_future(self._run(sorted(calls, key=order_key)))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        calls = sorted(self._pending.pop(key), key=order_key)
+        for i in range(0, len(calls), MAX_N):
+            task = asyncio.ensure_future(self._run(calls[i : i + MAX_N]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _run(self, calls: list[Call]) -> None:
         live = [c for c in calls if not c.future.done()]  # a caller cancelled before the send needs no sample
