@@ -37,6 +37,8 @@ class NFake:
     def __init__(self, status: int = 200):
         self.calls: list[tuple[str, dict]] = []
         self.status = status
+        self.probe = None  # called in the handler (same event loop as the client): what it returns is in `seen`
+        self.seen: list = []
         self._runners: list[web.AppRunner] = []
 
     async def start(self, hosts: list[str]) -> list[str]:
@@ -56,6 +58,8 @@ class NFake:
         async def handle(request: web.Request) -> web.Response:
             body = json.loads(await request.read())
             self.calls.append((host, body))
+            if self.probe is not None:
+                self.seen.append(self.probe())
             if self.status != 200:
                 return web.json_response({"error": "refused"}, status=self.status)
             sp = body["sampling_params"]
@@ -93,6 +97,7 @@ async def test_a_group_of_calls_is_one_request_with_n(fake_client):
     prompts = [[1, 2, 3] for _ in range(4)]  # equal lists, distinct objects (the agent loop copies its prompt)
     ids = ["r2", "r0", "r3", "r1"]  # arrival order is not rollout-id order
     seeds = {"r0": 40, "r1": 41, "r2": 42, "r3": 43}
+    fake.probe = lambda: sum(r.outstanding for r in c.pool.replicas.values())  # in flight while the server answers
     results = await asyncio.gather(*(
         c.generate(p, s.model_copy(update={"seed": seeds[rid]}), rollout_id=rid, stop_token_ids=[9])
         for p, rid in zip(prompts, ids, strict=True)
@@ -107,6 +112,7 @@ async def test_a_group_of_calls_is_one_request_with_n(fake_client):
     assert {rid: r.logprobs for rid, r in zip(ids, results, strict=True)}["r2"] == [-2.5, -2.5]
     assert {r.policy_version for r in results} == {3}
     assert (c._parallel.requests, c._parallel.samples) == (1, 4)
+    assert fake.seen == [4]  # the replica pool counts the request as its 4 sequences (load balancing)
 
 
 async def test_more_than_max_n_identical_calls_are_split(fake_client):

@@ -25,6 +25,14 @@ def test_idle_pool_alternates_and_busy_replicas_are_avoided():
     assert {u: r.sent for u, r in pool.replicas.items()} == {A: 2, B: 1, C: 0}
 
 
+def test_a_request_with_n_samples_weighs_n():
+    pool = ReplicaPool([A, B])
+    with pool.busy(A, samples=8), pool.busy(B), pool.busy(B):
+        assert (pool.replicas[A].outstanding, pool.replicas[B].outstanding) == (8, 2)
+        assert pool.pick() == B  # 2 sequences in flight on B against 8 on A
+    assert (pool.replicas[A].outstanding, pool.replicas[A].sent) == (0, 1)
+
+
 def test_rollouts_stick_to_their_replica_until_it_is_down(caplog):
     pool = ReplicaPool([A, B])
     first = pool.pick("r1")

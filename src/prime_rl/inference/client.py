@@ -160,9 +160,9 @@ class InferenceClient:
         except TRANSPORT_ERRORS:
             return True
 
-    async def _routed_post(self, rollout_id: str | None, route: str, body: dict) -> tuple[str, dict]:
-        """POST to the replica for `rollout_id`; when it fails for good and is dead, mark it down and send the
-        request to another replica. Returns (replica URL, answer).
+    async def _routed_post(self, rollout_id: str | None, route: str, body: dict, samples: int = 1) -> tuple[str, dict]:
+        """POST to the replica for `rollout_id` (counted as `samples` sequences in flight there); when it fails for
+        good and is dead, mark it down and send the request to another replica. Returns (replica URL, answer).
 
         Raises:
             InferenceError: a 4xx answer, or a failure of a replica that is still alive.
@@ -171,7 +171,7 @@ class InferenceClient:
         while True:
             url = self.pool.pick(rollout_id, exclude=tried)
             try:
-                with self.pool.busy(url):
+                with self.pool.busy(url, samples):
                     return url, await self._post(url, route, body)
             except ServerUnavailable as e:
                 if not await self._is_dead(url):
@@ -279,7 +279,7 @@ class InferenceClient:
         body: dict = {"token_ids": calls[0].prompt, "sampling_params": params}
         if self.model:
             body["model"] = self.model
-        url, data = await self._routed_post(calls[0].rollout_id, "/inference/v1/generate", body)
+        url, data = await self._routed_post(calls[0].rollout_id, "/inference/v1/generate", body, samples=len(calls))
         choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
         if len(choices) != len(calls):
             raise InferenceError(f"{url}: asked for n = {len(calls)} samples, got {len(choices)} choices")

@@ -1,7 +1,7 @@
 """Routing over several inference replicas (data-parallel inference): which replica serves a request, which are
 down.
 
-- A rollout's first request goes to the replica with the fewest outstanding requests among those up (ties: the
+- A rollout's first request goes to the replica with the fewest outstanding sequences among those up (ties: the
   one picked least recently, so an idle pool alternates); its later turns stay on the same replica (its prefix
   cache holds the earlier turns) while that replica is up.
 - A replica whose request failed for good (transport errors or 5xx after the client's retries) and whose
@@ -30,7 +30,8 @@ class NoReplicaLeft(RuntimeError):
 
 @dataclass
 class Replica:
-    """One server: its URL, requests in flight, requests sent so far, and why it is down (None while up)."""
+    """One server: its URL, sequences in flight (a request with n samples counts n), requests sent so far, and why
+    it is down (None while up)."""
 
     url: str
     outstanding: int = 0
@@ -95,15 +96,16 @@ class ReplicaPool:
             self._sticky.popitem(last=False)
 
     @contextlib.contextmanager
-    def busy(self, url: str) -> Iterator[None]:
-        """Count one request in flight on `url` for the duration of the block."""
+    def busy(self, url: str, samples: int = 1) -> Iterator[None]:
+        """Count one request of `samples` sequences (n > 1: parallel sampling) in flight on `url` for the duration
+        of the block: `outstanding` counts sequences, so a request with n = 8 weighs as 8 single ones."""
         r = self.replicas[url]
-        r.outstanding += 1
+        r.outstanding += samples
         r.sent += 1
         try:
             yield
         finally:
-            r.outstanding -= 1
+            r.outstanding -= samples
 
     def mark_down(self, url: str, reason: str) -> None:
         """Take `url` out of routing for the rest of the run (logged once, with how many replicas are left)."""
