@@ -262,11 +262,15 @@ class InferenceClient:
         prompt = prompt_ids if type(prompt_ids) is list else list(prompt_ids)
         if self._parallel is not None:
             return await self._parallel.submit(rollout_id, prompt, params)
+        url, data = await self._routed_post(rollout_id, "/inference/v1/generate", self._body(prompt, params))
+        return self._result(url, data["choices"][0], prompt)
+
+    def _body(self, prompt: list[int], params: dict) -> dict:
+        """The JSON body of one `/inference/v1/generate` request."""
         body: dict = {"token_ids": prompt, "sampling_params": params}
         if self.model:
             body["model"] = self.model
-        url, data = await self._routed_post(rollout_id, "/inference/v1/generate", body)
-        return self._result(url, data["choices"][0], prompt)
+        return body
 
     async def _generate_n(self, calls: list[Call]) -> list[GenerateResult]:
         """One request for `calls` (same prompt and settings, `ParallelSampler`): `n` = len(calls) with the first
@@ -276,9 +280,7 @@ class InferenceClient:
         params = dict(calls[0].params)
         if len(calls) > 1:
             params["n"] = len(calls)
-        body: dict = {"token_ids": calls[0].prompt, "sampling_params": params}
-        if self.model:
-            body["model"] = self.model
+        body = self._body(calls[0].prompt, params)
         url, data = await self._routed_post(calls[0].rollout_id, "/inference/v1/generate", body, samples=len(calls))
         choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
         if len(choices) != len(calls):

@@ -81,10 +81,7 @@ class ReplicaPool:
         best = min(cands, key=lambda r: (r.outstanding, r.last_pick))
         best.last_pick = next(self._clock)
         if rollout_id is not None:
-            self._sticky[rollout_id] = best.url
-            self._sticky.move_to_end(rollout_id)
-            if len(self._sticky) > _STICKY_MAX:
-                self._sticky.popitem(last=False)
+            self.pin(rollout_id, best.url)
         return best.url
 
     def pin(self, rollout_id: str, url: str) -> None:
