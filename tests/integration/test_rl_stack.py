@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 from collections import Counter
 from pathlib import Path
@@ -142,26 +143,38 @@ async def test_gridsim_server_killed_mid_step(tmp_path, tiny, server):
                            "task": {"resources_url": url, "retry_deadline_s": deadline_s}}}}]},
     )  # fmt: skip
 
+    first_groups = batch // cfg.train.group_size  # groups 0 .. first_groups - 1 make step 1
+    step1_written = asyncio.Event()
+
     class KillingClient(InferenceClient):
         """The first generate call after step 1 was written kills the server: that rollout and every other one
-        holding a session on it are in flight, and belong to steps 2-3 (at most `max_inflight` = one batch)."""
+        holding a session on it are in flight, and belong to steps 2-3 (at most `max_inflight` = one batch).
+        Rollouts of later groups wait for step 1 to be written before they sample: with max_async_level = max_steps
+        the orchestrator samples ahead, and on a loaded machine every later rollout could otherwise finish before
+        step 1 is written, leaving no call to do the kill (seen once in CI)."""
 
         killed_at_step: int | None = None
 
-        async def generate(self, *a, **k):
+        async def generate(self, *a, rollout_id=None, **k):
+            gid = int(re.search(r"/g(\d+)/r\d+$", rollout_id).group(1))
+            if gid >= first_groups:
+                await step1_written.wait()
             if seen and KillingClient.killed_at_step is None:
                 KillingClient.killed_at_step = len(seen) + 1
                 os.killpg(procs[0].pid, signal.SIGKILL)
                 await asyncio.to_thread(procs[0].wait, 10)
                 procs.append(await asyncio.to_thread(serve_env, srv_dir, port, tmp_path / "env2.out"))
-            return await super().generate(*a, **k)
+            return await super().generate(*a, rollout_id=rollout_id, **k)
 
     seen: list[list] = []
 
     class Recording(Orchestrator):
-        def _write_step(self, cut, step_time_s):
+        async def _write_step(self, cut, step_time_s):
+            if not seen:  # a slow first write, as on a loaded machine: later groups must still wait for it
+                await asyncio.sleep(3)
             seen.append(list(cut.rollouts))
-            return super()._write_step(cut, step_time_s)
+            step1_written.set()
+            return await super()._write_step(cut, step_time_s)
 
     tok = load_tokenizer(tiny)
     client = KillingClient(cfg.client)
