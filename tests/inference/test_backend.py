@@ -4,6 +4,8 @@ path is built from the command's config."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from prime_rl.config.orchestrator import ClientConfig, EvalCommandConfig, OrchestratorConfig
@@ -28,6 +30,8 @@ class EchoBackend:
     async def wait_healthy(self, timeout_s=None): ...
     async def check_model(self, name): ...
     async def update_weights(self, path, version): ...
+    def check_alive(self): ...
+    async def context_length(self): ...
     async def aclose(self): ...
 
 
@@ -53,6 +57,9 @@ async def test_transformers_backend_is_refused_for_training_and_built_for_eval(t
         await client.check_model(str(tmp_path))
     with pytest.raises(NotImplementedError):
         await client.update_weights(str(tiny_model_dir), 1)
+    client.check_alive()
+    assert await client.context_length() == json.loads((tiny_model_dir / "config.json").read_text())[
+        "max_position_embeddings"]
     await client.aclose()
 
 

@@ -68,6 +68,12 @@ class ScriptedClient:
     async def wait_healthy(self, timeout_s: float) -> None:
         return None
 
+    def check_alive(self) -> None:
+        return None
+
+    async def context_length(self) -> int | None:
+        return None
+
     async def aclose(self) -> None:
         return None
 

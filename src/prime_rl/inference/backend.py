@@ -101,6 +101,16 @@ class InferenceBackend(Protocol):
         (or NotImplementedError where `loads_weights` is False)."""
         ...
 
+    def check_alive(self) -> None:
+        """Return while the engine can still sample; raise (the server backend: `NoReplicaLeft`, a RuntimeError
+        naming each replica and why it is down) once it never will again in this run."""
+        ...
+
+    async def context_length(self) -> int | None:
+        """The most tokens (prompt plus completion) one sequence may hold in the engine, or None when the engine
+        does not say (then the orchestrator's `seq_len` is not checked against it)."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections, threads and models."""
         ...

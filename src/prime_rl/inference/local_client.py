@@ -107,6 +107,14 @@ class TransformersClient:
         """Not supported (`loads_weights` is False): raises NotImplementedError."""
         raise NotImplementedError("the transformers backend cannot load new weights (eval only)")
 
+    def check_alive(self) -> None:
+        """The model lives in this process: it can always sample (never raises)."""
+
+    async def context_length(self) -> int | None:
+        """The model's `max_position_embeddings` (tokens), or None when its config has none."""
+        n = getattr(self.model.config, "max_position_embeddings", None)
+        return n if isinstance(n, int) else None
+
     async def generate(
         self,
         prompt_ids: list[int],
