@@ -5,9 +5,43 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from prime_rl.config.base import BaseConfig, LogConfig, ModelConfig
+
+# vLLM options that change the distribution a request is sampled (or scored) from, by normalised name (see
+# `flag_name`), with the reason each is refused. The client sends temperature, top_p, top_k, min_p and the three
+# penalties with every request (neutral where training needs it), so none of them belongs on the server.
+DISTRIBUTION_FLAGS: dict[str, str] = {
+    "logits-processors": "server-wide logits processors change every request's distribution",
+    "override-generation-config": "it sets server-wide sampling defaults (top_p, top_k, min_p, penalties, ...)",
+    "generation-config": "prime-rl passes --generation-config vllm so no generation_config.json sets sampling defaults",
+    "logprobs-mode": "set it with vllm.logprobs_mode (training needs processed_logprobs)",
+    **dict.fromkeys(
+        ("temperature", "top-p", "top-k", "min-p", "repetition-penalty", "presence-penalty", "frequency-penalty"),
+        "a sampling option is set per request (orchestrator.train.sampling / eval.sampling), not on the server",
+    ),
+}
+
+
+def flag_name(token: str) -> str:
+    """The normalised name of a vLLM option as written in `extra_args` or on a command line: leading dashes and an
+    `=value` tail dropped, underscores as dashes, lower case (`--Logits_Processors=x` -> `logits-processors`;
+    vLLM's argument parser reads underscores and dashes alike)."""
+    return token.lstrip("-").split("=", 1)[0].replace("_", "-").lower()
+
+
+def distribution_flags(extra_args: dict[str, Any]) -> list[tuple[str, str]]:
+    """The `(key as written, reason)` pairs of `extra_args` that change the sampled distribution
+    (`DISTRIBUTION_FLAGS`): each key, and each string value (or list item) starting with `-`, since values go to
+    vLLM's command line too (`{"max-num-seqs": ["4", "--logits_processors", "m:P"]}`)."""
+    found = []
+    for key, val in extra_args.items():
+        tokens = [key] + [v for v in (val if isinstance(val, list | tuple) else [val]) if isinstance(v, str)]
+        for tok in tokens:
+            if (tok is key or tok.startswith("-")) and flag_name(tok) in DISTRIBUTION_FLAGS:
+                found.append((tok, DISTRIBUTION_FLAGS[flag_name(tok)]))
+    return found
 
 
 class ServerConfig(BaseConfig):
@@ -47,6 +81,24 @@ class VllmConfig(BaseConfig):
         "continue on the new ones; abort = ended with finish_reason 'abort'.",
     )
     extra_args: dict[str, Any] = Field(default_factory=dict, description="Any other vLLM flag: {flag: value}.")
+    allow_distribution_changes: bool = Field(
+        False,
+        description="Let extra_args carry vLLM options that change the sampled distribution (logits processors, "
+        "generation-config overrides, sampling defaults); only for a server that serves evals. `rl` refuses them "
+        "regardless.",
+    )
+
+    @model_validator(mode="after")
+    def _same_distribution(self) -> VllmConfig:
+        bad = distribution_flags(self.extra_args)
+        if bad and not self.allow_distribution_changes:
+            key, why = bad[0]
+            raise ValueError(
+                f"vllm.extra_args: {key!r} changes the sampled distribution ({why}), which the trainer's logprobs do "
+                "not replay; remove it, or set vllm.allow_distribution_changes = true for a server that only serves "
+                "evals"
+            )
+        return self
 
 
 class InferenceConfig(BaseConfig):

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
 from prime_rl.config.deployment import DeploymentConfig, SlurmConfig, check_slurm_nodes
-from prime_rl.config.inference import InferenceConfig
+from prime_rl.config.inference import InferenceConfig, distribution_flags
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.trainer import TrainerConfig
 
@@ -166,13 +166,10 @@ def check_lengths(cfg: RLConfig) -> None:
         )
 
 
-# vLLM flags that change every request's distribution behind the client's back (custom logits processors)
-DISTRIBUTION_FLAGS = ("logits_processors", "logits-processors", "--logits-processors")
-
-
 def check_training_distribution(cfg: RLConfig) -> None:
     """The policy vLLM samples from must be the one the trainer scores (DESIGN invariant 9): processed logprobs
-    (log_softmax(logits / T), what the trainer computes) and no server-wide logits processors. Top-p/top-k are
+    (log_softmax(logits / T), what the trainer computes) and no server option in `extra_args` that changes the
+    distribution (`config.inference.DISTRIBUTION_FLAGS`, under any spelling). Top-p/top-k are
     refused by `orchestrator.train.sampling`; the client pins every other sampling option to its neutral value.
     Raises ValueError naming the field."""
     v = cfg.inference.vllm
@@ -182,11 +179,13 @@ def check_training_distribution(cfg: RLConfig) -> None:
             "of each token under the tempered distribution it was sampled from, which the trainer recomputes); raw "
             "logprobs ignore the temperature and bias the importance ratio"
         )
-    bad = [k for k in v.extra_args if k in DISTRIBUTION_FLAGS]
+    bad = distribution_flags(v.extra_args)
     if bad:
+        key, why = bad[0]
         raise ValueError(
-            f"inference.vllm.extra_args.{bad[0]}: server-side logits processors change the sampled distribution, "
-            "which the trainer's logprobs do not replay; remove it for training"
+            f"inference.vllm.extra_args: {key!r} changes the sampled distribution ({why}), which the trainer's "
+            "logprobs do not replay; training refuses it even with inference.vllm.allow_distribution_changes: "
+            "remove it"
         )
 
 
