@@ -1,7 +1,8 @@
 """Optional dependencies: import one, or fail with the `pip install 'prime-rl[EXTRA]'` that brings it.
 
 The feature extras (pyproject.toml): `gridsim` (python-calamine, ERCOT's xlsx files), `plots` (matplotlib),
-`reverse-text` (pyjokes), `wandb` (wandb), `datasets` (datasets), `openenv` (openenv-core: `env-server openenv`);
+`reverse-text` (pyjokes), `wandb` (wandb), `datasets` (datasets), `openenv` (openenv-core: `env-server openenv`),
+`reasoning-gym` (reasoning-gym), `textarena` (textarena);
 `all` is every one of them.
 """
 

@@ -99,6 +99,7 @@ ENVS: Registry[Callable[..., Environment]] = Registry("environment", "env.id", {
     "reverse-text": "prime_rl.envs.reverse_text.env:ReverseTextEnv",
     "digit-bandit": "prime_rl.envs.bandit.digit:DigitBanditEnv",
     "tool-bandit": "prime_rl.envs.bandit.safe:ToolBanditEnv",
+    "reasoning-gym": "prime_rl.envs.reasoning_gym:ReasoningGymEnv",
 })
 
 

@@ -1,0 +1,88 @@
+"""The reasoning-gym environment against the real reasoning-gym package: tasks and scores equal to the package's own."""
+
+from __future__ import annotations
+
+import pytest
+
+from prime_rl.envs.base import load_env
+
+rg = pytest.importorskip("reasoning_gym")
+
+DATASETS = {"chain_sum": 1.0, "leg_counting": 1.0, "spell_backward": 2.0, "basic_arithmetic": 1.0}
+
+
+def _package_items(seed: int, size: int) -> list[dict]:
+    """The items as reasoning-gym itself generates them (its public `create_dataset("composite", ...)`)."""
+    from reasoning_gym.composite import DatasetSpec
+
+    specs = [DatasetSpec(name=n, weight=w, config={}) for n, w in DATASETS.items()]
+    ds = rg.create_dataset("composite", size=size, seed=seed, datasets=specs)
+    return [ds[i] for i in range(size)], ds
+
+
+def test_tasks_and_scores_equal_the_package():
+    from prime_rl.envs.reasoning_gym import EVAL_SEED_OFFSET
+
+    env = load_env("reasoning-gym", datasets=DATASETS, seed=3, num_train=40, num_eval=20)
+    items, ds = _package_items(3 + EVAL_SEED_OFFSET, 20)
+    tasks = env.tasks("eval")
+    assert [t.messages[-1]["content"] for t in tasks] == [e["question"] for e in items]
+    assert {t.info["dataset"] for t in tasks} <= set(DATASETS)
+    for task, entry in zip(tasks, items, strict=True):
+        right = env.episode(task).verify(f"some thought <answer>{entry['answer']}</answer>")
+        assert right.reward == ds.score_answer(entry["answer"], entry) == 1.0
+        wrong_answer = entry["answer"] + "0"
+        wrong = env.episode(task).verify(f"<answer>{wrong_answer}</answer>")
+        assert wrong.reward == ds.score_answer(wrong_answer, entry)
+        none = env.episode(task).verify("no tags here")
+        assert none.reward == ds.score_answer(None, entry) == 0.0
+        assert none.metrics == {"answered": 0.0, "exact": 0.0}
+
+
+def test_splits_do_not_share_questions():
+    env = load_env("reasoning-gym", datasets=["chain_sum"], config={"chain_sum": {"min_terms": 2, "max_terms": 2,
+                   "min_digits": 1, "max_digits": 1}}, num_train=300, num_eval=50)  # fmt: skip
+    train = {t.messages[-1]["content"] for t in env.tasks("train")}
+    ev = [t.messages[-1]["content"] for t in env.tasks("eval")]
+    assert len(ev) == 50 and not train & set(ev)
+    # one-digit two-term sums repeat: the train split lost the items the eval split has
+    assert len(env.tasks("train")) < 300
+
+
+def test_tool_format_scores_the_last_submission():
+    env = load_env("reasoning-gym", datasets="chain_sum", num_train=5, num_eval=5, answer_format="tool")
+    task = env.tasks("eval")[0]
+    assert [t["function"]["name"] for t in task.tools] == ["submit_answer"]
+    ep = env.episode(task)
+    assert ep.verify("I think it is 3").reward == 0.0  # nothing submitted
+    assert ep.call_tool("submit_answer", '{"answer": "nonsense"}') == "Answer recorded."
+    assert ep.call_tool("submit_answer", {"answer": task.info["answer"]}) == "Answer recorded."
+    assert ep.verify(None).reward == 1.0
+    assert ep.call_tool("calculator", {}).startswith("error: unknown tool")
+    assert ep.call_tool("submit_answer", "[1]").startswith("error: missing")
+
+
+def test_plain_format_and_sft_examples():
+    env = load_env("reasoning-gym", datasets="spell_backward", num_train=4, num_eval=4, answer_format="plain")
+    task = env.tasks("train")[0]
+    assert env.episode(task).verify(f"<think>hm</think>\n{task.info['answer']}\n").reward == 1.0
+    examples = load_env("reasoning-gym", datasets="chain_sum", num_train=3, num_eval=2).sft_examples("train")
+    for ex, t in zip(examples, load_env("reasoning-gym", datasets="chain_sum", num_train=3, num_eval=2).tasks("train"),
+                     strict=True):  # fmt: skip
+        assert ex["messages"][-1]["content"] == f"<answer>{t.info['answer']}</answer>"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"datasets": ["no_such_dataset"]}, "unknown reasoning-gym dataset(s) ['no_such_dataset']"),
+        ({"datasets": {"chain_sum": 0}}, "env.args.datasets.chain_sum = 0"),
+        ({"datasets": "chain_sum", "config": {"leg_counting": {}}}, "env.args.config names ['leg_counting']"),
+        ({"datasets": "chain_sum", "config": {"chain_sum": {"seed": 1}}}, "env.args.config.chain_sum.seed"),
+        ({"answer_format": "json"}, "env.args.answer_format = 'json'"),
+    ],
+)
+def test_refusals_name_the_field(kwargs, needle):
+    with pytest.raises(ValueError) as e:
+        load_env("reasoning-gym", **kwargs).tasks("eval")
+    assert needle in str(e.value)
