@@ -110,3 +110,30 @@ def test_older_summary_spelling_still_runs(tmp_path):
                         "--out", str(tmp_path / "s.md")], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "| A | 2 | 0.3000 ± 0.1000 |" in (tmp_path / "s.md").read_text()
+
+
+def _script(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def test_evals_and_dashboard_are_console_scripts():
+    """The reference system's command names: `evals` (a bare `eval` is bash's builtin) and `dashboard`."""
+    for name, words in (("evals", "evaluate a model"), ("dashboard", "a live web page of a run")):
+        r = subprocess.run([_script(name), "--help"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith(f"usage: {name} ") and words in r.stdout, r.stdout[:300]
+
+
+def test_eval_script_is_a_deprecated_alias_of_evals(tmp_path):
+    r = subprocess.run([_script("eval"), "@", str(Path(__file__).parents[1] / "examples/gridsim/eval.toml"),
+                        "--output-dir", str(tmp_path), "--dry-run"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "eval: deprecated name; the command is `evals`" in r.stderr
+    assert (tmp_path / "configs" / "evals.toml").is_file()
+
+
+def test_prime_rl_help_names_the_commands():
+    from prime_rl.cli.prime_rl import main
+
+    text = main.usage("prime-rl")
+    assert "evals (= prime-rl eval)" in text and "`dashboard RUN_DIR`" in text

@@ -56,7 +56,7 @@ def test_eval_without_server_fails_within_health_timeout_naming_the_url(tmp_path
     url = f"http://127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     r = subprocess.run(
-        [sys.executable, "-m", "prime_rl.cli.eval", "@", str(REPO / "examples/gridsim/eval.toml"), "--model.name",
+        [sys.executable, "-m", "prime_rl.cli.evals", "@", str(REPO / "examples/gridsim/eval.toml"), "--model.name",
          str(cached_tiny_model()), "--client.base-url", url, "--client.health-timeout-s", "2",
          "--output-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=120,
@@ -67,7 +67,7 @@ def test_eval_without_server_fails_within_health_timeout_naming_the_url(tmp_path
 
 
 def test_prime_rl_eval_forwards_to_the_eval_command(tmp_path):
-    """`prime-rl eval ...` is `eval ...` (a bare `eval` is the shell's builtin in bash and zsh)."""
+    """`prime-rl eval ...` is `evals ...` (a bare `eval` is the shell's builtin in bash and zsh)."""
     from prime_rl.cli.prime_rl import main as prime_rl_main
 
     REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def test_prime_rl_eval_forwards_to_the_eval_command(tmp_path):
         prime_rl_main(["eval", "@", str(REPO / "examples/gridsim/eval.toml"), "--backend", "transformers",
                        "--output-dir", str(tmp_path), "--dry-run"])
     assert e.value.code == 0
-    written = (tmp_path / "configs" / "eval.toml").read_text()
+    written = (tmp_path / "configs" / "evals.toml").read_text()
     assert 'backend = "transformers"' in written and "gridsim" in written
 
 

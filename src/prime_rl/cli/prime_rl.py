@@ -1,13 +1,14 @@
 """`prime-rl COMMAND [@ FILE] [--flags]`: the prime-rl utilities (see `prime-rl --help`).
 
-`prime-rl eval @ config.toml ...` is the `eval` command under a name no shell shadows: in bash and zsh a bare
-`eval` is the shell's builtin, which runs its arguments as a shell command instead.
+`prime-rl eval @ config.toml ...` is the `evals` command and `prime-rl dashboard RUN_DIR` the `dashboard` command,
+under the group's name.
 """
 
 from __future__ import annotations
 
 from prime_rl.cli.command import Command, Group
-from prime_rl.cli.eval import main as eval_command
+from prime_rl.cli.dashboard import main as dashboard_command
+from prime_rl.cli.evals import main as eval_command
 from prime_rl.cli.gridsim import main as gridsim_group
 
 main = Group(
@@ -38,15 +39,11 @@ main = Group(
             "PNGs of a run: reward, loss, entropy, mismatch KL, grad norm, lr, masked fractions, off-policy steps",
             positional=("run",), user_errors=(FileNotFoundError, "prime_rl.extras:MissingExtraError"),
         ),
-        "dashboard": Command(
-            "dashboard", "prime_rl.config.utilities:DashboardConfig", "prime_rl.monitor.dashboard:run",
-            "a live web page of a run: steps, panels, eval tables, recent rollouts, process health",
-            positional=("run",), user_errors=(FileNotFoundError, "prime_rl.ports:PortInUseError"),
-        ),
+        "dashboard": dashboard_command,
         "gridsim": gridsim_group,
     },
     epilog="The processes of a run are commands of their own (each `@ config.toml`, `--help`): rl, sft, trainer, "
-    "orchestrator, inference, eval, env-server.",
+    "orchestrator, inference, evals (= prime-rl eval), env-server; `dashboard RUN_DIR` = prime-rl dashboard.",
 )
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Configuration of the orchestrator (`orchestrator`) and of standalone evaluation (`eval`)."""
+"""Configuration of the orchestrator (`orchestrator`) and of standalone evaluation (`evals`)."""
 
 from __future__ import annotations
 
@@ -338,7 +338,7 @@ class LocalBackendConfig(BaseConfig):
 
 
 class EvalCommandConfig(BaseConfig):
-    """`eval @ config`: evaluate a model on environments' eval splits, with a results table."""
+    """`evals @ config`: evaluate a model on environments' eval splits, with a results table."""
 
     model: ModelConfig = Field(ModelConfig(), description="The evaluated model (its name must match the server's).")
     backend: str = Field(

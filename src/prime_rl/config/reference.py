@@ -22,7 +22,8 @@ Generated from the config models by `python -m prime_rl.config.reference --write
 hand (`tests/test_config_docs.py` fails when this page is stale). Every field can be set in a TOML file passed with
 `@ file.toml` (the dotted name is the TOML table and key) or on the command line as `--dotted.name value` (dashes or
 underscores); precedence is defaults < files (left to right) < flags. `None` in a file or on the command line
-sets an optional field to None. `prime-rl eval` takes the same flags as `eval`; `gridsim X` is `prime-rl gridsim X`.
+sets an optional field to None. `prime-rl eval` takes the same flags as `evals`, `prime-rl dashboard` as `dashboard`;
+`gridsim X` is `prime-rl gridsim X`.
 For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands.
 """
 
@@ -40,10 +41,10 @@ def commands() -> list[tuple[str, type[BaseModel], str]]:
         if hasattr(cmd, "commands"):  # a Group
             for name in cmd.commands.names():
                 add(f"{prog} {name}", cmd.commands.get(name))
-        elif prog != "prime-rl eval":  # the same command as `eval`
+        elif prog not in ("prime-rl eval", "prime-rl dashboard"):  # the same commands as `evals`, `dashboard`
             out.append((prog, import_path(cmd.config, "config"), cmd.help))
 
-    for name in ("rl", "sft", "trainer", "orchestrator", "inference", "eval", "env-server"):
+    for name in ("rl", "sft", "trainer", "orchestrator", "inference", "evals", "env-server", "dashboard"):
         add(name, importlib.import_module(f"prime_rl.cli.{name.replace('-', '_')}").main)
     add("prime-rl", importlib.import_module("prime_rl.cli.prime_rl").main)
     return out

@@ -1,4 +1,4 @@
-"""`eval @ config`: evaluate a model on environments' eval splits, with a results table.
+"""`evals @ config` (also `prime-rl eval`): evaluate a model on environments' eval splits, with a results table.
 
 The model is sampled by the inference backend `backend` names (`prime_rl.inference.backend`): the inference
 server(s) at `client.base_url` (`server`, the default) or transformers in this process (`transformers`: no server
@@ -115,7 +115,7 @@ async def evaluate(
 
 
 def run(cfg: EvalCommandConfig) -> None:
-    """Entry point of the `eval` command."""
+    """Entry point of the `evals` command."""
     from rich.console import Console
 
     setup_logging("eval", Path(cfg.output_dir), cfg.log.level)
