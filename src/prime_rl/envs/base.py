@@ -36,20 +36,30 @@ class VerifyResult:
     reason: str | None = None
 
 
-def reward_problem(reward: Any) -> str | None:
-    """None when `reward` is a finite number (int or float, not bool); else what is wrong with it, e.g.
-    `reward nan`, `reward None`, `reward '1.0' (str)`. A reward that fails this masks its rollout (DESIGN
-    invariant 7): it is never trained on, never counted as 0."""
+DEFAULT_REWARD_RANGE: tuple[float, float] = (-1e6, 1e6)
+"""The rewards accepted by default (`orchestrator.reward_range`): far above any real reward, far below where a
+group's sums or the trainer's float32 overflow."""
+
+
+def reward_problem(reward: Any, reward_range: tuple[float, float] | None = DEFAULT_REWARD_RANGE) -> str | None:
+    """The one reward check of every environment path (in-process, NeMo Gym server and client, verifiers, OpenEnv).
+
+    None when `reward` is a finite number (int or float, not bool) within `reward_range` (inclusive; None = no
+    bound); else what is wrong with it, e.g. `reward nan`, `reward None (NoneType)`, `reward '1.0' (str)`,
+    `reward 1e+308 outside [-1e+06, 1e+06]`. A reward that fails this masks its rollout (docs/design.md invariant
+    7): it is never trained on, never counted as 0."""
     if isinstance(reward, bool) or not isinstance(reward, int | float):
         return f"reward {reward!r} ({type(reward).__name__})"
     if not math.isfinite(reward):
         return f"reward {reward!r}"
+    if reward_range is not None and not reward_range[0] <= reward <= reward_range[1]:
+        return f"reward {reward!r} outside [{reward_range[0]:g}, {reward_range[1]:g}]"
     return None
 
 
 def finite_metrics(metrics: Any) -> dict[str, float]:
-    """The entries of an episode's `metrics` that are finite numbers, as floats (others are dropped: metrics are
-    averaged into the step's `env/<name>` numbers)."""
+    """The entries of an episode's `metrics` that are finite numbers (int or float, not bool), as floats; the others
+    are dropped, never the episode (metrics are averaged into the step's `env/<name>` numbers). Not a dict: {}."""
     if not isinstance(metrics, dict):
         return {}
     return {str(k): float(v) for k, v in metrics.items()
@@ -67,6 +77,12 @@ class Episode(ABC):
 
         Bad arguments or an unknown tool return an error text for the model; this never raises for model mistakes.
         """
+
+    def user_turn(self, reply: str) -> str | None:
+        """The environment's answer to an assistant reply that called no tool: the next user message, or None to
+        end the episode (the default: a reply without tool calls is the final answer). Text games and other
+        user-turn environments return their next observation here; the agent loop appends it as a user turn."""
+        return None
 
     @abstractmethod
     def verify(self, final_response: str | None = None) -> VerifyResult:
@@ -100,6 +116,7 @@ ENVS: Registry[Callable[..., Environment]] = Registry("environment", "env.id", {
     "digit-bandit": "prime_rl.envs.bandit.digit:DigitBanditEnv",
     "tool-bandit": "prime_rl.envs.bandit.safe:ToolBanditEnv",
     "reasoning-gym": "prime_rl.envs.reasoning_gym:ReasoningGymEnv",
+    "textarena": "prime_rl.envs.textarena:TextArenaEnv",
 })
 
 

@@ -6,11 +6,15 @@ environment, and the tool results are appended by the renderer's `bridge_to_next
 actually sampled, never re-tokenizes them; DESIGN invariant 1) with loss mask 0. Where the next prompt does not
 extend the previous prompt + completion, the rollout continues in a new sample (`prefix_breaks` counts it).
 
-The loop ends when a reply calls no tool, at `max_turns` (its tool calls still run), when a turn hits its token
+A reply that calls no tool goes to the episode's `user_turn`: environments with user turns (text games) answer
+with the next user message, which is bridged into the prompt the same way; the others answer None.
+
+The loop ends when a reply calls no tool and the episode has no user turn for it, at `max_turns` (its tool calls still run), when a turn hits its token
 budget (`truncated`), or when the sample would exceed `seq_len` (`truncated`). Then the episode is verified.
-Environment or inference failures mask the rollout (reason in `error`, logged with the task and source); so do a
-reward that is missing, not a number or not finite, a non-finite sampled-token logprob, and a first prompt that
-leaves no room to sample within `seq_len` (a rollout that was never sampled is never scored). The episode is always
+Environment or inference failures mask the rollout (`error_kind` and `error_message`; the scheduler logs them per
+step); so do a reward that fails the one reward check (`envs.base.reward_problem`: missing, not a number, not finite
+or outside `reward_range`), a non-finite sampled-token logprob, and a first prompt that leaves no room to sample
+within `seq_len` (a rollout that was never sampled is never scored). The episode is always
 closed, also on cancellation. A tool call whose arguments are not a JSON object (a list, a string, null) is a
 malformed call: answered to the model with an error text and counted, never sent to the environment.
 """
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prime_rl.config.orchestrator import SamplingConfig
-from prime_rl.envs.base import Task, VerifyResult, finite_metrics, reward_problem
+from prime_rl.envs.base import DEFAULT_REWARD_RANGE, Task, VerifyResult, finite_metrics, reward_problem
 from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.sources import AsyncEpisode, EnvError, TaskSource
@@ -40,11 +44,13 @@ TOOL_FORMAT_HINT = '<tool_call>\n{"name": "<function-name>", "arguments": {<args
 
 @dataclass
 class AgentLimits:
-    """Per-rollout token budgets: `seq_len` tokens per sample, `max_completion_tokens` per turn. (The turn cap is
-    the source's: `TaskSource.max_turns`, its `env.agent.max_turns`.)"""
+    """Per-rollout limits: `seq_len` tokens per sample, `max_completion_tokens` per turn, and the rewards accepted
+    (`reward_range`, inclusive; `orchestrator.reward_range`). (The turn cap is the source's: `TaskSource.max_turns`,
+    its `env.agent.max_turns`.)"""
 
     seq_len: int
     max_completion_tokens: int
+    reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE
 
 
 class RolloutInvalid(Exception):
@@ -91,8 +97,7 @@ _PROMPT_CACHE_MAX = 4096
 def initial_prompt_ids(renderer: Any, task: Task, source: str) -> list[int]:
     """The task's first prompt (messages + tools + generation prompt) for the source named `source`.
 
-    Cached, since a group's rollouts share it (`benchmarks/prompt_cache.py`: 1.6x the orchestrator's rollouts/s on
-    GridSim against an instant inference stub). Keyed by renderer, source, split and task id: two sources may use
+    Cached, since a group's rollouts share it (`benchmarks/prompt_cache.py` measures the saving). Keyed by renderer, source, split and task id: two sources may use
     the same task ids for different tasks (DESIGN invariant 8).
     """
     key = (id(renderer), source, task.split, task.task_id)
@@ -167,7 +172,8 @@ async def run_rollout(
     `env.agent.max_turns`). Never raises for environment, model or inference failures (those mask the rollout);
     re-raises cancellation after closing the episode."""
     t0 = time.monotonic()
-    r = Rollout(task=task, source=source.name, group_id=group_id, temperature=sampling.temperature)
+    r = Rollout(task=task, source=source.name, group_id=group_id, temperature=sampling.temperature,
+                rollout_id=rollout_id)  # fmt: skip
     r.messages = [dict(m) for m in task.messages]
     tools = task.tools or None
     episode: AsyncEpisode | None = None
@@ -175,16 +181,14 @@ async def run_rollout(
         episode = await _open(source, task)
         await _loop(r, episode, client, renderer, sampling, limits, source.max_turns, tools, rollout_id)
     except EnvError as e:
-        r.masked, r.error = True, f"env/{e}"
+        r.mask(f"env/{e.kind}", e.message)
     except RolloutInvalid as e:
-        r.masked, r.error = True, f"{e.kind}: {e}"
-        log.warning("rollout of task %r (source %r) masked: %s", task.task_id, source.name, r.error)
+        r.mask(e.kind, str(e))
     except asyncio.CancelledError:
-        r.masked, r.error = True, "cancelled"
+        r.mask("cancelled", "the rollout was cancelled")
         raise
     except Exception as e:  # inference client gave up, or a bug: mask, keep the run going
-        r.masked, r.error = True, f"{type(e).__name__}: {e}"
-        log.warning("rollout of task %r (source %r) masked: %s", task.task_id, source.name, r.error)
+        r.mask(type(e).__name__, str(e))
     finally:
         if episode is not None:
             try:
@@ -250,8 +254,23 @@ async def _loop(
         final_text = parsed.content
         if res.finish_reason == "length":
             r.truncated = True
-        if not parsed.tool_calls or r.truncated:
+        if r.truncated:
             break
+        if not parsed.tool_calls:  # the final answer, unless the environment answers with a user turn
+            reply = await episode.user_turn(parsed.content or "")
+            if reply is None:
+                break
+            new_msgs = [{"role": "user", "content": reply}]
+            r.messages.extend(new_msgs)
+            if turn + 1 >= max_turns:
+                r.turn_capped = True
+                break
+            next_prompt = _next_prompt(renderer, prompt_ids, completion, new_msgs, r.messages, tools)
+            extended = _extend(r, sample, prompt_ids, completion, next_prompt, limits)
+            if extended is None:
+                break
+            sample, prompt_ids = extended, next_prompt
+            continue
         tool_msgs = []
         for k, (tc, a) in enumerate(zip(parsed.tool_calls, args, strict=True)):
             msg = {"role": "tool", "name": tc.name or ""}
@@ -269,27 +288,11 @@ async def _loop(
         if turn + 1 >= max_turns:
             r.turn_capped = True
             break
-        bridged = renderer.bridge_to_next_turn(prompt_ids, completion, tool_msgs, tools=tools)
-        if bridged is not None:
-            next_prompt = list(bridged.token_ids)
-        else:
-            next_prompt = list(renderer.render_ids(r.messages, tools=tools, add_generation_prompt=True))
-        prev = prompt_ids + completion
-        if next_prompt[: len(prev)] == prev:
-            ext = next_prompt[len(prev) :]
-            if len(sample) + len(ext) >= limits.seq_len:
-                r.truncated = True
-                break
-            sample.extend(ext, sampled=False)
-        else:
-            r.prefix_breaks += 1
-            if len(next_prompt) >= limits.seq_len:
-                r.truncated = True
-                break
-            r.samples.append(sample)
-            sample = Sample()
-            sample.extend(next_prompt, sampled=False)
-        prompt_ids = next_prompt
+        next_prompt = _next_prompt(renderer, prompt_ids, completion, tool_msgs, r.messages, tools)
+        extended = _extend(r, sample, prompt_ids, completion, next_prompt, limits)
+        if extended is None:
+            break
+        sample, prompt_ids = extended, next_prompt
     if any(sample.loss_mask):  # has a sampled token (`num_loss_tokens`, without summing the prompt's mask)
         r.samples.append(sample)
     result = await episode.verify(final_text, r.messages[len(r.task.messages) :])
@@ -297,10 +300,42 @@ async def _loop(
         raise RolloutInvalid("env/invalid_reward", f"verify returned {type(result).__name__}, not a VerifyResult")
     r.env_metrics = finite_metrics(result.metrics)
     if result.masked:
-        r.masked, r.error = True, f"env/masked: {result.reason}"
+        r.mask("env/masked", str(result.reason))
         return
-    bad = reward_problem(result.reward)
+    bad = reward_problem(result.reward, limits.reward_range)
     if bad is not None:
-        raise RolloutInvalid("env/invalid_reward", f"verify returned {bad} (expected a finite number)")
+        raise RolloutInvalid("env/invalid_reward", f"verify returned {bad} (expected a finite number within "
+                             "orchestrator.reward_range)")
     r.reward = float(result.reward)
 
+
+def _next_prompt(renderer: Any, prompt_ids: list[int], completion: list[int], new_msgs: list[dict[str, Any]],
+                 messages: list[dict[str, Any]], tools: list[dict] | None) -> list[int]:  # fmt: skip
+    """The next turn's prompt: the renderer's bridge over the sampled tokens, or a re-rendering of `messages`."""
+    bridged = renderer.bridge_to_next_turn(prompt_ids, completion, new_msgs, tools=tools)
+    if bridged is not None:
+        return list(bridged.token_ids)
+    return list(renderer.render_ids(messages, tools=tools, add_generation_prompt=True))
+
+
+def _extend(r: Rollout, sample: Sample, prompt_ids: list[int], completion: list[int], next_prompt: list[int],
+            limits: AgentLimits) -> Sample | None:  # fmt: skip
+    """Add the next prompt's new tokens (loss mask 0) to `sample`, or start a new sample where `next_prompt` does not
+    extend `prompt_ids + completion` (`r.prefix_breaks`). The sample the next turn extends, or None when `seq_len`
+    leaves no room (then `r.truncated` is set and `sample` stays the rollout's last sample)."""
+    prev = prompt_ids + completion
+    if next_prompt[: len(prev)] == prev:
+        ext = next_prompt[len(prev) :]
+        if len(sample) + len(ext) >= limits.seq_len:
+            r.truncated = True
+            return None
+        sample.extend(ext, sampled=False)
+        return sample
+    r.prefix_breaks += 1
+    if len(next_prompt) >= limits.seq_len:
+        r.truncated = True
+        return None
+    r.samples.append(sample)
+    fresh = Sample()
+    fresh.extend(next_prompt, sampled=False)
+    return fresh

@@ -19,7 +19,7 @@ class EnvError(RuntimeError):
 
     def __init__(self, kind: str, message: str):
         super().__init__(f"{kind}: {message}")
-        self.kind = kind
+        self.kind, self.message = kind, message
 
 
 class AsyncEpisode(ABC):
@@ -28,6 +28,11 @@ class AsyncEpisode(ABC):
     @abstractmethod
     async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> str:
         """Result text of a tool call. Raises EnvError when the environment (not the model) failed."""
+
+    async def user_turn(self, reply: str) -> str | None:
+        """The next user message after an assistant reply without tool calls, or None to end the episode (the
+        default). Raises EnvError when the environment failed."""
+        return None
 
     @abstractmethod
     async def verify(self, final_response: str | None, trajectory: list[dict[str, Any]] | None = None) -> VerifyResult:

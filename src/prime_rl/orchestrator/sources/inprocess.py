@@ -22,6 +22,12 @@ class InProcessEpisode(AsyncEpisode):
         except Exception as e:
             raise EnvError("tool_crash", f"{type(e).__name__}: {e}") from e
 
+    async def user_turn(self, reply: str) -> str | None:
+        try:
+            return self.episode.user_turn(reply)
+        except Exception as e:
+            raise EnvError("user_turn_crash", f"{type(e).__name__}: {e}") from e
+
     async def verify(self, final_response: str | None, trajectory: list[dict[str, Any]] | None = None) -> VerifyResult:
         try:
             return self.episode.verify(final_response)
