@@ -15,10 +15,9 @@ request goes to another replica. Weight updates go to every replica that is up a
 loaded the version.
 
 HTTP is aiohttp: one `ClientSession` (one pooled connector, keep-alive, no cookie jar) per client, made on first
-use inside the running event loop. Measured on 2 CPU cores with 64 concurrent requests, the client's own CPU per
-request is ~0.4-0.6 ms with aiohttp against ~2.3-4 ms with httpx (16 pools of 4 connections) and ~10 ms with one
-httpx pool of 64 (httpcore's pool scans every connection per request): the per-request client cost was the control
-plane's bottleneck (benchmarks/orchestrator.py, docs/performance.md).
+use inside the running event loop. aiohttp rather than httpx: the client's own CPU per request bounds the control
+plane, and httpcore's pool scans every connection per request (`benchmarks/orchestrator.py` measures it; recorded
+numbers in docs/results/).
 """
 
 from __future__ import annotations
@@ -184,8 +183,8 @@ class InferenceClient:
         InferenceError on a 4xx answer at once, ServerUnavailable after `client.max_retries` retries of transport
         errors and 5xx answers.
 
-        The first attempt runs outside tenacity (its per-call machinery cost ~50 us of the ~0.5 ms a request costs
-        the client); after a failure tenacity waits 0.5 s, then runs the retries with waits of 1, 2, 4, 8, 8, ... s:
+        The first attempt runs outside tenacity (its per-call machinery is a noticeable share of a request's client
+        CPU); after a failure tenacity waits 0.5 s, then runs the retries with waits of 1, 2, 4, 8, 8, ... s:
         the documented schedule."""
         data = orjson.dumps(body)
         try:

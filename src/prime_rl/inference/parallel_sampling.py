@@ -17,8 +17,8 @@ sorted by rollout id; the request carries the first one's seed, and vLLM seeds c
 with the same setting, but samples differently from per-rollout requests (`parallel_sampling = false`), whose
 seeds are hashed per (rollout, turn).
 
-Measured on the 2-core CPU (docs/performance.md): 64 samples of 2 tokens from the 64x2 tiny model as 8 requests
-with n = 8 took 0.15 s against 0.28 s as 64 requests (vLLM's per-request cost dominates small completions).
+It pays where vLLM's per-request cost dominates: short completions of a shared prompt (recorded numbers in
+docs/results/).
 """
 
 from __future__ import annotations

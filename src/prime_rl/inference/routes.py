@@ -45,8 +45,8 @@ async def _pause(engine, mode: str) -> None:
 
     vLLM 0.32's `AsyncLLM.pause_generation` does this in the engine core and then sleeps 20 ms so that outputs of
     requests that finished meanwhile reach their callers first (ordering only, "not required for correctness" in
-    its own words). That sleep was half of a tiny model's weight update (measured: pause 22 ms, reload 19 ms), so
-    the engine core is asked directly when this vLLM has the call; otherwise `pause_generation`."""
+    its own words). That sleep can be as long as a small model's whole reload, so the engine core is asked directly
+    when this vLLM has the call; otherwise `pause_generation`."""
     core = getattr(engine, "engine_core", None)
     if hasattr(core, "pause_scheduler_async"):
         await core.pause_scheduler_async(mode=mode, clear_cache=True)

@@ -37,7 +37,8 @@ def on_cpu() -> bool:
 
 
 def resolve_dtype(cfg: InferenceConfig, cpu: bool) -> str:
-    """`vllm.dtype`, else `model.dtype`, else float32 on CPU (no native bf16; notes: 2x slower) / bfloat16 on GPU."""
+    """`vllm.dtype`, else `model.dtype`, else float32 on CPU (bf16 is slow without native support), bfloat16
+    on GPU."""
     for d in (cfg.vllm.dtype, cfg.model.dtype):
         if d != "auto":
             return d

@@ -8,7 +8,7 @@
         with start_server(cached_tiny_model(), log_path=tmp_path_factory.mktemp("vllm") / "vllm.log") as srv:
             yield srv            # srv.base_url, srv.log_path, srv.cfg; stopped (process group killed) on exit
 
-Start-up takes 30-50 s on a 2-core CPU; share one server per test module.
+Start-up takes tens of seconds on a CPU; share one server per test module.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The chat renderer shared by sampling (orchestrator, eval) and training (SFT), and the tokenizer it renders with.
 
 One renderer serves both, so every next-turn prompt extends the tokens actually sampled and SFT trains on the
-same token layout that RL samples (../shared/notes/vllm-cpu.md, "Tool calls and rendering").
+same token layout that RL samples (docs/orchestrator.md, "Renderers").
 
 `renderer.name`:
 - `auto` (default): a named `renderers` renderer for the model's family, else `template`. The family is found by
@@ -17,7 +17,7 @@ template reads that variable; an explicit setting that can do neither is refused
 The tokenizer a renderer gets has `encode` memoized for short strings and `decode` for short id lists
 (`memoize_encode`): the `renderers` package re-encodes the same few scaffold strings (`<|im_start|>assistant\n`,
 `\n`, the empty think block, role names) about 15 times per GridSim rollout and decodes single tokens and pairs 6
-times, each through transformers' per-call set-up (~0.02-0.2 ms).
+times, each through transformers' per-call set-up.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def step_dirs(parent: Path, marker: str | None = None) -> list[tuple[int, Path]]
 def newest_step_dir(parent: Path, marker: str, above: int = -1) -> tuple[int, Path] | None:
     """The newest `(N, parent/step_N)` with `marker` inside and N > `above`, or None: one listing, and the marker is
     checked only for versions newer than `above`, newest first. The orchestrator's weight watcher calls it every
-    10 ms: 35 us with 12 step folders, where the pathlib listing it replaced took 374 us."""
+    10 ms, so it uses `os.scandir` rather than pathlib."""
     for n, p in sorted(_scan_steps(parent, above) or [], reverse=True):
         if os.path.isfile(os.path.join(p, marker)):
             return n, Path(p)

@@ -97,8 +97,8 @@ _PROMPT_CACHE_MAX = 4096
 def initial_prompt_ids(renderer: Any, task: Task, source: str) -> list[int]:
     """The task's first prompt (messages + tools + generation prompt) for the source named `source`.
 
-    Cached, since a group's rollouts share it (`benchmarks/prompt_cache.py` measures the saving). Keyed by renderer, source, split and task id: two sources may use
-    the same task ids for different tasks (DESIGN invariant 8).
+    Cached, since a group's rollouts share it (`benchmarks/prompt_cache.py` measures the saving). Keyed by
+    renderer, source, split and task id: two sources may use the same task ids for different tasks (DESIGN invariant 8).
     """
     key = (id(renderer), source, task.split, task.task_id)
     ids = _PROMPT_CACHE.get(key)

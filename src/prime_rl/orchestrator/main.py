@@ -246,9 +246,8 @@ def tune_gc(young: int = 10_000) -> None:
     """Keep Python's cyclic garbage collector off the hot path of the agent loop: the objects alive now (tokenizer,
     tasks, sources: set up once, never garbage) move to the permanent generation (`gc.freeze`), and the youngest
     generation is collected after `young` allocations instead of 700. The loop allocates many short-lived, acyclic
-    objects (parsed answers, token lists) that reference counting frees; full collections walking the large
-    set-up heap took ~25% of the orchestrator's time over HTTP (benchmarks/orchestrator.py, measured 465-505 ->
-    716-795 GridSim rollouts/s)."""
+    objects (parsed answers, token lists) that reference counting frees, so full collections would walk the large
+    set-up heap again and again for nothing (`benchmarks/orchestrator.py` measures the control plane)."""
     gc.collect()
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()

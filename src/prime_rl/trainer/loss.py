@@ -101,7 +101,7 @@ def _frac(mask: Tensor, over: Tensor) -> tuple[Tensor, Tensor]:
 @register_loss("dppo_kl", console=("mismatch_kl", "masked_frac_pos", "masked_frac_neg"))
 def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
     """Token-level policy gradient with importance ratio against the inference logprobs, a DPPO-style trust region
-    and a KL term (sum over tokens); `loss.type = "dppo_kl"` (formerly `grpo`).
+    and a KL term (sum over tokens); `loss.type = "dppo_kl"` (`"grpo"` is a deprecated alias).
 
     With l = clamp(logp_trainer - logp_inference, -c, c) (c = `log_ratio_clamp`), r = exp(l),
     dp = exp(logp_trainer) - exp(logp_inference) and advantage A, per loss token:

@@ -41,9 +41,8 @@ def has_learning_signal(micro_batches: list[MicroBatch], device: torch.device, r
     loss token at all.
 
     Without one (every group's rewards equal, e.g. all 0) the step has no learning signal, but its gradient is not
-    exactly 0 (float rounding, the KL term: norms 3e-11, 1e-8, 7e-6 measured in three such steps) and AdamW
-    normalises it per parameter into an update of up to ~lr: the tool-bandit rung's policy drifted for 40 steps at
-    reward 0 (docs/learning.md). The trainer skips such a step's update.
+    exactly 0 (float rounding, the KL term) and AdamW normalises it per parameter into an update of up to ~lr, so
+    the policy would drift with no reward. The trainer skips such a step's update.
     """
     if ref_kl:
         mine = any(bool(np.any(mb.loss_mask)) for mb in micro_batches)

@@ -1,6 +1,6 @@
 """GridSim's battery: simulation of a schedule, the exact optimum by dynamic programming, and the score.
 
-The battery (issue 3, GridSim): 100 MWh in 4 units of 25 MWh, 25 MW (one unit per hour), starts empty, no
+The battery: 100 MWh in 4 units of 25 MWh, 25 MW (one unit per hour), starts empty, no
 end-of-day floor. Per hour the action is
 
 - `+1` charge: buy 25 MWh at the hour's price, profit `-25 * price`;

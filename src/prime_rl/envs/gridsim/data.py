@@ -6,7 +6,7 @@ four yearly workbooks (same days, same order, same prices to the cent; a test co
 present), so GridSim's splits and every recorded score are the same either way. Other years or settlement
 points: point `load_ercot` at a folder of the workbooks.
 
-Format (../shared/data/README.md): `DAMLZHBSPP_<year>.xlsx`, one sheet a month, columns `Delivery Date`
+Format (ERCOT report NP4-180-ER on ercot.com): `DAMLZHBSPP_<year>.xlsx`, one sheet a month, columns `Delivery Date`
 (MM/DD/YYYY), `Hour Ending` (`01:00`..`24:00`), `Repeated Hour Flag` (`Y` on the repeated autumn hour),
 `Settlement Point`, `Settlement Point Price` ($/MWh). Clock-change days (23 or 25 hours) are dropped.
 

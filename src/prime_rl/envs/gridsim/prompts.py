@@ -1,8 +1,8 @@
 """GridSim's prompts, tool schema and tool result text, kept compact: a byte-level model pays for every byte.
 
 The user prompt gives each hour's price in whole $/MWh with its rank in the day inline (`HE01 28 r11`: 11th
-cheapest): measured, a ~1M-parameter model learns the optimum's pattern in minutes when each hour's rank is inline,
-and only the average daily shape from the prices alone (../shared/notes/gridsim-learnability.md). Cents and a
+cheapest): a small model learns the optimum's pattern when each hour's rank is inline, and only the average daily
+shape from the prices alone. Cents and a
 separate cheapest-to-dearest list were dropped: they cost ~160 byte tokens per sample (a quarter of the user turn)
 and carry nothing the ranks do not; the exact prices stay in `task.info` and grade the schedule.
 """

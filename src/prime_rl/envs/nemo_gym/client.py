@@ -10,9 +10,9 @@ Works with any NeMo Gym resources server (nemo-gym 0.7's and `env-server serve`)
 Gym names its session cookie `<ServerClass>___<name>` and re-sets it on each answer) is kept per session and sent
 back; the close body is 0.7's `{resources_session_id, episode_id}`, which both accept. One aiohttp `ClientSession`
 (one pooled keep-alive connector) is shared by all sessions and its cookie jar is disabled, so concurrent sessions
-never mix. aiohttp rather than httpx: measured on 2 cores with 64 concurrent requests, the client's own CPU per
-request is ~0.4-0.6 ms with aiohttp against ~2.3-4 ms with httpx split over 16 pools (and ~10 ms with one httpx
-pool of 64), and the client was the bottleneck of a rollout (benchmarks/env_server.py, docs/performance.md).
+never mix. aiohttp rather than httpx: the client's own CPU per request bounds how many rollouts one orchestrator
+plays, and aiohttp's is several times lower under many concurrent requests (`benchmarks/env_server.py` measures it;
+recorded numbers in docs/results/).
 
 Retries (tenacity) repeat only what cannot have run twice: a connect error or a timeout while connecting or waiting
 for a pooled connection (the request was never sent) and a `503` without `failure_kind` (back-pressure, refused before processing; `Retry-After` is honoured),

@@ -107,7 +107,7 @@ def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) ->
 
 
 # The dependencies are `async def` although they never wait: FastAPI runs a plain `def` dependency in its thread
-# pool, two thread hand-offs per request that cost the server more than any route's own work (py-spy, issue 17).
+# pool, two thread hand-offs per request that cost the server more than any route's own work (seen with py-spy).
 async def _state(request: Request) -> ServerState:
     return request.app.state.server
 
