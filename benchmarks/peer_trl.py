@@ -15,7 +15,7 @@ model: `prime-rl eval` (vLLM inference server, temperature 0.5, 4 rollouts per d
 days, paired by day against the starting model's eval.
 
     python benchmarks/peer_trl.py --model outputs/demo/sft/weights/step_1000 --seeds 0 1 2 \\
-        --data-dir ../shared/data/ercot --out outputs/peer-trl
+        --data-dir "$PRIME_RL_ERCOT_DIR" --out outputs/peer-trl
 
 prints one line per seed (wall time, s/step, eval mean +- SE, paired difference to the start model) and writes
 `summary.json`. `--steps`, `--eval-days` and `--eval-rollouts` shrink it for a smoke run.

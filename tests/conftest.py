@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def ercot_dir() -> Path | None:
-    """The real ERCOT NP4-180-ER files: $PRIME_RL_ERCOT_DIR or ../shared/data/ercot beside the repository."""
+    """The real ERCOT NP4-180-ER files: the folder named in $PRIME_RL_ERCOT_DIR (else a fallback
+    folder beside the repository); None when neither holds them."""
     env = os.environ.get("PRIME_RL_ERCOT_DIR")
     candidates = [Path(env)] if env else []
     candidates.append(REPO.parent / "shared" / "data" / "ercot")

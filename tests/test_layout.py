@@ -1,4 +1,4 @@
-"""The house plan's module rules (DESIGN.md, "Module layout"), checked on the source text: which part may import
+"""The module rules of docs/design.md ("Module layout"), checked on the source text: which part may import
 which, no heavy imports in config/cli, small files, and no import circles in the module graph (function-level
 imports included, since those are how a circle hides)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "prime_rl"
 
-# part -> parts of prime_rl it must never import (DESIGN: trainer and orchestrator meet only in transport/ and the
-# run directory; config, envs, transport, models and inference know nothing of the processes that use them)
+# part -> parts of prime_rl it must never import (docs/design.md: trainer and orchestrator meet only in transport/
+# and the run directory; config, envs, transport, models and inference know nothing of the processes that use them)
 FORBIDDEN = {
     "trainer": {"orchestrator", "launcher", "inference", "envs"},
     "orchestrator": {"trainer", "launcher"},

@@ -95,7 +95,7 @@ def test_empty_step_still_writes_a_micro_batch():
 
 def test_pack_items_takes_trainable_rollouts_only():
     """Every sample of an unmasked, unfiltered rollout, with its rollout's advantage and temperature; masked and
-    filtered rollouts carry nothing (DESIGN invariant 3)."""
+    filtered rollouts carry nothing (docs/design.md invariant 3)."""
     from prime_rl.envs.base import Task
     from prime_rl.orchestrator.packing import pack_items
     from prime_rl.orchestrator.types import Rollout, Sample

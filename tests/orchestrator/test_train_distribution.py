@@ -1,5 +1,5 @@
 """Settings that would make vLLM sample from another distribution than the one the trainer scores are refused
-for training (DESIGN invariant 9): top-p/top-k truncation, raw logprobs, server-wide logits processors."""
+for training (docs/design.md invariant 9): top-p/top-k truncation, raw logprobs, server-wide logits processors."""
 
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ class SourceConfig(BaseConfig):
 
 
 def unique_source_names(sources: list[SourceConfig] | None) -> list[SourceConfig] | None:
-    """Refuse two sources with one `name`: metrics, eval rows and caches are keyed by it (DESIGN invariant 8)."""
+    """Refuse two sources with one `name`: metrics, eval rows and caches are keyed by it (docs/design.md invariant 8)."""
     seen: dict[str, int] = {}
     for i, src in enumerate(sources or []):
         if src.name in seen:

@@ -6,6 +6,7 @@ section that has them. Setting a shared field both at the top and in a section w
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,10 @@ class EnvServerLaunchConfig(BaseConfig):
         None, description="gridsim: folder of ERCOT NP4-180-ER xlsx files; None = the packaged 2021-2024 days."
     )
     synthetic: bool = Field(False, description="gridsim: seeded synthetic days instead of real ERCOT days.")
+    forward_from: dt.date | None = Field(
+        None, description="gridsim: rows written with this forward cut-off (YYYY-MM-DD): train and eval rows from the "
+        "days before it, data/forward.jsonl from the days on or after it."
+    )
     masked_as_error: bool = Field(True, description="Answer unmeasurable episodes with 503 so they are masked.")
     idle_timeout_s: float | None = Field(120.0, gt=0, description="End sessions idle this long; None = never.")
     max_concurrent: int = Field(96, gt=0, description="Live sessions before /seed_session answers 503.")

@@ -2,7 +2,7 @@
 that samples the policy, and the registry that picks one by name (`backend = "server"`).
 
 A backend takes prompt token ids and returns sampled token ids, the engine's logprob of each (the behaviour policy
-of the loss, DESIGN invariant 2) and the policy version that sampled them. Built in, one module each:
+of the loss, docs/design.md invariant 2) and the policy version that sampled them. Built in, one module each:
 
 | name | module | what |
 |---|---|---|

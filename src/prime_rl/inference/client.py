@@ -4,7 +4,7 @@ Token-in/token-out goes through vLLM's `POST /inference/v1/generate` (server fla
 `prime_rl.inference.server`): prompt token ids in; sampled token ids, the logprob of each sampled token and the
 weight-version spans out, with no detokenisation in between (a byte of a multi-byte character has no text of its
 own). Logprobs are vLLM's processed logprobs: log_softmax(logits / T) after top-k/top-p masking, the behaviour
-policy the trainer's importance ratio needs (DESIGN invariant 2).
+policy the trainer's importance ratio needs (docs/design.md invariant 2).
 
 Several servers (data-parallel inference replicas) sit behind one client (`prime_rl.inference.pool`): a
 rollout's first request goes to the replica with the fewest outstanding requests, its later turns to the same
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 log = get_logger("inference.client")
 
 # Sent with every request, so server-side defaults (`--override-generation-config`, a model's generation_config.json)
-# cannot change the distribution sampled from: the trainer's logprobs assume plain tempered softmax (DESIGN inv. 9).
+# cannot change the distribution sampled from: the trainer's logprobs assume plain tempered softmax
+# (docs/design.md invariant 9).
 NEUTRAL_SAMPLING = {"min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
 class _ServerError(InferenceError):

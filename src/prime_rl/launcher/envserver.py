@@ -2,9 +2,9 @@
 
 A nemo-gym source's rows live at `ROOT/resources_servers/<name>/data/train.jsonl` (the layout `env-server write`
 produces). When nothing answers at its (local) `resources_url` and `[env_server] auto_start` is on, the launcher
-writes the rows if they are missing (`env-server write <env> ROOT [--data-dir D | --synthetic]`) and starts
-`env-server serve ROOT/resources_servers/<name> --port P --host H [--masked-as-error] [--idle-timeout S]
---max-concurrent N`, as the reference system ran its GridSim server.
+writes the rows if they are missing (`env-server write <env> ROOT [--data-dir D | --synthetic]
+[--forward-from DATE]`) and starts `env-server serve ROOT/resources_servers/<name> --port P --host H
+[--masked-as-error] [--idle-timeout S] --max-concurrent N`, as the reference system ran its GridSim server.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
 
 
 def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) -> None:
-    """Run `env-server write <env> ROOT [--data-dir D | --synthetic]` (output to `log`), bounded by `timeout_s`.
+    """Run `env-server write <env> ROOT [--data-dir D | --synthetic] [--forward-from DATE]` (output to `log`),
+    bounded by `timeout_s`.
 
     Raises:
         PreflightError: it failed or timed out (names the log).
@@ -121,6 +122,8 @@ def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) 
         argv += ["--data-dir", str(cfg.env_server.data_dir)]
     if cfg.env_server.synthetic:
         argv += ["--synthetic"]
+    if cfg.env_server.forward_from is not None:
+        argv += ["--forward-from", cfg.env_server.forward_from.isoformat()]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"\n===== prime-rl launcher: {' '.join(argv)}\n".encode())

@@ -1,4 +1,4 @@
-"""The run directory layout (DESIGN.md, "Run directory"). One place that names every path."""
+"""The run directory layout (docs/design.md, "Run directory"). One place that names every path."""
 
 from __future__ import annotations
 

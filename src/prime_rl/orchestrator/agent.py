@@ -3,7 +3,7 @@
 Per turn: the prompt ids go to the inference engine, the sampled completion ids and their logprobs are appended
 to the current sample with loss mask 1, the completion is parsed for `<tool_call>` blocks, every call runs in the
 environment, and the tool results are appended by the renderer's `bridge_to_next_turn` (which extends the tokens
-actually sampled, never re-tokenizes them; DESIGN invariant 1) with loss mask 0. Where the next prompt does not
+actually sampled, never re-tokenizes them; docs/design.md invariant 1) with loss mask 0. Where the next prompt does not
 extend the previous prompt + completion, the rollout continues in a new sample (`prefix_breaks` counts it).
 
 A reply that calls no tool goes to the episode's `user_turn`: environments with user turns (text games) answer
@@ -98,7 +98,7 @@ def initial_prompt_ids(renderer: Any, task: Task, source: str) -> list[int]:
     """The task's first prompt (messages + tools + generation prompt) for the source named `source`.
 
     Cached, since a group's rollouts share it (`benchmarks/prompt_cache.py` measures the saving). Keyed by
-    renderer, source, split and task id: two sources may use the same task ids for different tasks (DESIGN invariant 8).
+    renderer, source, split and task id: two sources may use the same task ids for different tasks (docs/design.md invariant 8).
     """
     key = (id(renderer), source, task.split, task.task_id)
     ids = _PROMPT_CACHE.get(key)

@@ -1,4 +1,4 @@
-"""What the orchestrator writes into the run directory, each file atomically (DESIGN invariant 4):
+"""What the orchestrator writes into the run directory, each file atomically (docs/design.md invariant 4):
 `rollouts/step_N/rank_R.bin` (the trainer's packed micro-batches), `rollouts/step_N/traces.jsonl` (a few readable
 rollouts) and `eval/step_N.jsonl` (per-task eval rows)."""
 

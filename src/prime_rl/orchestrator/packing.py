@@ -36,7 +36,7 @@ class PackItem:
 
 def pack_items(rollouts: list[Rollout], aggregation: str = "token-mean") -> list[PackItem]:
     """Trainable material of a step: every sample of every unmasked, unfiltered rollout (masked rollouts carry no
-    tokens, DESIGN invariant 3).
+    tokens, docs/design.md invariant 3).
 
     `aggregation` (`orchestrator.loss_aggregation`) chooses how the policy-gradient term weighs tokens. The trainer
     always divides the step's token sum by N, its count of loss tokens. `token-mean` (default, DAPO, Yu et al. 2025,

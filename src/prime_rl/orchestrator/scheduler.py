@@ -2,7 +2,7 @@
 
 - Up to `max_inflight` rollouts run at once (the scheduler's semaphore, shared with eval; lowered to what the
   sources admit together); groups of `group_size` rollouts of one task are launched as a unit.
-- Asynchrony: step N's batch may only use policy versions >= N - 1 - max_async_level (DESIGN, Policy versions).
+- Asynchrony: step N's batch may only use policy versions >= N - 1 - max_async_level (docs/design.md, "Policy versions").
   With the latest loaded version v, steps up to S = v + 1 + max_async_level may be produced, so at most
   (S - N + 1) * batch_size / group_size groups are outstanding (running or finished but not yet cut) while
   step N is being filled. `max_async_level = 0` is the synchronous baseline: one step's groups, all sampled
@@ -13,7 +13,7 @@
   first `batch_size / group_size` finished groups make the step); within the step they are listed in launch order
   (group id), so the trainer's input, and the order of its fp32 sums, do not depend on which group finished first
   (a seeded synchronous run is reproducible bit for bit under any load). A non-finite advantage (a custom
-  estimator's NaN) masks its rollout (DESIGN invariant 7).
+  estimator's NaN) masks its rollout (docs/design.md invariant 7).
 """
 
 from __future__ import annotations

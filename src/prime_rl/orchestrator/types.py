@@ -42,7 +42,7 @@ class Sample:
 class Rollout:
     """One episode of one task: its samples, the environment's verdict and bookkeeping.
 
-    `masked` rollouts (environment or transport failure, DESIGN invariant 3) carry no loss and are excluded from
+    `masked` rollouts (environment or transport failure, docs/design.md invariant 3) carry no loss and are excluded from
     their group's baseline. `policy_versions` holds the policy version of every model turn, in order.
     """
 

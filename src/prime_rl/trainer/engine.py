@@ -12,7 +12,7 @@ summed gradient is then exactly d loss / d params whatever the cut into micro-ba
 
 A step whose loss (on any rank's micro-batch) or gradient norm is not finite is skipped: weights and AdamW state
 stay as they were, the log names the step and micro-batch, and after `optim.max_nonfinite_steps` such steps in a
-row `TrainingDiverged` stops the run (DESIGN invariant 7).
+row `TrainingDiverged` stops the run (docs/design.md invariant 7).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Layout of a full version: `model.safetensors` (HF key names, LoRA merged in), `config.json`, and the base model's
 tokenizer/generation files, so the folder loads on its own with `AutoModelForCausalLM.from_pretrained` or vLLM.
 An adapter version: `adapter_model.safetensors` + `adapter_config.json` (peft's layout). The directory is filled
-under a temporary name and renamed, then `STABLE` is written (DESIGN invariant 4). Only the newest
+under a temporary name and renamed, then `STABLE` is written (docs/design.md invariant 4). Only the newest
 `weights.keep_last` versions are kept. A version holding a NaN or infinite weight is never published
-(`NonFiniteWeights`, DESIGN invariant 7).
+(`NonFiniteWeights`, docs/design.md invariant 7).
 """
 
 from __future__ import annotations

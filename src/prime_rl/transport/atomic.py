@@ -1,4 +1,4 @@
-"""Atomic publishing of files and directories (DESIGN invariant 4): temporary name, fsync, rename."""
+"""Atomic publishing of files and directories (docs/design.md invariant 4): temporary name, fsync, rename."""
 
 from __future__ import annotations
 

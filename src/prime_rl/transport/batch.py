@@ -78,7 +78,7 @@ class MicroBatch:
 
     def nonfinite_fields(self) -> list[str]:
         """Fields holding NaN or inf on a loss token (`advantages`, `inference_logprobs`, `temperature`); [] when
-        none does. One vectorised check per field (DESIGN invariant 7)."""
+        none does. One vectorised check per field (docs/design.md invariant 7)."""
         m = self.loss_mask
         return [name for name in ("advantages", "inference_logprobs", "temperature")
                 if not bool(np.isfinite(getattr(self, name)[m]).all())]  # fmt: skip
@@ -180,7 +180,7 @@ def decode_batch(data: bytes, source: str = "<bytes>") -> StepBatch:
 
 
 def write_batch(path: Path, batch: StepBatch) -> None:
-    """Write a batch file atomically (DESIGN invariant 4)."""
+    """Write a batch file atomically (docs/design.md invariant 4)."""
     atomic_write_bytes(Path(path), encode_batch(batch))
 
 

@@ -2,7 +2,7 @@
 
 An algorithm is a function `(rewards, mask, cfg) -> advantages`: `rewards` and `mask` have shape [G] (one per
 rollout of a group; `mask[i]` true = rollout i is trainable, false = masked by its environment), the result has
-shape [G] and is 0.0 at masked positions. Masked rollouts never enter the baseline (DESIGN invariant 3). `cfg` is
+shape [G] and is 0.0 at masked positions. Masked rollouts never enter the baseline (docs/design.md invariant 3). `cfg` is
 the algorithm's own config class (`prime_rl.config.orchestrator`, chosen by `type`); `type = "custom"` loads
 `cfg.import_path`.
 """

@@ -2,7 +2,7 @@
 
 Every kind of source (`inprocess`, `nemo_gym`) implements `TaskSource` and `AsyncEpisode`; the agent loop sees only
 these. An environment failure (crash, timeout, lost session, HTTP 503) is raised as `EnvError`, which masks the
-rollout (DESIGN invariant 3), never scores it 0.
+rollout (docs/design.md invariant 3), never scores it 0.
 """
 
 from __future__ import annotations

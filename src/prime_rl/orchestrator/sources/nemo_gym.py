@@ -7,7 +7,7 @@ environments use, so both render alike). `/verify` gets the rollout's whole traj
 (messages, function calls and their outputs), as NeMo Gym's own agents send it.
 
 A client error (`NemoGymError`) becomes `EnvError`, which masks the rollout. So does a verify answer whose
-`reward` is missing, null, not a number or not finite (DESIGN invariant 7: never trained as 0.0); it is logged
+`reward` is missing, null, not a number or not finite (docs/design.md invariant 7: never trained as 0.0); it is logged
 with the task. The server's capacity (`max_concurrent` in `/health`) caps concurrent episodes of this source.
 """
 
