@@ -172,7 +172,7 @@ def check_lengths(cfg: RLConfig) -> None:
 
 
 def check_training_distribution(cfg: RLConfig) -> None:
-    """The policy vLLM samples from must be the one the trainer scores (DESIGN invariant 9): processed logprobs
+    """The policy vLLM samples from must be the one the trainer scores (docs/design.md invariant 9): processed logprobs
     (log_softmax(logits / T), what the trainer computes) and no server option in `extra_args` that changes the
     distribution (`config.inference.DISTRIBUTION_FLAGS`, under any spelling). Top-p/top-k are
     refused by `orchestrator.train.sampling`; the client pins every other sampling option to its neutral value.
