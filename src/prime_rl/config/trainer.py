@@ -32,7 +32,7 @@ class TrainerModelConfig(ModelConfig):
         "auto",
         description="Shard with FSDP2 (fully_shard per decoder layer and root). auto: when there is more than one "
         "rank, or the compute dtype is not float32 (FSDP2 keeps fp32 master weights); a lone fp32 process (CPU) "
-        "trains the plain module (FSDP2's hooks cost ~25% of a tiny model's step there and shard nothing).",
+        "trains the plain module (FSDP2's hooks shard nothing there and only add time).",
     )
     reshard_after_forward: bool = Field(
         True, description="FSDP2: free the gathered parameters after forward (less memory, one more all-gather)."
@@ -219,7 +219,7 @@ class SFTDataConfig(DatasetSource):
     shared_prefix: bool = Field(
         False,
         description="Run the prefix the samples of a micro-batch share once (its KV cache kept for backward) "
-        "instead of packing: same loss, ~2x faster when a long system prompt + tools block repeats in every sample.",
+        "instead of packing: same loss, faster when a long system prompt + tools block repeats in every sample.",
     )
     micro_batch_size: int = Field(16, gt=0, description="Samples per micro-batch with shared_prefix.")
 
