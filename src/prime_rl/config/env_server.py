@@ -3,6 +3,7 @@ server) and `openenv` (the OpenEnv server)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,16 +27,20 @@ class EnvDataConfig(BaseConfig):
         None, description="gridsim: folder of ERCOT DAMLZHBSPP_<year>.xlsx files (default: the packaged 2021-2024 days)."
     )
     synthetic: bool = Field(False, description="gridsim: seeded synthetic days instead of real ones.")
+    forward_from: dt.date | None = Field(
+        None, description="gridsim: train and eval rows from the days before this date (YYYY-MM-DD), and forward "
+        "rows (data/forward.jsonl, 200 days) from the days on or after it."
+    )
 
     @model_validator(mode="after")
     def _gridsim_data_only(self) -> EnvDataConfig:
         if self.data_dir is not None and self.synthetic:
             raise ValueError("--data-dir and --synthetic both given: choose one")
-        if (self.data_dir is not None or self.synthetic) and is_url(self.env):
-            raise ValueError("--data-dir and --synthetic apply to a built-in environment; the OpenEnv server at "
-                             f"{self.env} already chose its data")  # fmt: skip
-        if (self.data_dir is not None or self.synthetic) and self.env != "gridsim":
-            raise ValueError(f"--data-dir and --synthetic apply to gridsim only, not {self.env!r}")
+        if (self.data_dir is not None or self.synthetic or self.forward_from is not None) and is_url(self.env):
+            raise ValueError("--data-dir, --synthetic and --forward-from apply to a built-in environment; the OpenEnv "
+                             f"server at {self.env} already chose its data")  # fmt: skip
+        if (self.data_dir is not None or self.synthetic or self.forward_from is not None) and self.env != "gridsim":
+            raise ValueError(f"--data-dir, --synthetic and --forward-from apply to gridsim only, not {self.env!r}")
         return self
 
     def env_args(self) -> dict[str, Any]:
@@ -46,6 +51,8 @@ class EnvDataConfig(BaseConfig):
             args["data_dir"] = str(self.data_dir.expanduser().resolve())
         if self.synthetic:
             args["synthetic"] = True
+        if self.forward_from is not None:
+            args["forward_from"] = self.forward_from.isoformat()
         return args
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Literal
 
@@ -10,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig
 
-Split = Literal["train", "eval"]
+Split = Literal["train", "eval", "forward"]
 
 
 class GridSimDataConfig(BaseConfig):
@@ -24,6 +25,10 @@ class GridSimDataConfig(BaseConfig):
     num_train: int | Literal["all"] = Field(
         2000, description="Train split size, or `all` for every usable day off the eval dates (eval is always 200)."
     )
+    forward_from: dt.date | None = Field(
+        None, description="Forward-in-time split: train and eval from the days before this date (YYYY-MM-DD, e.g. "
+        "2024-01-01), the `forward` split (200 days) from the days on or after it; unset: train and eval from every day."
+    )
 
     @field_validator("num_train")
     @classmethod
@@ -36,12 +41,17 @@ class GridSimDataConfig(BaseConfig):
     def _one_data_source(self) -> GridSimDataConfig:
         if self.synthetic and self.data_dir is not None:
             raise ValueError("--data-dir and --synthetic both given: choose one")
+        if getattr(self, "split", None) == "forward" and self.forward_from is None:  # the subclasses with a split
+            raise ValueError("--split forward needs --forward-from DATE (e.g. --forward-from 2024-01-01)")
         return self
 
     def env_args(self) -> dict:
         """Keyword arguments of `GridSimEnv`."""
-        return {"data_dir": self.data_dir, "synthetic": self.synthetic, "seed": self.seed,
+        args = {"data_dir": self.data_dir, "synthetic": self.synthetic, "seed": self.seed,
                 "num_train": None if self.num_train == "all" else self.num_train}  # fmt: skip
+        if self.forward_from is not None:
+            args["forward_from"] = self.forward_from.isoformat()
+        return args
 
     def data_label(self) -> str:
         """What the days are, for output lines: `synthetic`, `ercot-2021-2024 (packaged)` or the folder."""
@@ -59,7 +69,8 @@ class GridSimBaselineConfig(GridSimDataConfig):
     )
     split: Split = Field("eval", description="Which split's tasks to score.")
     out: Path | None = Field(
-        None, description="Per-task scores JSONL (default outputs/gridsim/baseline-POLICY-SPLIT-{synthetic|ercot}.jsonl)."
+        None, description="Per-task scores JSONL (default outputs/gridsim/baseline-POLICY-SPLIT-{synthetic|ercot}.jsonl; "
+        "-from-DATE before .jsonl with --forward-from)."
     )
 
 

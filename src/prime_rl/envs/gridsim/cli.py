@@ -31,12 +31,15 @@ def baseline(cfg: GridSimBaselineConfig) -> None:
     rows = run_baseline(_env(cfg), cfg.policy, cfg.split, seed=cfg.seed)
     scores = np.array([r["score"] for r in rows], dtype=float)
     kind = "synthetic" if cfg.synthetic else "ercot"  # real and synthetic scores never share a file
+    if cfg.forward_from is not None:  # nor the splits with and without a forward cut-off
+        kind += f"-from-{cfg.forward_from.isoformat()}"
     out = cfg.out or Path("outputs") / "gridsim" / f"baseline-{cfg.policy}-{cfg.split}-{kind}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in rows))
     se = scores.std(ddof=1) / np.sqrt(len(scores)) if len(scores) > 1 else float("nan")
+    cut = f" forward_from {cfg.forward_from.isoformat()}" if cfg.forward_from is not None else ""
     print(
-        f"policy {cfg.policy} split {cfg.split} data {cfg.data_label()} tasks {len(rows)} "
+        f"policy {cfg.policy} split {cfg.split}{cut} data {cfg.data_label()} tasks {len(rows)} "
         f"mean {scores.mean():.4f} se {se:.4f} median {np.median(scores):.4f} below_0.2 {(scores < 0.2).mean():.3f}"
     )
     print(f"per-task scores: {out}")

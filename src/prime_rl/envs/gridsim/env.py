@@ -1,13 +1,17 @@
 """GridSim: one grid battery, one day of the ERCOT day-ahead market, graded against the day's exact optimum.
 
 Tasks are (operating date, settlement point) pairs over the five hubs; splits `train` (2,000) and `eval` (200) are
-date-disjoint and drawn with a seed, so the same data always gives the same splits. The data are, by default, the
+date-disjoint and drawn with a seed, so the same data always gives the same splits. By default both come from the
+whole data (the eval days lie between training days: an interpolation eval). With `forward_from` (an ISO date),
+`train` and `eval` come from the days before it and a third split, `forward` (200 days), from the days on or after
+it: every forward day is later than every training day, what a model trained today meets tomorrow. The data are, by default, the
 real ERCOT 2021-2024 hub prices shipped with the package (`gridsim/ercot_data/`), or ERCOT's NP4-180-ER files in a
 folder (`data_dir`, for other years), or seeded synthetic days (`synthetic=True`, `prime_rl.envs.gridsim.synthetic`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import math
@@ -27,6 +31,7 @@ from prime_rl.monitor.logger import get_logger
 log = get_logger("gridsim")
 
 SPLITS = ("train", "eval")
+FORWARD = "forward"
 
 
 def parse_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any] | str:
@@ -56,6 +61,20 @@ def _prices_of(info: dict[str, Any]) -> list[float] | None:
     return [float(x) for x in p]
 
 
+def parse_forward_from(value: str | dt.date | None) -> str | None:
+    """`forward_from` as an ISO date `YYYY-MM-DD` (None stays None).
+
+    Raises:
+        ValueError: not a date in that form (names `forward_from`).
+    """
+    if value is None or isinstance(value, dt.date):
+        return None if value is None else value.isoformat()
+    try:
+        return dt.date.fromisoformat(str(value).strip()).isoformat()
+    except ValueError:
+        raise ValueError(f"gridsim: forward_from = {value!r} is not a date YYYY-MM-DD (e.g. 2024-01-01)") from None
+
+
 def _stratified_dates(dates: np.ndarray, n: int, rng: np.random.Generator) -> list[str]:
     """`n` distinct dates spread evenly over the months of `dates`: each month's dates shuffled, months visited in
     a shuffled order, one date per month per round. Keeps every season in the eval split (measured on 2021-2024:
@@ -69,6 +88,17 @@ def _stratified_dates(dates: np.ndarray, n: int, rng: np.random.Generator) -> li
             if pools[m] and len(picked) < n:
                 picked.append(pools[m].pop())
     return picked
+
+
+def _one_point_per_date(t: PriceTable, rows: np.ndarray, n: int, rng: np.random.Generator) -> tuple[list[int], set[str]]:
+    """`n` rows of `rows` on `n` distinct dates (`_stratified_dates`), one settlement point drawn per date; returns
+    the rows and their dates."""
+    dates = _stratified_dates(np.unique(t.dates[rows]), n, rng)
+    by_date: dict[str, list[int]] = {}
+    for i in rows:
+        by_date.setdefault(str(t.dates[i]), []).append(int(i))
+    picked = [by_date[d][int(rng.integers(len(by_date[d])))] for d in dates]
+    return picked, set(dates)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -140,14 +170,19 @@ class GridSimEnv(Environment):
         synthetic: seeded synthetic days (seeded by `data_seed`) instead of real ones.
         seed: seed of the split draw.
         num_train, num_eval: split sizes (fewer when the data have fewer usable days); `num_train=None` takes every
-            usable day off the eval dates (6,171 on ERCOT 2021-2024).
+            usable day off the eval dates (6,171 on ERCOT 2021-2024). `num_eval` also sizes the `forward` split.
+        forward_from: ISO date `YYYY-MM-DD` (e.g. "2024-01-01"), or a `datetime.date`; None (the default) draws
+            `train` and `eval` from every day. Given, `train` and `eval` come from the days before it and the
+            `forward` split (one point on each of `num_eval` dates, spread over the months like `eval`) from the
+            days on or after it.
         points: settlement points (default the five hubs).
         min_optimal_profit: keep only days whose optimal profit is above this ($).
         cache_dir: parse cache of the ERCOT files (default `~/.cache/prime-rl/gridsim`).
         data_seed: seed of the synthetic days (only with `synthetic=True`).
 
     Raises:
-        ValueError: both `data_dir` and `synthetic`, or `data_seed` without `synthetic`.
+        ValueError: both `data_dir` and `synthetic`, `data_seed` without `synthetic`, or `forward_from` not a date;
+            when the splits are first drawn, a `forward_from` that leaves no usable day before it or none after it.
     """
 
     name = "gridsim"
@@ -163,6 +198,7 @@ class GridSimEnv(Environment):
         cache_dir: str | Path | None = None,
         data_seed: int = 0,
         synthetic: bool = False,
+        forward_from: str | dt.date | None = None,
     ):
         if synthetic and data_dir is not None:
             raise ValueError("gridsim: give either data_dir (ERCOT files) or synthetic=True, not both")
@@ -174,6 +210,8 @@ class GridSimEnv(Environment):
         self.points = tuple(points)
         self.min_optimal_profit = min_optimal_profit
         self.cache_dir, self.data_seed = cache_dir, data_seed
+        self.forward_from = parse_forward_from(forward_from)
+        self.splits = SPLITS + ((FORWARD,) if self.forward_from is not None else ())
 
     @cached_property
     def table(self) -> PriceTable:
@@ -191,17 +229,24 @@ class GridSimEnv(Environment):
     def _splits(self) -> dict[str, list[int]]:
         t = self.table
         ok = np.nonzero(optimal_profits(t.prices) > self.min_optimal_profit)[0]
+        out: dict[str, list[int]] = {}
+        if self.forward_from is not None:
+            later = t.dates[ok] >= self.forward_from  # ISO dates order as strings
+            ok, after = ok[~later], ok[later]
+            if not len(ok) or not len(after):
+                span = f"{min(t.dates)}..{max(t.dates)}" if len(t) else "no days"
+                raise ValueError(
+                    f"gridsim: forward_from = {self.forward_from} leaves no usable day "
+                    f"{'before' if not len(ok) else 'on or after'} it (the data span {span}); choose a date inside"
+                )
+            # its own generator: `train` and `eval` are drawn as without a forward split, from the earlier days
+            out[FORWARD] = _one_point_per_date(t, after, self.num_eval, np.random.default_rng([self.seed, 1]))[0]
         rng = np.random.default_rng(self.seed)
-        dates = np.unique(t.dates[ok])
-        eval_dates = _stratified_dates(dates, self.num_eval, rng)
-        by_date: dict[str, list[int]] = {}
-        for i in ok:
-            by_date.setdefault(str(t.dates[i]), []).append(int(i))
-        eval_idx = [by_date[str(d)][int(rng.integers(len(by_date[str(d)])))] for d in eval_dates]
-        held = set(map(str, eval_dates))
+        eval_idx, held = _one_point_per_date(t, ok, self.num_eval, rng)
         train_pool = np.array([i for i in ok if str(t.dates[i]) not in held], dtype=np.int64)
-        train_idx = [int(i) for i in train_pool[rng.permutation(len(train_pool))[: self.num_train]]]
-        return {"train": train_idx, "eval": eval_idx}
+        out["train"] = [int(i) for i in train_pool[rng.permutation(len(train_pool))[: self.num_train]]]
+        out["eval"] = eval_idx
+        return out
 
     def _task(self, split: str, index: int, row: int) -> Task:
         t = self.table
@@ -217,8 +262,10 @@ class GridSimEnv(Environment):
         )
 
     def tasks(self, split: str) -> list[Task]:
-        if split not in SPLITS:
-            raise KeyError(f"unknown split {split!r}; gridsim has {', '.join(SPLITS)}")
+        if split == FORWARD and self.forward_from is None:
+            raise KeyError("gridsim has a forward split only with forward_from (e.g. forward_from=2024-01-01)")
+        if split not in self.splits:
+            raise KeyError(f"unknown split {split!r}; gridsim has {', '.join(self.splits)}")
         return [self._task(split, i, row) for i, row in enumerate(self._splits[split])]
 
     @cached_property

@@ -26,8 +26,9 @@ def write(cfg: EnvServerWriteConfig) -> None:
         from prime_rl.envs.nemo_gym.rows import write_server
 
         root = write_server(cfg.env, cfg.out, cfg.env_args())
-    n = {s: sum(1 for _ in open(root / "data" / f"{s}.jsonl")) for s in ("train", "eval")}
-    print(f"wrote {root} ({n['train']} train rows, {n['eval']} eval rows); serve it with `env-server serve {root}`")
+    files = sorted(root.glob("data/*.jsonl"), key=lambda p: ({"train": 0, "eval": 1}.get(p.stem, 2), p.stem))
+    counts = ", ".join(f"{sum(1 for _ in open(p))} {p.stem} rows" for p in files)
+    print(f"wrote {root} ({counts}); serve it with `env-server serve {root}`")
 
 
 def serve(cfg: EnvServerServeConfig) -> None:

@@ -18,8 +18,9 @@ A row is one JSON object per line:
 `env-server write ENV OUT` lays out `OUT/resources_servers/<ENV>_v1/` the way NeMo Gym lays out a resources
 server: `configs/<ENV>_v1.yaml` (a config NeMo Gym's own validation accepts: domain, datasets with a license),
 `app.py` (the entrypoint NeMo Gym's tooling starts as `python app.py`, reading host and port from NeMo Gym's
-config in the environment), `data/train.jsonl`, `data/eval.jsonl`, and `server.json` (what `env-server serve`
-reads: the built-in environment and its arguments).
+config in the environment), `data/train.jsonl`, `data/eval.jsonl` (and `data/<split>.jsonl` for any further split
+the environment lists in `splits`, e.g. GridSim's `forward` split with `forward_from`), and `server.json` (what
+`env-server serve` reads: the built-in environment and its arguments).
 """
 
 from __future__ import annotations
@@ -153,6 +154,11 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def env_splits(env: Environment) -> tuple[str, ...]:
+    """The splits whose rows `write_server` writes: `train`, `eval`, then any further split in `env.splits`."""
+    return ("train", "eval") + tuple(s for s in getattr(env, "splits", ()) if s not in ("train", "eval"))
+
+
 def write_server(env_name: str, out: str | Path, env_args: dict[str, Any] | None = None,
                  env: Environment | None = None, license: str = "Apache 2.0") -> Path:  # fmt: skip
     """Write `out/resources_servers/<env>_v1/` (config and train/eval rows) for built-in environment `env_name`.
@@ -169,12 +175,16 @@ def write_server(env_name: str, out: str | Path, env_args: dict[str, Any] | None
     env = env or load_env(env_name, **env_args)
     name = server_dir_name(env_name)
     root = Path(out) / "resources_servers" / name
-    for split in ("train", "eval"):
+    splits = env_splits(env)
+    for split in splits:
         lines = [json.dumps(task_to_row(t), separators=(",", ":")) for t in env.tasks(split)]
         _atomic_write(root / "data" / f"{split}.jsonl", "\n".join(lines) + "\n")
+    for stale in (root / "data").glob("*.jsonl"):  # a split of an earlier write that this environment lacks
+        if stale.stem not in splits:
+            stale.unlink()
     cfg = {"format": FORMAT_VERSION, "env": env_name, "env_args": env_args}
     _atomic_write(root / SERVER_CONFIG, json.dumps(cfg, indent=2, default=str) + "\n")
-    _atomic_write(root / "configs" / f"{name}.yaml", nemo_gym_config(name, env_name, license=license))
+    _atomic_write(root / "configs" / f"{name}.yaml", nemo_gym_config(name, env_name, license=license, splits=splits))
     _atomic_write(root / "app.py", APP_PY)
     return root
 
@@ -196,18 +206,20 @@ if __name__ == "__main__":
 '''
 
 
-def nemo_gym_config(name: str, env_name: str, license: str = "Apache 2.0") -> str:
+def nemo_gym_config(name: str, env_name: str, license: str = "Apache 2.0",
+                    splits: tuple[str, ...] = ("train", "eval")) -> str:  # fmt: skip
     """NeMo Gym's YAML config of server `name`: one resources server (entrypoint `app.py`, domain, description)
-    with its train and validation datasets (NeMo Gym requires a `license` on both; their paths are relative to
-    `OUT`, laid out like NeMo Gym's own root)."""
+    with a dataset per split, `train` of type train and every other of type validation (NeMo Gym requires a
+    `license` on each; their paths are relative to `OUT`, laid out like NeMo Gym's own root)."""
     import yaml
 
     server = {
         "entrypoint": "app.py", "domain": "agent" if env_name == "gridsim" else "other", "verified": False,
         "description": f"prime-rl built-in environment {env_name}",
         "datasets": [
-            {"name": "train", "type": "train", "jsonl_fpath": f"resources_servers/{name}/data/train.jsonl", "license": license},
-            {"name": "eval", "type": "validation", "jsonl_fpath": f"resources_servers/{name}/data/eval.jsonl", "license": license},
+            {"name": s, "type": "train" if s == "train" else "validation",
+             "jsonl_fpath": f"resources_servers/{name}/data/{s}.jsonl", "license": license}
+            for s in splits
         ],
     }  # fmt: skip
     return yaml.safe_dump({name: {"resources_servers": {name: server}}}, sort_keys=False)
