@@ -27,8 +27,8 @@ if [ -z "${RL_ONLY:-}" ]; then
   phase "2/5 the raw model on the 100 eval texts (examples/reverse_text/eval.toml, through a vLLM server)"
   t=$SECONDS
   rm -rf "$OUT/raw-eval"
-  # The raw model is sampled by `inference` (vLLM) like the RL run's evals; transformers generate in-process is ~10x
-  # slower per token on 2 cores (examples/reverse_text/README.md). The server stops when the eval is done.
+  # The raw model is sampled by `inference` (vLLM) like the RL run's evals; transformers generate in-process is
+  # several times slower on 2 cores. The server stops when the eval is done.
   RAW_PORT=${RAW_PORT:-8011}
   inference --model.name "$OUT/smollm2" --output-dir "$OUT/raw-eval" --server.port "$RAW_PORT" \
     --vllm.max-model-len 1024 --vllm.tool-call-parser None &
