@@ -78,3 +78,26 @@ def test_prime_rl_plot_command(tmp_path):
     r = subprocess.run([sys.executable, "-m", "prime_rl.cli.prime_rl", "plot", str(tmp_path / "nope")],
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 2 and "metrics.jsonl not found" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_several_eval_sources_get_one_series_each(tmp_path):
+    """A run evaluated on two sources (GridSim's interpolation and forward days) plots each source's own mean, not
+    the mean of both."""
+    from prime_rl.monitor.plots import eval_curve, eval_sources
+
+    run = _run(tmp_path)
+    for s, a, b in ((0, [0.8, 0.9], [0.4, 0.6]), (6, [0.9, 1.0], [0.5, 0.7])):
+        rows = [{"source": "gridsim", "task_id": f"t{i}", "avg": v} for i, v in enumerate(a)]
+        rows += [{"source": "gridsim-forward", "task_id": f"t{i}", "avg": v} for i, v in enumerate(b)]
+        (run / "eval" / f"step_{s}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert eval_sources(run) == ["gridsim", "gridsim-forward"]
+    assert [(s, round(m, 6)) for s, m, _ in eval_curve(run, "gridsim-forward")] == [(0, 0.5), (6, 0.6)]
+    assert [(s, round(m, 6)) for s, m, _ in eval_curve(run, "gridsim")] == [(0, 0.85), (6, 0.95)]
+    fig, ax = plt.subplots()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"orchestrator"' in x]
+    assert draw_reward(ax, run, rows)
+    labels = ax.get_legend_handles_labels()[1]
+    assert "eval gridsim (task mean ± SE)" in labels and "eval gridsim-forward (task mean ± SE)" in labels
+    means = sorted(float(c[0].get_ydata()[-1]) for c in ax.containers)
+    assert means == pytest.approx([0.6, 0.95])
+    plt.close(fig)

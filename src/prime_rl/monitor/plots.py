@@ -31,6 +31,7 @@ from prime_rl.monitor.rundir import RunDir
 from prime_rl.monitor.stats import mean_se
 
 COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:gray")
+EVAL_COLORS = ("tab:red", "tab:olive", "tab:pink", "tab:cyan")  # one per eval source
 
 
 @dataclass
@@ -103,16 +104,33 @@ def train_reward_band(rows: list[dict[str, Any]]) -> list[tuple[int, float, floa
     return [(s, m, e) for s, (m, e) in sorted(by_step.items())]
 
 
-def eval_curve(run_dir: Path) -> list[tuple[int, float, float]]:
-    """`(step, mean, standard error)` of the per-task `avg` in each `eval/step_N.jsonl`."""
-    out = []
+def _eval_files(run_dir: Path) -> list[tuple[int, Path]]:
     ev = RunDir(Path(run_dir)).eval
-    files = sorted((int(p.stem[5:]), p) for p in ev.glob("step_*.jsonl") if p.stem[5:].isdigit()) if ev.is_dir() else []
-    for n, p in files:
+    return sorted((int(p.stem[5:]), p) for p in ev.glob("step_*.jsonl") if p.stem[5:].isdigit()) if ev.is_dir() else []
+
+
+def eval_sources(run_dir: Path) -> list[str]:
+    """The eval sources named in the rows of `eval/step_N.jsonl` (their `source`), in first-seen order."""
+    seen: dict[str, None] = {}
+    for _, p in _eval_files(run_dir):
+        for line in p.read_text().splitlines():
+            if line.strip() and "source" in (row := json.loads(line)):
+                seen.setdefault(str(row["source"]))
+    return list(seen)
+
+
+def eval_curve(run_dir: Path, source: str | None = None) -> list[tuple[int, float, float]]:
+    """`(step, mean, standard error)` of the per-task `avg` in each `eval/step_N.jsonl` (only the rows of eval
+    source `source` when given)."""
+    out = []
+    for n, p in _eval_files(run_dir):
         vals = []
         for line in p.read_text().splitlines():
             if line.strip():
-                v = json.loads(line).get("avg")
+                row = json.loads(line)
+                if source is not None and str(row.get("source")) != source:
+                    continue
+                v = row.get("avg")
                 if isinstance(v, int | float) and math.isfinite(v):
                     vals.append(float(v))
         if vals:
@@ -142,9 +160,13 @@ def _style(ax: Any, title: str, ylabel: str) -> None:
 
 def draw_reward(ax: Any, run_dir: Path, rows: list[dict[str, Any]], references: dict[str, float] | None = None) -> bool:
     """Train reward (line, ±1 SE band) and eval reward (points, ±1 SE bars); references inside the data's range as
-    dashed lines, outside it only named in the legend. Returns whether anything was drawn."""
+    dashed lines, outside it only named in the legend; one eval series per eval source when there are several.
+    Returns whether anything was drawn."""
     tr = train_reward_band(rows)
-    ev = eval_curve(run_dir)
+    names = eval_sources(run_dir)
+    evals = ([(f"eval {n} (task mean ± SE)", eval_curve(run_dir, n)) for n in names] if len(names) > 1
+             else [("eval (task mean ± SE)", eval_curve(run_dir))])  # fmt: skip
+    ev = [point for _, curve in evals for point in curve]
     lo, hi = math.inf, -math.inf
     if tr:
         xs, ms, es = zip(*tr, strict=True)
@@ -152,9 +174,12 @@ def draw_reward(ax: Any, run_dir: Path, rows: list[dict[str, Any]], references: 
         ax.fill_between(xs, [m - e for m, e in zip(ms, es, strict=True)], [m + e for m, e in zip(ms, es, strict=True)],
                         color="tab:blue", alpha=0.2, linewidth=0)  # fmt: skip
         lo, hi = min(lo, *(m - e for m, e in zip(ms, es, strict=True))), max(hi, *(m + e for m, e in zip(ms, es, strict=True)))
-    if ev:
-        xs, ms, es = zip(*ev, strict=True)
-        ax.errorbar(xs, ms, yerr=es, fmt="o--", linewidth=1, color="tab:red", capsize=3, label="eval (task mean ± SE)")
+    for i, (label, curve) in enumerate(evals):
+        if not curve:
+            continue
+        xs, ms, es = zip(*curve, strict=True)
+        color = EVAL_COLORS[i % len(EVAL_COLORS)]
+        ax.errorbar(xs, ms, yerr=es, fmt="o--", linewidth=1, color=color, capsize=3, label=label)
         lo, hi = min(lo, *(m - e for m, e in zip(ms, es, strict=True))), max(hi, *(m + e for m, e in zip(ms, es, strict=True)))
     if not (tr or ev):
         return False
