@@ -51,7 +51,7 @@ ASYNC_FLAG = "--orchestrator.max-async-level"  # `--async-level N` of peer_trl.p
 
 
 def workloads(args) -> dict[str, Workload]:
-    """The three workloads of issue 17 §1 (models resolved lazily by `model_for`)."""
+    """The three workloads of `--compare` (models resolved lazily by `model_for`)."""
     digit = Workload(
         "digit", "digit-bandit", REPO / "examples/ladder/digit.toml", 40, [],
         {"prompts-per-step": 8, "group-size": 8, "lr": 3e-3, "scheduler": "constant", "temperature": 1.0,

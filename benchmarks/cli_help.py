@@ -5,8 +5,8 @@
 Each command runs `--help` `runs` times through its installed console script (in the same folder as this Python),
 interleaved with `python -c pass`; the medians and their ratio are printed. `--max-ratio` exits 1 when a command's
 ratio exceeds it (CI guard: `tests/test_config.py` asserts under 40x). Absolute seconds depend on the machine and its load;
-the ratio much less so. Target (issue 19): under 1 s per command on a 2-core machine. What bounds the ratio from
-below: importing pydantic alone costs about 5 bare starts; the config models and the help rendering the rest.
+the ratio much less so. Target: under 1 s per command on a 2-core machine. What bounds the ratio from below:
+importing pydantic, then the config models and the help rendering.
 """
 
 from __future__ import annotations

@@ -274,7 +274,6 @@ async def main_async(args):
     print(f"{'ratio':>24}: HTTP / in-process = {http['rollouts_per_s'] / inproc['rollouts_per_s']:.2f}; "
           f"HTTP with / without client.parallel_sampling = {par['rollouts_per_s'] / http['rollouts_per_s']:.2f} "
           f"({sent})")
-    print("  (for scale: vLLM samples ~4k tok/s with the 128x2 tiny model on this CPU, i.e. ~25 GridSim rollouts/s)")
 
     print(f"# async level: simulated trainer {args.train_s} s/step, inference latency {args.latency_s} s/turn")
     res = {}

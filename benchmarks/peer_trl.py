@@ -5,12 +5,12 @@ $PRIME_RL_PEER_TRL_VENV): `python -m venv` + `pip install trl==1.16.0`, with the
 path (a .pth file), so torch, transformers and prime-rl's own dependencies are shared and never changed; TRL is not a
 dependency of prime-rl. The training itself runs in that venv (`_peer_trl_worker.py`), the scoring in this one.
 
-Workload `gridsim` (issue 16's comparison): GridSim's first turn as a one-turn task. The prompt is exactly what
+Workload `gridsim` (without `--compare`): GridSim's first turn as a one-turn task. The prompt is exactly what
 prime-rl's orchestrator sends for a task (system prompt, tools block, user message, rendered by the same renderer
 with the generation prompt); the reward is the GridSim score of the first `submit_schedule` call parsed from the
-completion (0 without a valid one). Settings as `examples/gridsim/rl.toml` as far as they map: 32 completions per
-step as 4 prompts x 8, temperature 0.5, lr 1e-4 cosine, max grad norm 1, 192 completion tokens, 50 steps, no KL
-term (beta 0), TRL's default loss and reward scaling (printed). The trained model is then scored like every prime-rl
+completion (0 without a valid one). Settings (those of `examples/gridsim/rl.toml` but for its 64 rollouts per step,
+lr 1.5e-4 and std normalisation): 32 completions per step as 4 prompts x 8, temperature 0.5, lr 1e-4 cosine, max
+grad norm 1, 192 completion tokens, 50 steps, no KL term (beta 0), TRL's default loss and reward scaling (printed). The trained model is then scored like every prime-rl
 model: `prime-rl eval` (vLLM inference server, temperature 0.5, 4 rollouts per day, up to 4 turns) on the 200 eval
 days, paired by day against the starting model's eval.
 
@@ -20,7 +20,7 @@ days, paired by day against the starting model's eval.
 prints one line per seed (wall time, s/step, eval mean +- SE, paired difference to the start model) and writes
 `summary.json`. `--steps`, `--eval-days` and `--eval-rollouts` shrink it for a smoke run.
 
-Side by side (issue 17, `_peer_compare.py`): `--compare digit gridsim reverse-text` runs, per workload, prime-rl's
+Side by side (`_peer_compare.py`): `--compare digit gridsim reverse-text` runs, per workload, prime-rl's
 `rl` and then TRL on the same model and settings and prints one markdown table each (s per RL step, rollouts/s,
 trained tokens/s, peak memory per process, eval reward after the last step +- SE, and the ratios), also written to
 OUT/compare.md and compare.json. Workloads: `digit` (examples/ladder/digit.toml, the random tiny 64x2 model),
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--async-level", type=int, default=None,
                    help="--compare: prime-rl's orchestrator.max_async_level (default: the workload config's)")
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "peer-trl")
-    p.add_argument("--data-dir", type=Path, default=None, help="ERCOT NP4-180-ER files (default: synthetic days)")
+    p.add_argument("--data-dir", type=Path, default=None, help="a folder of ERCOT NP4-180-ER files (default: the packaged 2021-2024 days)")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 50; --compare: per workload)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--temperature", type=float, default=0.5)

@@ -1,7 +1,7 @@
 """Does the agent loop's first-prompt cache pay? Rollouts per second of the orchestrator alone (GridSim in-process,
 an instant in-process inference stub: `benchmarks/orchestrator.py`'s `InstantClient`) with the cache and without it
 (`_PROMPT_CACHE_MAX = 0`: every rollout renders its task's first prompt), alternated in one run, with their ratio.
-The cache is keyed by renderer, source, split and task id (issue 13 C); a group's `group_size` rollouts share one
+The cache is keyed by renderer, source, split and task id; a group's `group_size` rollouts share one
 rendering.
 
 Usage: python benchmarks/prompt_cache.py [--steps 4] [--batch-size 64] [--group-size 8] [--repeats 2]

@@ -6,7 +6,7 @@ Writes `gridsim sft-data` (synthetic days) and a tiny model to a temporary folde
 with `data.shared_prefix = false` (samples packed one per 2,048-token micro-batch) and then `true` (one micro-batch
 of `--batch` samples, the ~880-token system + tools head run once), each in a fresh process, and prints each
 variant's sample tokens/s (steps 2.. only), the ratio, the step-1 loss of both (they must agree: same math) and
-each one's peak memory. Measured on the 2-core CPU with 128x2: ~18k vs ~31k tokens/s (1.7-1.8x).
+each one's peak memory.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GridSim RL experiments of issue 16 §3, all from ONE SFT model, each an RL phase of `make demo` (scripts/demo.sh
+# GridSim RL variants, all from ONE SFT model, each an RL phase of `make demo` (scripts/demo.sh
 # with SFT_MODEL reused): eval of the SFT model and of the last policy on the 200 eval days (T=0.5, 4 rollouts per
 # day), the table with paired differences in OUT/rl/eval/summary.md and the per-step diagnostics plot in
 # OUT/rl/plots/diagnostics.png.
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 SFT=${SFT_MODEL:-outputs/demo/sft/weights/step_1000}
 ROOT=${ROOT:-outputs/gridsim-exp}
 
-# name -> extra rl flags (the candidates of issue 16 §3; "default" = examples/gridsim/rl.toml as is)
+# name -> extra rl flags ("default" = examples/gridsim/rl.toml as is)
 declare -A CAND=(
   [default]=""
   [std]="--orchestrator.advantage.std-normalize true"
