@@ -100,7 +100,8 @@ class _Broken(Environment):
             def verify(self, final_response=None):
                 if mode == "raise":
                     raise ZeroDivisionError("verifier crashed")
-                return VerifyResult(math.nan if mode == "nan" else 0.5, {"m": 1.0, "bad": math.inf})
+                reward = {"nan": math.nan, "huge": 1e308, "bool": True}.get(mode, 0.5)
+                return VerifyResult(reward, {"m": 1.0, "bad": math.inf})
 
         ep = Ep()
         ep.task = task
@@ -110,7 +111,9 @@ class _Broken(Environment):
 @pytest.mark.parametrize("mode, action, reason", [
     ("ok", TaskAction(tool_name="t"), "tool 't' raised RuntimeError('tool crashed')"),
     ("raise", TaskAction(type="final"), "verify raised ZeroDivisionError('verifier crashed')"),
-    ("nan", TaskAction(type="final"), "reward nan is not a finite number"),
+    ("nan", TaskAction(type="final"), "the verifier returned reward nan"),
+    ("huge", TaskAction(type="final"), "the verifier returned reward 1e+308 outside [-1e+06, 1e+06]"),
+    ("bool", TaskAction(type="final"), "the verifier returned reward True (bool)"),
 ])  # fmt: skip
 def test_a_crash_or_non_finite_reward_ends_the_episode_masked(mode, action, reason):
     env = _Broken(mode)

@@ -87,3 +87,45 @@ def test_advantage_type_chooses_the_config_class():
     assert old == CustomAdvantageConfig(import_path="pkg.mod:fn")
     assert parse_config(OrchestratorConfig, ["--advantage.type", "maxrl", "--advantage.filter-zero", "true"]).advantage \
         == MaxRLAdvantageConfig(filter_zero=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_estimators_match_an_independent_float64_computation(seed):
+    """GRPO (both forms), RLOO and MaxRL against numpy float64 on random groups with masked members and rewards
+    up to the default bound (1e6)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    r = rng.uniform(-1e6, 1e6, size=8)
+    r[0] = 0.25
+    m = np.ones(8, bool)
+    m[[2, 5]] = False
+    v = r[m]
+    mean, std = v.mean(), v.std()
+    want = {
+        "grpo": np.where(m, r - mean, 0.0),
+        "grpo-std": np.where(m, (r - mean) / (std + 1e-6), 0.0),
+        "rloo": np.where(m, r - (v.sum() - r) / (len(v) - 1), 0.0),
+    }
+    cfgs = {"grpo": GRPOAdvantageConfig(), "grpo-std": GRPOAdvantageConfig(std_normalize=True),
+            "rloo": RLOOAdvantageConfig()}  # fmt: skip
+    for name, cfg in cfgs.items():
+        got = compute_advantages(list(r), list(m), cfg)
+        assert got == pytest.approx(list(want[name]), rel=1e-12, abs=1e-9), name
+    pos = np.abs(r)
+    got = compute_advantages(list(pos), list(m), MaxRLAdvantageConfig())
+    want_maxrl = np.where(m, (pos - pos[m].mean()) / pos[m].mean(), 0.0)
+    assert got == pytest.approx(list(want_maxrl), rel=1e-12)
+
+
+def test_estimators_do_not_overflow_on_huge_rewards():
+    """Rewards near float64's limit: the group mean of four 1e308 is 1e308 (a plain sum overflows to inf), and
+    GRPO without std_normalize never computes the std (its square overflowed: OverflowError)."""
+    big = [1e308] * 4
+    assert compute_advantages(big, [True] * 4, GRPOAdvantageConfig()) == [0.0] * 4
+    assert compute_advantages(big, [True] * 4, RLOOAdvantageConfig()) == [0.0] * 4
+    # one 1e308 among small rewards: mean 2.5e307, advantages finite
+    a = compute_advantages([1e308, 0.0, 0.0, 0.0], [True] * 4, GRPOAdvantageConfig())
+    assert a == pytest.approx([7.5e307, -2.5e307, -2.5e307, -2.5e307], rel=1e-15)
+    a = compute_advantages([1e308, 0.0, 0.0, 0.0], [True] * 4, GRPOAdvantageConfig(std_normalize=True))
+    assert a == pytest.approx([3 ** 0.5, -(3 ** -0.5), -(3 ** -0.5), -(3 ** -0.5)], rel=1e-12)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -313,8 +314,24 @@ class OrchestratorConfig(BaseConfig):
         "token: every rollout masked, never sampled or filtered; or no rollout with a nonzero advantage: equal rewards "
         "in every group); None = never stop.",
     )
+    reward_range: tuple[float, float] = Field(
+        (-1e6, 1e6),
+        description="Rewards accepted from an environment (inclusive); a reward outside masks its rollout, named in "
+        "the log (a reward of 1e308 would overflow the group's sums, one of 1e39 the trainer's float32).",
+    )
     seed: int = Field(0, description="Seed of the task stream's order and of random.")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
+
+    @field_validator("reward_range")
+    @classmethod
+    def _reward_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if not (math.isfinite(low) and math.isfinite(high) and low < high and max(-low, high) <= 1e30):
+            raise ValueError(
+                f"reward_range = [{low:g}, {high:g}]: use finite bounds low < high within [-1e30, 1e30] (advantages "
+                "and the trainer's float32 must hold the rewards' differences)"
+            )
+        return value
 
     @field_validator("advantage", mode="before")
     @classmethod

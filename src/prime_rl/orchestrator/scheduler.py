@@ -9,18 +9,20 @@
   with version N - 1.
 - Staleness: when step N's batch is cut, a group whose oldest token came from a version older than
   N - 1 - max_off_policy_steps is dropped whole and replaced.
-- Finished groups get advantages (masked members excluded from the baseline) and are cut in completion order (the
-  first `batch_size / group_size` finished groups make the step); within the step they are listed in launch order
-  (group id), so the trainer's input, and the order of its fp32 sums, do not depend on which group finished first
-  (a seeded synchronous run is reproducible bit for bit under any load). A non-finite advantage (a custom
-  estimator's NaN) masks its rollout (docs/design.md invariant 7).
+- Finished groups are cut in completion order (the first `batch_size / group_size` finished groups make the step);
+  within the step they are listed in launch order (group id), so the trainer's input, and the order of its fp32
+  sums, do not depend on which group finished first (a seeded synchronous run is reproducible bit for bit under
+  any load). The cut groups go through admission (`prime_rl.orchestrator.admission.admit`: advantages, filters,
+  truncation mask); the masked rollouts' reasons are logged, a few per kind.
+- Every task the scheduler starts is kept (a group's rollout tasks and its collector). A collector that fails (a
+  rollout task raised instead of masking its rollout) makes the next `next_batch` raise `AdmissionError` naming
+  the group, at once; so does an estimator or filter that raises in admission.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from typing import Any
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
-from prime_rl.orchestrator.advantages import compute_advantages
+from prime_rl.orchestrator.admission import AdmissionError, CutBatch, admit, log_masked, off_policy
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.stream import TaskStream
@@ -37,32 +39,19 @@ from prime_rl.orchestrator.types import PolicyVersion, Rollout
 
 log = get_logger("orchestrator.scheduler")
 
-
-def off_policy(group: list[Rollout], step: int) -> int:
-    """Versions between the policy the trainer applies at `step` (N - 1) and the group's oldest token's policy."""
-    versions = [v for r in group for v in r.policy_versions]
-    return (step - 1) - min(versions) if versions else 0
+__all__ = ["CutBatch", "Group", "Scheduler", "effective_max_inflight", "off_policy"]
 
 
 @dataclass
 class Group:
+    """A group of `group_size` rollouts of one task: its rollout tasks, then (collected) its rollouts."""
+
     gid: int
     source_idx: int
     task_pos: int
     rollouts: list[Rollout] = field(default_factory=list)
     tasks: list[asyncio.Task] = field(default_factory=list)
-
-
-@dataclass
-class CutBatch:
-    """One step's rollouts plus scheduling counters."""
-
-    step: int
-    rollouts: list[Rollout]
-    dropped_stale_groups: int
-    filtered_groups: int
-    max_off_policy: int
-    wait_s: float
+    collector: asyncio.Task | None = None
 
 
 def effective_max_inflight(max_inflight: int, sources: list[TaskSource]) -> int:
@@ -112,7 +101,7 @@ class Scheduler:
             raise ValueError(f"batch_size ({batch_size}) must be a multiple of group_size ({group_size})")
         self.sources, self.stream, self.client, self.renderer = sources, stream, client, renderer
         self.sampling, self.advantage, self.policy = cfg.train.sampling, cfg.advantage, policy
-        self.limits = AgentLimits(cfg.seq_len, cfg.train.sampling.max_completion_tokens)
+        self.limits = AgentLimits(cfg.seq_len, cfg.train.sampling.max_completion_tokens, cfg.reward_range)
         self.group_size, self.batch_size = group_size, batch_size
         self.groups_per_step = batch_size // group_size
         self.max_inflight = effective_max_inflight(cfg.concurrency.max_inflight, sources)
@@ -126,6 +115,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         policy.listeners.append(self._wake)
         self.total_dropped = 0
+        self.failure: BaseException | None = None  # the first collector failure, raised by next_batch
 
     # ---- launching ----
     def _allowed_groups(self, step: int) -> int:
@@ -148,7 +138,8 @@ class Scheduler:
                 rid = f"{task.task_id}/g{g.gid}/r{k}"
                 g.tasks.append(asyncio.create_task(self._one(src, task, g.gid, rid), name=rid))
             self.running[g.gid] = g
-            asyncio.create_task(self._collect(g))
+            g.collector = asyncio.create_task(self._collect(g), name=f"collect-g{g.gid}")
+            g.collector.add_done_callback(self._collected)
 
     async def _one(self, src: TaskSource, task, gid: int, rid: str) -> Rollout:
         async with self.sem, self.gate(src):
@@ -160,15 +151,21 @@ class Scheduler:
         try:
             g.rollouts = list(await asyncio.gather(*g.tasks))
         except asyncio.CancelledError:
-            return
-        adv = compute_advantages([r.reward for r in g.rollouts], [not r.masked for r in g.rollouts], self.advantage)
-        for r, a in zip(g.rollouts, adv, strict=True):
-            if not math.isfinite(a):
-                r.masked, r.error, a = True, f"advantage/non_finite: the advantage estimator returned {a}", 0.0
-                log.warning("rollout of task %r (source %r) masked: %s", r.task.task_id, r.source, r.error)
-            r.advantage = a
+            raise
+        except Exception as e:
+            for t in g.tasks:
+                t.cancel()
+            raise AdmissionError(f"collection of {_pending_label(g)} failed: {type(e).__name__}: {e}") from e
         self.running.pop(g.gid, None)
         self.ready.append(g)
+        self._wake.set()
+
+    def _collected(self, task: asyncio.Task) -> None:
+        """Done callback of every collector: keep the first failure and wake `next_batch`, which raises it."""
+        if task.cancelled() or task.exception() is None:
+            return
+        if self.failure is None:
+            self.failure = task.exception()
         self._wake.set()
 
     # ---- cutting ----
@@ -192,6 +189,8 @@ class Scheduler:
         dropped = 0
         last_progress = time.monotonic()
         while True:
+            if self.failure is not None:
+                raise self.failure
             n = self._drop_stale(step)
             if n:
                 log.info("step %d: dropped %d group(s) older than max_off_policy_steps=%d", step, n, self.max_off_policy_steps)
@@ -214,26 +213,11 @@ class Scheduler:
                     ) from None
         await self.policy.wait_for(step - 1 - self.max_async_level, self.weights_timeout_s)
         groups = sorted((self.ready.popleft() for _ in range(self.groups_per_step)), key=lambda g: g.gid)
-        filtered = 0
-        if self.advantage.filter_zero:
-            for g in groups:
-                if all(r.advantage == 0.0 for r in g.rollouts):
-                    filtered += 1
-                    for r in g.rollouts:
-                        r.filtered = True
-        if self.advantage.mask_truncated:  # after the advantages: truncated members stay in their group's baseline
-            for g in groups:
-                for r in g.rollouts:
-                    r.filtered = r.filtered or r.truncated
+        batch = admit([g.rollouts for g in groups], self.advantage, step=step, dropped_stale_groups=dropped,
+                      wait_s=time.monotonic() - t0)  # fmt: skip
+        log_masked(step, batch.rollouts)
         self._launch(step + 1)
-        return CutBatch(
-            step=step,
-            rollouts=[r for g in groups for r in g.rollouts],
-            dropped_stale_groups=dropped,
-            filtered_groups=filtered,
-            max_off_policy=max(off_policy(g.rollouts, step) for g in groups),
-            wait_s=time.monotonic() - t0,
-        )
+        return batch
 
     # ---- checkpoint / shutdown ----
     def outstanding(self) -> list[tuple[int, int]]:
@@ -242,11 +226,16 @@ class Scheduler:
         return [(g.source_idx, g.task_pos) for g in groups]
 
     async def aclose(self) -> None:
-        """Cancel running rollouts (each closes its episode) and wait for them."""
-        tasks = [t for g in self.running.values() for t in g.tasks]
+        """Cancel running rollouts (each closes its episode) and their collectors, and wait for them."""
+        tasks = [t for g in self.running.values() for t in [*g.tasks, g.collector] if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.running.clear()
         if self._wake in self.policy.listeners:
             self.policy.listeners.remove(self._wake)
+
+
+def _pending_label(g: Group) -> str:
+    """`group 3 (rollouts t0/g3/r0, ...)` from the group's rollout task names (its rollouts are not collected)."""
+    return f"group {g.gid} (rollouts {', '.join(t.get_name() for t in g.tasks)})"

@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from prime_rl.orchestrator.scheduler import CutBatch
+from prime_rl.orchestrator.admission import CutBatch
 
 
 def format_duration(seconds: float) -> str:
@@ -60,7 +60,7 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
     errors: dict[str, int] = defaultdict(int)
     for r in rs:
         if r.masked:
-            errors[(r.error or "unknown").split(":")[0]] += 1
+            errors[r.error_kind or "unknown"] += 1
     for k, v in errors.items():
         m[f"errors/{k}"] = v
     by_src: dict[str, list] = defaultdict(list)
@@ -82,13 +82,18 @@ def step_line(step: int, m: dict[str, Any], max_steps: int | None = None) -> str
     """`Step 12/50 | 1m 23s | Reward 0.7508 | Trainable 32/32 (100.0%) | Turns 3.9 | Max Off-Policy 1 | Error 0.0% |
     Truncated 12.5%` (`Step 12 | ...` without `max_steps`)."""
     reward = m["reward"]
-    rtxt = "nan" if reward is None or (isinstance(reward, float) and math.isnan(reward)) else f"{reward:.4f}"
+    rtxt = "nan" if reward is None or (isinstance(reward, float) and math.isnan(reward)) else _number(reward)
     of = f"/{max_steps}" if max_steps else ""
     return (
         f"Step {step}{of} | {format_duration(m['step_time_s'])} | Reward {rtxt} | "
         f"Trainable {m['trainable']}/{m['num_rollouts']} ({m['trainable_pct']:.1f}%) | Turns {m['turns']:.1f} | "
         f"Max Off-Policy {m['max_off_policy']} | Error {m['error_pct']:.1f}% | Truncated {m['truncated_pct']:.1f}%"
     )
+
+
+def _number(x: float) -> str:
+    """4 decimals for the usual rewards, 4 significant digits in exponent form from 1e4 on (`1.235e+05`)."""
+    return f"{x:.4f}" if abs(x) < 1e4 else f"{x:.4g}"
 
 
 def _zero_spread_pct(rollouts: list) -> float:

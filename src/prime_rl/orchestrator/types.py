@@ -43,7 +43,10 @@ class Rollout:
     """One episode of one task: its samples, the environment's verdict and bookkeeping.
 
     `masked` rollouts (environment or transport failure, docs/design.md invariant 3) carry no loss and are excluded from
-    their group's baseline. `policy_versions` holds the policy version of every model turn, in order.
+    their group's baseline; `error_kind` is their class in the step metrics (`errors/<kind>`, e.g.
+    `env/invalid_reward`, `advantage/non_finite`, `TimeoutError`) and `error_message` the reason. `policy_versions`
+    holds the policy version of every model turn, in order. `rollout_id` is `<task id>/g<group id>/r<k>` in
+    training (`eval/<source>/<task id>/<k>` in eval).
     """
 
     task: Task
@@ -54,7 +57,9 @@ class Rollout:
     reward: float = 0.0
     env_metrics: dict[str, float] = field(default_factory=dict)
     masked: bool = False
-    error: str | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    rollout_id: str | None = None
     num_turns: int = 0
     truncated: bool = False
     turn_capped: bool = False
@@ -65,6 +70,15 @@ class Rollout:
     filtered: bool = False  # out of the loss: zero-advantage group (advantage.filter_zero) or truncated (mask_truncated)
     temperature: float = 1.0
     duration_s: float = 0.0
+
+    def mask(self, kind: str, message: str) -> None:
+        """Mask this rollout: no loss, out of its group's baseline; `kind` and `message` say why."""
+        self.masked, self.error_kind, self.error_message = True, kind, message
+
+    @property
+    def error(self) -> str | None:
+        """`<error_kind>: <error_message>` (as written to traces.jsonl and eval rows), None when not masked."""
+        return None if self.error_kind is None else f"{self.error_kind}: {self.error_message}"
 
     @property
     def num_tokens(self) -> int:

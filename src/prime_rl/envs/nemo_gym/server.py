@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import math
 import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -45,7 +44,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from prime_rl.envs.base import Environment, Task
+from prime_rl.envs.base import DEFAULT_REWARD_RANGE, Environment, Task, VerifyResult, finite_metrics, reward_problem
 from prime_rl.envs.nemo_gym.aggregate import aggregate_metrics
 from prime_rl.envs.nemo_gym.protocol import (
     PROVIDER_QUOTA_EXHAUSTED,
@@ -77,6 +76,7 @@ class ServerState:
         max_concurrent: unverified episodes at once.
         at_capacity: `queue` (wait up to `seed_wait_s` for a slot, then admit a masked session) or `reject` (503).
         token: require `Authorization: Bearer <token>` on every route but `/health`.
+        reward_range: rewards accepted (inclusive); one outside masks its episode (`envs.base.reward_problem`).
     """
 
     env: Environment
@@ -87,6 +87,7 @@ class ServerState:
     at_capacity: Literal["queue", "reject"] = "queue"
     seed_wait_s: float = 30.0
     token: str | None = None
+    reward_range: tuple[float, float] | None = DEFAULT_REWARD_RANGE
     store: SessionStore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -149,23 +150,28 @@ def _masked_result(kind: str, reason: str) -> dict[str, Any]:
     return {"reward": 0.0, "mask_sample": True, "failure_kind": kind, "failure_reason": reason, "metrics": {}}
 
 
-def _verdict(sess: Session, text: str | None) -> dict[str, Any]:
-    """Score `sess` (once): its result, or a masked one for a crashed/unavailable episode or a bad reward."""
+def _verdict(sess: Session, text: str | None,
+             reward_range: tuple[float, float] | None = DEFAULT_REWARD_RANGE) -> dict[str, Any]:  # fmt: skip
+    """Score `sess` (once): its result, or a masked one for a crashed/unavailable episode or a reward that fails the
+    one reward check (`envs.base.reward_problem`: a bool, a non-number, non-finite or outside `reward_range`).
+    Metrics that are not finite numbers are dropped (`envs.base.finite_metrics`), the episode is kept."""
     if sess.unavailable is not None:
         return _masked_result(PROVIDER_QUOTA_EXHAUSTED, sess.unavailable)
     if sess.crashed is not None:
         return _masked_result(VERIFIER_ERROR, sess.crashed)
     try:
         res = sess.episode.verify(text)
-        reward = float(res.reward)
-        metrics = {k: float(v) for k, v in res.metrics.items() if math.isfinite(float(v))}
     except Exception as e:  # noqa: BLE001 - a crashed episode is masked, never a 500
         return _masked_result(VERIFIER_ERROR, f"verify raised {type(e).__name__}: {e}")
-    if not math.isfinite(reward):
-        return _masked_result(VERIFIER_ERROR, f"the environment's reward is not finite ({reward})")
+    if not isinstance(res, VerifyResult):
+        return _masked_result(VERIFIER_ERROR, f"verify returned {type(res).__name__}, not a VerifyResult")
     if res.masked:
         return _masked_result(VERIFIER_ERROR, res.reason or "the environment could not measure this episode")
-    return {"reward": reward, "mask_sample": False, "failure_kind": None, "failure_reason": None, "metrics": metrics}
+    bad = reward_problem(res.reward, reward_range)
+    if bad is not None:
+        return _masked_result(VERIFIER_ERROR, f"the environment returned {bad}")
+    return {"reward": float(res.reward), "mask_sample": False, "failure_kind": None, "failure_reason": None,
+            "metrics": finite_metrics(res.metrics)}  # fmt: skip
 
 
 router = APIRouter()
@@ -247,15 +253,14 @@ async def verify(request: Request, body: dict[str, Any] = Body(...), state: Serv
         raise RequestValidationError([{"loc": ("body", "response"), "msg": str(e), "type": "value_error"}]) from None
     row = {k: v for k, v in body.items() if k not in ("response", "final_response")}
     row["response"] = response
-    sid = _cookie_sid(state, request)
-    sess, (kind, reason) = state.store.get(sid)
+    found = state.store.lookup(_cookie_sid(state, request))
+    sess = found.session
     if sess is None:
-        tomb = state.store.ended.get(sid) if sid else None
-        if tomb is not None and tomb.result is not None:  # verified, then closed: the same answer again
-            return _answer(state, row, tomb.result)
-        return _masked(state, kind, reason, row)
+        if found.verified is not None:  # verified, then closed: the same answer again
+            return _answer(state, row, found.verified)
+        return _masked(state, found.kind, found.reason, row)
     if sess.result is None:
-        sess.result = _verdict(sess, text)
+        sess.result = _verdict(sess, text, state.reward_range)
         state.store.release_slot(sess)
     return _answer(state, row, sess.result)
 
@@ -294,15 +299,15 @@ async def tool(tool: str, request: Request, state: ServerState = Depends(_state)
     except UnicodeDecodeError:
         raise RequestValidationError([{"loc": ("body",), "msg": "body must be UTF-8 JSON (the tool's arguments)",
                                        "type": "value_error"}]) from None  # fmt: skip
-    sid = _cookie_sid(state, request)
-    sess, (kind, reason) = state.store.get(sid)
+    found = state.store.lookup(_cookie_sid(state, request))
+    sess = found.session
     if sess is None:
-        tomb = state.store.ended.get(sid) if sid else None
-        if tomb is not None and tomb.result is not None:
+        if found.verified is not None:
             return _json({"output": "error: the episode was already verified; this call changed nothing"})
         if state.masked_as_error:
-            return _masked(state, kind, reason)
-        return _json({"output": f"error: {reason}; this episode's verify will be masked", "failure_kind": kind})
+            return _masked(state, found.kind, found.reason)
+        return _json({"output": f"error: {found.reason}; this episode's verify will be masked",
+                      "failure_kind": found.kind})  # fmt: skip
     if sess.result is not None:
         return _json({"output": "error: the episode was already verified; this call changed nothing"})
     problem = sess.unavailable or sess.crashed

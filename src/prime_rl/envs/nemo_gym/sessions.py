@@ -48,6 +48,17 @@ class Ended:
     result: dict[str, Any] | None = None
 
 
+@dataclass
+class Lookup:
+    """What a session id names: the live `session`, else the `verified` result an ended session left (None when
+    it ended unverified or never existed) and why there is no live session (`kind`, `reason`)."""
+
+    session: Session | None
+    verified: dict[str, Any] | None = None
+    kind: str = ""
+    reason: str = ""
+
+
 class SessionStore:
     """Live sessions by id, capacity slots, idle expiry and tombstones (see the module docstring).
 
@@ -134,6 +145,15 @@ class SessionStore:
             return None, ((t.kind, t.reason) if t else (SESSION_LOST, "unknown session"))
         sess.last_seen = time.monotonic()
         return sess, ("", "")
+
+    def lookup(self, sid: str | None) -> Lookup:
+        """The live session `sid` (touched), or its tombstone's verify result and failure kind and reason: the one
+        place a request finds "the session or its tombstone"."""
+        sess, (kind, reason) = self.get(sid)
+        if sess is not None:
+            return Lookup(sess)
+        tomb = self.ended.get(sid) if sid is not None else None
+        return Lookup(None, tomb.result if tomb is not None else None, kind, reason)
 
     def end(self, sid: str, kind: str, reason: str) -> None:
         """End session `sid` (live or never seeded) and leave its tombstone; idempotent."""

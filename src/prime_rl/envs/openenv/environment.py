@@ -7,7 +7,6 @@ cursor). The prime-rl `Episode` does the work: `call_tool` answers a tool call, 
 
 from __future__ import annotations
 
-import math
 import threading
 import uuid
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from openenv.core.env_server.interfaces import Environment as OpenEnvEnvironment
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from prime_rl.envs.base import Environment, Episode, Task, VerifyResult
+from prime_rl.envs.base import Environment, Episode, Task, VerifyResult, finite_metrics, reward_problem
 from prime_rl.envs.openenv.models import TaskAction, TaskObservation, TaskState
 
 NO_EPISODE = (
@@ -136,10 +135,11 @@ class TaskEnvironment(OpenEnvEnvironment[TaskAction, TaskObservation, TaskState]
         assert self.episode is not None
         task = self.episode.task
         masked, reason = result.masked, result.reason
-        if not masked and not (isinstance(result.reward, int | float) and math.isfinite(result.reward)):
-            masked, reason = True, f"the verifier's reward {result.reward!r} is not a finite number"
+        bad = None if masked else reward_problem(result.reward)  # the one reward check, default range
+        if bad is not None:
+            masked, reason = True, f"the verifier returned {bad}"
         reward = None if masked else float(result.reward)
-        metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, int | float) and math.isfinite(v)}
+        metrics = finite_metrics(result.metrics)
         self.end = TaskObservation(task_id=task.task_id, split=task.split, index=task.index, tool_name=tool_name,
                                    metrics=metrics, masked=masked, reason=reason, done=True, reward=reward)  # fmt: skip
         self._state.done, self._state.reward = True, reward

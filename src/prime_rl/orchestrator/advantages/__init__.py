@@ -5,12 +5,19 @@ rollout of a group; `mask[i]` true = rollout i is trainable, false = masked by i
 shape [G] and is 0.0 at masked positions. Masked rollouts never enter the baseline (docs/design.md invariant 3). `cfg` is
 the algorithm's own config class (`prime_rl.config.orchestrator`, chosen by `type`); `type = "custom"` loads
 `cfg.import_path`.
+
+The built-in algorithms work in float64 and are overflow-safe (`scaled_mean`, `scaled_std`): rewards anywhere in
+float64's range give finite baselines (the rewards themselves are bounded earlier, at the one reward check,
+`envs.base.reward_problem`). Whether an advantage fits the trainer's float32 is checked at admission
+(`prime_rl.orchestrator.admission`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from prime_rl.config.orchestrator import AdvantageConfig, CustomAdvantageConfig
 from prime_rl.registry import Registry
@@ -22,6 +29,30 @@ ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", "orchestrato
     "rloo": "prime_rl.orchestrator.advantages.rloo:rloo_advantages",
     "maxrl": "prime_rl.orchestrator.advantages.maxrl:maxrl_advantages",
 })
+
+
+def trainable_rewards(rewards: Sequence[float], mask: Sequence[bool]) -> np.ndarray:
+    """The rewards of the trainable members (`mask[i]` true), float64, shape [k]."""
+    return np.array([float(r) for r, m in zip(rewards, mask, strict=True) if m], dtype=np.float64)
+
+
+def scaled_mean(values: np.ndarray) -> float:
+    """The mean of `values` (float64, [k], k >= 1) without overflow: computed on `values / max|values|` and scaled
+    back, so four rewards of 1e308 average to 1e308 (a plain sum is inf)."""
+    scale = float(np.max(np.abs(values)))
+    if scale == 0.0:
+        return 0.0
+    return float(np.mean(values / scale)) * scale
+
+
+def scaled_std(values: np.ndarray, mean: float) -> float:
+    """The population std of `values` around `mean` (float64) without overflow in the squares (scaled like
+    `scaled_mean`); inf only when the deviations themselves overflow float64."""
+    dev = values - mean
+    scale = float(np.max(np.abs(dev)))
+    if scale == 0.0 or not np.isfinite(scale):
+        return scale
+    return float(np.sqrt(np.mean((dev / scale) ** 2))) * scale
 
 
 def register_advantage(name: str, fn: str | AdvantageFn) -> None:

@@ -3,33 +3,25 @@
     A_i = r_i - mean_{j trainable}(r_j)                       (default, Dr. GRPO: no std division)
     A_i = (r_i - mean) / (std + eps)   if std_normalize         (original GRPO; population std)
 
-over the trainable members only. A group with fewer than two trainable members has no baseline: all zeros.
+over the trainable members only, in float64 (overflow-safe mean and std; the std is computed only with
+`std_normalize`). A group with fewer than two trainable members has no baseline: all zeros.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from prime_rl.config.orchestrator import GRPOAdvantageConfig
+from prime_rl.orchestrator.advantages import scaled_mean, scaled_std, trainable_rewards
 
 EPS = 1e-6
 
 
 def grpo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: GRPOAdvantageConfig) -> list[float]:
     """Shape [G] -> [G]; 0.0 for masked members."""
-    vals = [float(r) for r, m in zip(rewards, mask, strict=True) if m]
+    vals = trainable_rewards(rewards, mask)
     if len(vals) < 2:
         return [0.0] * len(rewards)
-    mean = sum(vals) / len(vals)
-    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
-    out = []
-    for r, m in zip(rewards, mask, strict=True):
-        if not m:
-            out.append(0.0)
-            continue
-        a = float(r) - mean
-        if cfg.std_normalize:
-            a = a / (std + EPS)
-        out.append(a)
-    return out
+    mean = scaled_mean(vals)
+    div = scaled_std(vals, mean) + EPS if cfg.std_normalize else 1.0
+    return [(float(r) - mean) / div if m else 0.0 for r, m in zip(rewards, mask, strict=True)]

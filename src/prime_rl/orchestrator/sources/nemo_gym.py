@@ -61,11 +61,12 @@ class NemoGymEpisode(AsyncEpisode):
 
 def verify_result(out: dict[str, Any], task_id: str = "") -> VerifyResult:
     """The VerifyResult of a `/verify` answer. Masked when the server says so (`mask_sample`) or when `reward` is
-    missing, null, not a number or not finite (`envs.base.reward_problem`); the reason names the field and the task."""
+    missing, null, not a number or not finite (`envs.base.reward_problem`); the reason names the field and the task.
+    The range (`orchestrator.reward_range`) is checked by the agent loop, as for every source."""
     metrics = finite_metrics(out.get("metrics"))
     if out.get("mask_sample") is True:
         return VerifyResult(0.0, metrics, True, out.get("failure_reason") or out.get("failure_kind") or "mask_sample")
-    bad = "no `reward`" if "reward" not in out else reward_problem(out.get("reward"))
+    bad = "no `reward`" if "reward" not in out else reward_problem(out.get("reward"), reward_range=None)
     if bad is not None:
         reason = f"verify answered {bad} for task {task_id!r} (expected a finite number)"
         log.warning("%s; the rollout is masked", reason)

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import contextvars
 import json
-import math
 from typing import Any
 
-from prime_rl.envs.base import Task, VerifyResult
+from prime_rl.envs.base import Task, VerifyResult, finite_metrics, reward_problem
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.sources.base import AsyncEpisode, EnvError, TaskSource
 
@@ -174,8 +173,8 @@ class VerifiersEpisode(AsyncEpisode):
             await self.vtask.score(trace, None)
         except Exception as e:
             raise EnvError("verify_crash", f"{type(e).__name__}: {e}") from e
-        missing = [k for k, r in trace.rewards.items() if r is None or not math.isfinite(r.score)]
-        metrics = {k: float(v) for k, v in trace.metrics.items() if isinstance(v, int | float) and math.isfinite(v)}
+        missing = [k for k, r in trace.rewards.items() if r is None or reward_problem(r.score, reward_range=None)]
+        metrics = finite_metrics(trace.metrics)
         if missing or not trace.rewards:
             reason = f"verifiers reward(s) {missing or 'none'} did not score task {self.vtask.data.name or self.vtask.key!r}"
             log.warning("%s; the rollout is masked", reason)

@@ -1,0 +1,157 @@
+"""Admission: what of a step's finished groups the trainer gets. A pure function between the scheduler (which
+decides *which* groups make step N) and the packer (which lays their samples out for the trainer's ranks).
+
+`admit(groups, cfg, step=N)` returns a `CutBatch` of new `Rollout` objects (the scheduler's are not written):
+
+1. Advantages, per group, with the configured estimator (`prime_rl.orchestrator.advantages`); masked members are
+   out of the baseline (docs/design.md invariant 3). An advantage that is not finite, or beyond float32's range
+   (the trainer's dtype), masks its rollout as `advantage/non_finite` (invariant 7).
+2. Group filters, in order (`group_filters(cfg)`): the first that names a reason takes the whole group out of the
+   loss (`filtered`; counted in `filtered_groups`). Built in: the zero-advantage filter (`advantage.filter_zero`).
+   Difficulty gates and curricula are further `GroupFilter`s (docs/extending.md).
+3. The truncation mask (`advantage.mask_truncated`): truncated rollouts leave the loss after their rewards entered
+   their group's baseline.
+
+An exception in an estimator or a filter raises `AdmissionError` naming the step, the group and its rollout ids,
+with the original exception as its cause; the orchestrator stops the run with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from prime_rl.config.orchestrator import AdvantageConfig
+from prime_rl.monitor.logger import get_logger
+from prime_rl.orchestrator.advantages import compute_advantages
+from prime_rl.orchestrator.types import Rollout
+
+log = get_logger("orchestrator.admission")
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+GroupFilter = Callable[[Sequence[Rollout], AdvantageConfig], "str | None"]
+"""`(group, cfg) -> reason or None`: a reason takes the whole group (its rollouts with advantages set) out of the
+loss. Filters see every group of the step, masked members included."""
+
+
+class AdmissionError(RuntimeError):
+    """A group could not be collected or admitted (an estimator or filter raised, a rollout task failed); the
+    message names the step, the group and its rollout ids, `__cause__` is the original exception."""
+
+
+@dataclass
+class CutBatch:
+    """One step's admitted rollouts (groups in launch order) plus scheduling counters."""
+
+    step: int
+    rollouts: list[Rollout]
+    dropped_stale_groups: int
+    filtered_groups: int
+    max_off_policy: int
+    wait_s: float
+
+
+def off_policy(group: Sequence[Rollout], step: int) -> int:
+    """Versions between the policy the trainer applies at `step` (N - 1) and the group's oldest token's policy."""
+    versions = [v for r in group for v in r.policy_versions]
+    return (step - 1) - min(versions) if versions else 0
+
+
+def zero_advantage(group: Sequence[Rollout], cfg: AdvantageConfig) -> str | None:
+    """`advantage.filter_zero`: a group whose advantages are all 0 carries no learning signal."""
+    if all(r.advantage == 0.0 for r in group):
+        return "every advantage is 0"
+    return None
+
+
+def group_filters(cfg: AdvantageConfig) -> list[GroupFilter]:
+    """The group filters `cfg` turns on, in the order they run."""
+    return [zero_advantage] if cfg.filter_zero else []
+
+
+def group_label(group: Sequence[Rollout]) -> str:
+    """`group 3 (rollouts t0/g3/r0, t0/g3/r1)`: how errors name a group."""
+    gid = group[0].group_id if group else "?"
+    ids = ", ".join(str(r.rollout_id or r.task.task_id) for r in group)
+    return f"group {gid} (rollouts {ids})"
+
+
+def with_advantages(group: Sequence[Rollout], cfg: AdvantageConfig) -> list[Rollout]:
+    """Copies of `group`'s rollouts with their advantages; one the trainer cannot hold masks its rollout."""
+    adv = compute_advantages([r.reward for r in group], [not r.masked for r in group], cfg)
+    out = []
+    for r, a in zip(group, adv, strict=True):
+        r = dataclasses.replace(r, advantage=a)
+        if not math.isfinite(a) or abs(a) > FLOAT32_MAX:
+            r.mask("advantage/non_finite", f"the advantage estimator returned {a!r} (not a finite float32, the "
+                   "trainer's dtype)")  # fmt: skip
+            r.advantage = 0.0
+        out.append(r)
+    return out
+
+
+def admit(
+    groups: Sequence[Sequence[Rollout]],
+    cfg: AdvantageConfig,
+    *,
+    step: int,
+    filters: Sequence[GroupFilter] | None = None,
+    dropped_stale_groups: int = 0,
+    wait_s: float = 0.0,
+) -> CutBatch:
+    """Advantages, group filters and the truncation mask of step `step`'s groups (see the module docstring).
+
+    Args:
+        groups: the step's groups, in the order the batch lists them (the scheduler passes launch order).
+        cfg: `orchestrator.advantage`.
+        filters: group filters to run (default: `group_filters(cfg)`).
+        dropped_stale_groups, wait_s: the scheduler's counters, carried into the batch.
+
+    Raises:
+        AdmissionError: an estimator or filter raised (the original exception is the cause).
+    """
+    filters = group_filters(cfg) if filters is None else filters
+    rollouts: list[Rollout] = []
+    filtered = 0
+    for group in groups:
+        try:
+            admitted = with_advantages(group, cfg)
+            reason = next((why for f in filters if (why := f(admitted, cfg)) is not None), None)
+        except Exception as e:
+            raise AdmissionError(f"step {step}: admission of {group_label(group)} failed: {type(e).__name__}: {e}") from e
+        if reason is not None:
+            filtered += 1
+        for r in admitted:
+            r.filtered = reason is not None or (cfg.mask_truncated and r.truncated)
+        rollouts += admitted
+    return CutBatch(
+        step=step,
+        rollouts=rollouts,
+        dropped_stale_groups=dropped_stale_groups,
+        filtered_groups=filtered,
+        max_off_policy=max((off_policy(g, step) for g in groups), default=0),
+        wait_s=wait_s,
+    )
+
+
+def log_masked(step: int | str, rollouts: Sequence[Rollout], per_kind: int = 3) -> None:
+    """Log why rollouts were masked: the first `per_kind` of each error kind with task, source and reason, then
+    one line counting the rest of that kind (`step 3: 12 more rollouts masked as env/http_404`)."""
+    seen: dict[str, int] = defaultdict(int)
+    for r in rollouts:
+        if not r.masked:
+            continue
+        kind = r.error_kind or "unknown"
+        seen[kind] += 1
+        if seen[kind] <= per_kind:
+            log.warning("step %s: rollout %s of task %r (source %r) masked: %s", step, r.rollout_id or "-",
+                        r.task.task_id, r.source, r.error or kind)  # fmt: skip
+    for kind, n in seen.items():
+        if n > per_kind:
+            log.warning("step %s: %d more rollouts masked as %s", step, n - per_kind, kind)
