@@ -108,16 +108,24 @@ def _run(args, cwd):
     return subprocess.run([sys.executable, "-m", "prime_rl.cli.rl", *args], cwd=cwd, capture_output=True, text=True)
 
 
+def _runnable(tmp_path: Path) -> list[str]:
+    """Flags that make the seed config pass `--dry-run` here: a real (tiny) model and a free inference port."""
+    from prime_rl.models.tiny import cached_tiny_model
+    from prime_rl.ports import free_port
+
+    return ["--model.name", str(cached_tiny_model()), "--inference.server.port", str(free_port())]
+
+
 def test_rl_dry_run_writes_resolved_configs(tmp_path):
-    r = _run(["@", str(SEED), "--output-dir", str(tmp_path / "run"), "--orchestrator.batch-size", "64", "--dry-run"],
-             tmp_path)
+    r = _run(["@", str(SEED), "--output-dir", str(tmp_path / "run"), "--orchestrator.batch-size", "64",
+              *_runnable(tmp_path), "--dry-run"], tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr
     configs = tmp_path / "run" / "configs"
     orch = tomllib.loads((configs / "orchestrator.toml").read_text())
     trainer = tomllib.loads((configs / "trainer.toml").read_text())
     inf = tomllib.loads((configs / "inference.toml").read_text())
     assert orch["batch_size"] == 64 and orch["max_steps"] == 40 and orch["train"]["group_size"] == 8
-    assert trainer["optim"]["lr"] == 2e-5 and trainer["model"]["name"] == "qwen3-4b-gridsim-sft"
+    assert trainer["optim"]["lr"] == 2e-5 and trainer["model"]["name"] == _runnable(tmp_path)[1]
     assert inf["vllm"]["tool_call_parser"] == "hermes"
     # the resolved file parses back to the same config
     again = parse_config(OrchestratorConfig, ["@", str(configs / "orchestrator.toml")])
@@ -229,7 +237,7 @@ def test_rl_wandb_goes_to_the_launcher_not_the_children(tmp_path):
     """`rl` forwards every process's rows to one W&B run itself: the resolved child configs carry no [wandb]
     (else trainer and orchestrator would open runs of their own), rl.toml keeps it."""
     r = _run(["@", str(SEED), "--output-dir", str(tmp_path / "run"), "--wandb.project", "p", "--wandb.offline", "true",
-              "--dry-run"], tmp_path)  # fmt: skip
+              *_runnable(tmp_path), "--dry-run"], tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr
     configs = tmp_path / "run" / "configs"
     assert tomllib.loads((configs / "rl.toml").read_text())["wandb"] == {"project": "p", "offline": True}

@@ -13,6 +13,7 @@ from prime_rl.config.rl import RLConfig
 from prime_rl.launcher import envserver, preflight, resume
 from prime_rl.launcher.console import LogTail, parse_step_line
 from prime_rl.launcher.errors import PreflightError
+from prime_rl.launcher.layout import local_replicas
 from prime_rl.launcher.placement import place
 from prime_rl.monitor.rundir import RunDir
 from prime_rl.ports import free_port, port_free
@@ -46,7 +47,7 @@ def test_port_taken_names_port_and_holder(tmp_path):
         assert not port_free("127.0.0.1", port)
         cfg.inference.server.port = port
         with pytest.raises(PreflightError) as ei:
-            preflight.check_ports(cfg, [])
+            preflight.check_ports(local_replicas(cfg), [])
         msg = str(ei.value)
         assert f"port {port} (inference.server.port)" in msg
         import os
@@ -64,8 +65,8 @@ def test_env_server_port_checked_only_when_rl_starts_it(tmp_path):
         port = s.getsockname()[1]
         plan = envserver.EnvServerPlan(f"http://127.0.0.1:{port}", "127.0.0.1", port, tmp_path, None, ["src0"])
         with pytest.raises(PreflightError, match=f"port {port} \\(the env server for"):
-            preflight.check_ports(cfg, [plan])
-        preflight.check_ports(cfg, [])  # a server already answering there is used, not started: no check
+            preflight.check_ports(local_replicas(cfg), [plan])
+        preflight.check_ports(local_replicas(cfg), [])  # a server already answering there is used, not started: no check
 
 
 def test_model_and_data_and_sizes(tmp_path):
@@ -102,11 +103,10 @@ def test_capacity(tmp_path):
 
 def test_client_follows_inference_port(tmp_path):
     cfg = nemo_cfg(tmp_path, "--inference.server.port", "8123")
-    preflight.check_client(cfg)
-    assert cfg.orchestrator.client.base_url == ["http://127.0.0.1:8123"]
+    assert preflight.check_client(cfg, local_replicas(cfg)) == ["http://127.0.0.1:8123"]
     cfg = nemo_cfg(tmp_path, "--inference.server.port", "8123", "--orchestrator.client.base-url", '["http://127.0.0.1:8000"]')
     with pytest.raises(PreflightError, match="base_url has 'http://127.0.0.1:8000' but rl serves inference at"):
-        preflight.check_client(cfg)
+        preflight.check_client(cfg, local_replicas(cfg))
 
 
 def test_run_dirs_must_agree(tmp_path):
@@ -119,16 +119,15 @@ def test_run_dirs_must_agree(tmp_path):
 def test_placement_cpu_and_gpu():
     cfg = RLConfig()
     p = place(cfg, gpus=[], ncores=2)
-    assert p.device == "cpu" and p.trainer_procs == 1 and cfg.trainer.threads == 1
+    assert p.device == "cpu" and p.trainer_procs == 1 and p.updates["trainer.threads"] == 1
     assert p.env["trainer"]["OMP_NUM_THREADS"] == "1" and p.env["orchestrator"]["OMP_NUM_THREADS"] == "1"
-    cfg = RLConfig()
-    place(cfg, gpus=[], ncores=16)
-    assert cfg.trainer.threads == 8
+    assert place(RLConfig(), gpus=[], ncores=16).updates["trainer.threads"] == 8
     cfg = parse_config(RLConfig, ["--deployment.num-train-gpus", "2", "--deployment.num-infer-gpus", "3"])
     p = place(cfg, gpus=["0", "1", "2", "3", "4", "5"])
-    assert p.trainer_procs == 2 and cfg.orchestrator.num_train_ranks == 2
+    assert p.trainer_procs == 2 and p.updates["orchestrator.num_train_ranks"] == 2
     assert p.env["trainer"]["CUDA_VISIBLE_DEVICES"] == "0,1" and p.env["inference"]["CUDA_VISIBLE_DEVICES"] == "2,3,4"
-    assert cfg.inference.vllm.data_parallel_size == 3
+    assert p.updates["inference.vllm.data_parallel_size"] == 3
+    assert cfg.inference.vllm.data_parallel_size == 1  # place() leaves the config as it was
     with pytest.raises(PreflightError, match=r"= 5 GPUs, but only 4 are visible"):
         place(parse_config(RLConfig, ["--deployment.num-train-gpus", "2", "--deployment.num-infer-gpus", "3"]),
               gpus=["0", "1", "2", "3"])
@@ -204,12 +203,11 @@ def test_step_lines(tmp_path):
 
 
 def test_orchestrator_keeps_enough_checkpoints_to_overlap_the_trainer():
-    from prime_rl.launcher.rl import align_checkpoint_retention
+    from prime_rl.launcher.plan import retention
 
     cfg = parse_config(RLConfig, ["--ckpt.interval", "1", "--ckpt.keep-last", "2", "--orchestrator.max-async-level", "1"])
-    align_checkpoint_retention(cfg)
     # trainer keeps steps {N-1, N}; the orchestrator may be at N+2: it must keep N+2, N+1, N, N-1
-    assert cfg.trainer.ckpt.keep_last == 2 and cfg.orchestrator.ckpt.keep_last == 4
+    assert cfg.trainer.ckpt.keep_last == 2 and retention(cfg) == {"orchestrator.ckpt.keep_last": 4}
 
 
 def test_step_view_prints_step_and_eval_lines_once(tmp_path):

@@ -39,8 +39,8 @@ def test_seq_len_above_the_models_own_context_is_refused(tmp_path):
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"max_position_embeddings": 1024}))
     cfg = parse_config(RLConfig, ["--model.name", str(model), "--seq-len", "2048"])
-    with pytest.raises(PreflightError, match="seq_len = 2048 is above the model's context length "
-                                             r"\(max_position_embeddings = 1024"):  # fmt: skip
+    with pytest.raises(PreflightError, match=r"seq_len = 2048 \(orchestrator.seq_len\) is above the model's context "
+                                             r"length \(max_position_embeddings in .*\) = 1024"):  # fmt: skip
         preflight.check_context(cfg)
     preflight.check_context(parse_config(RLConfig, ["--model.name", str(model), "--seq-len", "1024"]))
 

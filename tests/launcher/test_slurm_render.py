@@ -21,6 +21,13 @@ from prime_rl.launcher.multinode import all_replicas, finisher_nodes, layout, ru
 BIN = Path(sys.executable).parent
 
 
+def tiny_model_at(path: Path) -> None:
+    """`path` -> the cached tiny model (`--dry-run` loads the model's config and tokenizer)."""
+    from prime_rl.models.tiny import cached_tiny_model
+
+    path.symlink_to(cached_tiny_model())
+
+
 def multi_args(tmp: Path, *extra: str) -> list[str]:
     return [
         "--output-dir", str(tmp / "run"), "--model.name", str(tmp / "model"),
@@ -31,8 +38,7 @@ def multi_args(tmp: Path, *extra: str) -> list[str]:
 
 
 def test_dry_run_renders_the_multi_node_script(tmp_path):
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model/config.json").write_text("{}")
+    tiny_model_at(tmp_path / "model")
     toml = tmp_path / "extra.toml"
     toml.write_text('[slurm]\nsbatch_lines = ["--exclusive", "#SBATCH --mem=0"]\nsetup = ["module load cuda", "source /opt/venv/bin/activate"]\n')
     r = subprocess.run([str(BIN / "rl"), "@", str(toml), *multi_args(tmp_path), "--dry-run"], capture_output=True,
@@ -65,8 +71,7 @@ def test_relative_output_dir_gives_a_resolved_config_that_reads_back(tmp_path):
     """`output_dir` relative to the working directory (as docs/scaling.md writes it): the script and every node read
     `configs/rl.toml`, whose top-level and per-process run directories must agree (before: the sections were made
     absolute and the top level was not, so every node failed with a shared-field conflict)."""
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model/config.json").write_text("{}")
+    tiny_model_at(tmp_path / "model")
     args = [a if a != str(tmp_path / "run") else "run" for a in multi_args(tmp_path)]
     r = subprocess.run([str(BIN / "rl"), *args, "--dry-run"], capture_output=True, text=True, timeout=120,
                        cwd=tmp_path)  # fmt: skip
@@ -178,7 +183,7 @@ def test_gpu_placement_per_node_role():
     assert t.env_for("trainer")["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and t.trainer_procs == 8
     i = place(cfg, gpus=gpus, roles={"inference", "orchestrator"})
     assert [i.replica_env(j, 2)["CUDA_VISIBLE_DEVICES"] for j in (0, 1)] == ["0,1,2,3", "4,5,6,7"]
-    assert cfg.inference.vllm.data_parallel_size == 4  # each replica: data parallel over its 4 GPUs
+    assert i.updates["inference.vllm.data_parallel_size"] == 4  # each replica: data parallel over its 4 GPUs
     with pytest.raises(PreflightError, match=r"deployment.num_train_gpus \+ deployment.num_infer_gpus = 16 GPUs"):
         place(cfg, gpus=gpus)  # both roles on one 8-GPU node do not fit
 

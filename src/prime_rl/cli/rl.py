@@ -1,5 +1,6 @@
 """`rl @ config.toml [--dotted.flags]`: launch inference, orchestrator and trainer in one run directory; with a
-`[slurm]` section, render `output_dir/slurm/rl.sbatch` and submit it (`--dry-run`: only write it)."""
+`[slurm]` section, render `output_dir/slurm/rl.sbatch` and submit it. `--dry-run`: check everything that needs no
+running process, print the launch plan and write the resolved configs (and the sbatch script), start nothing."""
 
 from __future__ import annotations
 
@@ -12,34 +13,12 @@ if TYPE_CHECKING:
     from prime_rl.config.rl import RLConfig
 
 
-def write_resolved(cfg: RLConfig) -> dict[str, str]:
-    """Write `configs/{rl,trainer,orchestrator,inference}.toml` into the run directory; return their paths."""
-    from prime_rl.config.loader import write_config
-
-    run_dir = cfg.orchestrator.output_dir
-    cfg = cfg.model_copy(update={"dry_run": False})  # the written rl.toml runs the job for real
-    # the launcher forwards every process's metrics to one W&B run; children started by it log none themselves
-    trainer = cfg.trainer.model_copy(update={"wandb": None})
-    orchestrator = cfg.orchestrator.model_copy(update={"wandb": None})
-    out = {}
-    for name, section in (("rl", cfg), ("trainer", trainer), ("orchestrator", orchestrator),
-                          ("inference", cfg.inference)):
-        out[name] = str(write_config(section, run_dir / "configs" / f"{name}.toml"))
-    return out
-
-
 def dry_run(cfg: RLConfig, name: str = "rl") -> None:
-    """`rl --dry-run`: check that every environment and custom advantage/loss named resolves (exit 2 naming the
-    field when not), write every section's resolved config (`write_resolved`), say where, exit 0. With `[slurm]`
-    also the sbatch script (not submitted)."""
-    if cfg.slurm is not None:
-        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_rl")(cfg, sys.argv[1:]))
-    status = load_impl("prime_rl.launcher.preflight:dry_run_checks")(cfg)
-    if status:
-        raise SystemExit(status)
-    for section, path in write_resolved(cfg).items():
-        print(f"resolved {section} config written to {path}")
-    raise SystemExit(0)
+    """`rl --dry-run`: every check that needs no running process of the run (model, rows and data files, URLs,
+    ports, extension import paths, lengths, renderer, what answers at each resources_url), the checks and the
+    launch plan printed, the resolved configs written; exit 0, or 2 naming what failed. With `[slurm]` also the
+    sbatch script (not submitted). See `prime_rl.launcher.dryrun`."""
+    raise SystemExit(load_impl("prime_rl.launcher.dryrun:dry_run")(cfg, sys.argv[1:]))
 
 
 def run(cfg: RLConfig) -> None:

@@ -83,15 +83,9 @@ class RLConfig(BaseConfig):
         1800.0, gt=0, description="Once trainer or orchestrator finished, how long the other may take to exit."
     )
     dry_run: bool = Field(
-        False, description="Write the resolved configs to output_dir/configs/ (with [slurm]: also slurm/rl.sbatch) and exit."
+        False, description="Run every check that needs no running process, print the checks and the launch plan, write "
+        "the resolved configs to output_dir/configs/ (with [slurm]: also slurm/rl.sbatch, not submitted) and exit."
     )
-
-    def set_run_dir(self, root: Path) -> None:
-        """Point every process (and the shared top-level field) at the run directory `root` (absolute), so the
-        resolved config written to `output_dir/configs/rl.toml` reads back without a shared-field conflict."""
-        self.output_dir = root
-        for section in ("trainer", "orchestrator", "inference"):
-            getattr(self, section).output_dir = root
 
     @model_validator(mode="after")
     def _check_deployment(self) -> RLConfig:
@@ -158,16 +152,24 @@ def check_lengths(cfg: RLConfig) -> None:
     - `orchestrator.seq_len` > `trainer.seq_len`: the trainer refuses the orchestrator's micro-batches.
     """
     o, mml = cfg.orchestrator.seq_len, cfg.inference.vllm.max_model_len
-    if mml is not None and o > mml:
-        raise ValueError(
-            f"seq_len = {o} (orchestrator.seq_len) is above inference.vllm.max_model_len = {mml}: a rollout grows up "
-            f"to seq_len tokens, and vLLM refuses any request past its context length, so those rollouts would all "
-            f"fail; raise inference.vllm.max_model_len to at least {o} or lower seq_len"
-        )
+    if mml is not None:
+        check_seq_len_fits(o, mml, "inference.vllm.max_model_len", f"raise inference.vllm.max_model_len to at least {o}")
     if o > cfg.trainer.seq_len:
         raise ValueError(
             f"orchestrator.seq_len = {o} is above trainer.seq_len = {cfg.trainer.seq_len}: the orchestrator packs "
             "micro-batches of up to orchestrator.seq_len tokens, which the trainer refuses; set `seq_len` once at the top"
+        )
+
+
+def check_seq_len_fits(seq_len: int, context: int, context_is: str, fix: str) -> None:
+    """The one check of `orchestrator.seq_len` against the context length inference serves (`context_is` says
+    where that length comes from: `inference.vllm.max_model_len`, the model's `max_position_embeddings`, the
+    server's report). Raises ValueError naming both and the fix (`fix`, followed by "or lower seq_len")."""
+    if seq_len > context:
+        raise ValueError(
+            f"seq_len = {seq_len} (orchestrator.seq_len) is above {context_is} = {context}: a rollout grows up to "
+            f"seq_len tokens, and vLLM refuses any request past its context length, so those rollouts would all "
+            f"fail; {fix} or lower seq_len"
         )
 
 

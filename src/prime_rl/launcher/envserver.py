@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prime_rl.config.orchestrator import SourceConfig
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import PreflightError
+from prime_rl.launcher.evolve import evolve, map_sources, with_task
 from prime_rl.ports import is_local, url_host_port
 from prime_rl.process import ChildSpec, http_ok
 
@@ -139,8 +140,9 @@ def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) 
                              + tail_file(log, 15))
 
 
-def serve_spec(cfg: RLConfig, plan: EnvServerPlan, log: Path, name: str = "env-server") -> ChildSpec:
-    """The `env-server serve` child for `plan`, with the `[env_server]` settings."""
+def serve_spec(cfg: RLConfig, plan: EnvServerPlan, log: Path, name: str = "env-server", token: str | None = None) -> ChildSpec:
+    """The `env-server serve` child for `plan`, with the `[env_server]` settings and the bearer `token` the plan
+    decided (`bind_plans`)."""
     es = cfg.env_server
     argv = [sys.executable, "-m", "prime_rl.cli.env_server", "serve", str(plan.serve_dir),
             "--host", plan.host, "--port", str(plan.port), "--max-concurrent", str(es.max_concurrent)]
@@ -148,45 +150,124 @@ def serve_spec(cfg: RLConfig, plan: EnvServerPlan, log: Path, name: str = "env-s
         argv.append("--masked-as-error")
     if es.idle_timeout_s is not None:
         argv += ["--idle-timeout", f"{es.idle_timeout_s:g}"]
-    if es.token is not None:
-        argv += ["--token", es.token]
+    if token is not None:
+        argv += ["--token", token]
     return ChildSpec(name=name, argv=argv, log=log)
 
 
-def bind_plans(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
+def bind_plans(cfg: RLConfig, plans: list[EnvServerPlan]) -> tuple[RLConfig, list[EnvServerPlan]]:
     """`env_server.host` overrides the address the servers rl starts bind; one bound to an address other than
     loopback requires a bearer token (`env_server.token`, or a random one when unset), which the sources using
-    it get as `task.token`.
+    it get as `task.token`. Returns new config and plans; neither argument is changed.
 
     Raises:
         PreflightError: a source already has a different `task.token`."""
     import secrets
 
     if cfg.env_server.host:
-        for p in plans:
-            p.host = cfg.env_server.host
+        plans = [replace(p, host=cfg.env_server.host) for p in plans]
     if cfg.env_server.token is None and any(p.host not in ("127.0.0.1", "localhost", "::1") for p in plans):
-        cfg.env_server.token = secrets.token_urlsafe(24)
-    apply_token(cfg, plans)
+        cfg = evolve(cfg, {"env_server.token": secrets.token_urlsafe(24)})
+    return apply_token(cfg, plans), plans
 
 
-def apply_token(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
-    """Give every source played against a server rl starts the server's bearer token (`env_server.token`).
+def apply_token(cfg: RLConfig, plans: list[EnvServerPlan]) -> RLConfig:
+    """A copy of `cfg` in which every source played against a server rl starts has the server's bearer token
+    (`env_server.token`) as `task.token`.
 
     Raises:
         PreflightError: a source already has a different `task.token`.
     """
     token = cfg.env_server.token
     if token is None:
-        return
+        return cfg
     urls = {p.url.rstrip("/") for p in plans}
-    for path, src in nemo_sources(cfg):
-        task = src.env.taskset.task
-        if task.resources_url.rstrip("/") not in urls:
-            continue
-        if task.token not in (None, token):
+
+    def give(path: str, src: SourceConfig) -> SourceConfig:
+        ts = src.env.taskset
+        if ts is None or ts.id != "nemo-gym" or ts.task.resources_url.rstrip("/") not in urls:
+            return src
+        if ts.task.token not in (None, token):
             raise PreflightError(
                 f"{path}.env.taskset.task.token differs from env_server.token, which the server rl starts requires; "
                 f"set one of them"
             )
-        task.token = token
+        return with_task(src, token=token)
+
+    return map_sources(cfg, give)
+
+
+def move_sources(cfg: RLConfig, moved: dict[str, str]) -> RLConfig:
+    """A copy of `cfg` whose nemo-gym sources at an old `resources_url` (a key of `moved`) point at the new one."""
+
+    def move(path: str, src: SourceConfig) -> SourceConfig:
+        ts = src.env.taskset
+        if ts is None or ts.id != "nemo-gym" or ts.task.resources_url.rstrip("/") not in moved:
+            return src
+        return with_task(src, resources_url=moved[ts.task.resources_url.rstrip("/")])
+
+    return map_sources(cfg, move)
+
+
+def expected_server(src: SourceConfig) -> str | None:
+    """The resources server a nemo-gym source's rows belong to: `<name>` of `ROOT/resources_servers/<name>/data/
+    *.jsonl` (the directory `env-server serve` serves, which its `/health` names), else None."""
+    ts = src.env.taskset
+    if ts.dataset is None or rows_root(Path(ts.dataset)) is None:
+        return None
+    return Path(ts.dataset).parents[1].name
+
+
+def check_env_servers(cfg: RLConfig, plans: list[EnvServerPlan], timeout_s: float = 5.0) -> None:
+    """What answers at every `resources_url` rl does not start (`plans`) must be the env server the source
+    expects: its `GET /health` names the environment (`env`, and `name` = the served directory), and that name is
+    the one of the source's rows (`expected_server`). A server whose `/health` names nothing passes only when its
+    OpenAPI schema lists NeMo Gym's `/seed_session` and `/verify` routes (another NeMo Gym implementation).
+
+    Raises:
+        PreflightError: another environment's server, or something that is not a resources server (names the
+            URL, the field and what answered)."""
+    import httpx
+
+    started = {p.url.rstrip("/") for p in plans}
+    for path, src in nemo_sources(cfg):
+        url = src.env.taskset.task.resources_url.rstrip("/")
+        if url in started:
+            continue
+        field = f"{path}.env.taskset.task.resources_url = {url!r}"
+        try:
+            r = httpx.get(url + "/health", timeout=timeout_s)
+        except httpx.HTTPError as e:
+            raise PreflightError(f"{field}: GET /health failed ({type(e).__name__}: {e})") from None
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+        answer = f"HTTP {r.status_code} {' '.join(r.text.split())[:200]!r}"
+        named = isinstance(body, dict) and isinstance(body.get("env") or body.get("name"), str)
+        if not named:
+            if _nemo_routes(url, timeout_s):
+                continue
+            raise PreflightError(
+                f"{field} answers GET /health with {answer}, which names no environment, and serves no NeMo Gym "
+                f"/seed_session and /verify routes: it is not a resources server. Point resources_url at the env "
+                f"server (`env-server serve ROOT/resources_servers/<name>`), or free that port so rl starts its own"
+            )
+        want = expected_server(src)
+        if want is not None and body.get("name") is not None and body.get("name") != want:
+            raise PreflightError(
+                f"{field} is the env server of {body.get('name')!r} (environment {body.get('env')!r}; /health "
+                f"answered {answer}), but the source's rows {str(src.env.taskset.dataset)!r} are {want!r}'s. Point "
+                f"resources_url at the server of those rows, or stop the server there so rl starts its own"
+            )
+
+
+def _nemo_routes(url: str, timeout_s: float) -> bool:
+    """Whether `url` publishes an OpenAPI schema listing `/seed_session` and `/verify` (a NeMo Gym resources server)."""
+    import httpx
+
+    try:
+        paths = httpx.get(url + "/openapi.json", timeout=timeout_s).json().get("paths", {})
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+    return isinstance(paths, dict) and {"/seed_session", "/verify"} <= set(paths)

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import PreflightError
@@ -23,6 +24,7 @@ class Placement:
     device: str  # "cpu" or "cuda"
     trainer_procs: int
     env: dict[str, dict[str, str]] = field(default_factory=dict)  # child name -> extra environment
+    updates: dict[str, Any] = field(default_factory=dict)  # dotted config field -> value the placement implies
 
     def env_for(self, name: str) -> dict[str, str]:
         return dict(self.env.get(name, {}))
@@ -63,8 +65,9 @@ def cpu_count() -> int:
 def place(
     cfg: RLConfig, gpus: list[str] | None = None, ncores: int | None = None, roles: set[str] | None = None
 ) -> Placement:
-    """Decide the placement and apply what it implies to `cfg` in place (`orchestrator.num_train_ranks`,
-    `trainer.threads` on CPU, vLLM data parallel size on GPU). `roles`: the roles of this node in a multi-node run
+    """Decide the placement; `cfg` is not changed. What the placement implies for the configs
+    (`orchestrator.num_train_ranks`, `trainer.threads` on CPU, vLLM data parallel size on GPU) is in
+    `Placement.updates` (dotted field -> value; `plan.evolve` applies it to a copy). `roles`: the roles of this node in a multi-node run
     (a trainer node needs only `num_train_gpus`, an inference node only `num_infer_gpus`); None = every role here.
 
     Raises:
@@ -77,8 +80,6 @@ def place(
         ncores = ncores or cpu_count()
         procs = dep.cpu_train_procs
         threads = cfg.trainer.threads or max(1, ncores // 2 // procs)
-        cfg.trainer.threads = threads
-        cfg.orchestrator.num_train_ranks = procs
         one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         return Placement(
             device="cpu",
@@ -89,6 +90,7 @@ def place(
                 "env-server": {**one, "CUDA_VISIBLE_DEVICES": ""},
                 "inference": {"CUDA_VISIBLE_DEVICES": ""},
             },
+            updates={"trainer.threads": threads, "orchestrator.num_train_ranks": procs},
         )
     nt, ni = dep.num_train_gpus, dep.num_infer_gpus
     want_t = roles is None or "trainer" in roles
@@ -110,16 +112,16 @@ def place(
         )
     per = ni // rpn
     vllm = cfg.inference.vllm
+    updates: dict[str, Any] = {"orchestrator.num_train_ranks": nt}
     if vllm.tensor_parallel_size * vllm.data_parallel_size != per:
         if vllm.tensor_parallel_size == 1 and vllm.data_parallel_size == 1:
-            vllm.data_parallel_size = per
+            updates["inference.vllm.data_parallel_size"] = per
         else:
             raise PreflightError(
                 f"inference.vllm.tensor_parallel_size ({vllm.tensor_parallel_size}) x data_parallel_size "
                 f"({vllm.data_parallel_size}) must equal the GPUs of one replica: deployment.num_infer_gpus ({ni}) / "
                 f"deployment.infer_replicas_per_node ({rpn}) = {per}"
             )
-    cfg.orchestrator.num_train_ranks = nt
     return Placement(
         device="cuda",
         trainer_procs=nt,
@@ -129,4 +131,5 @@ def place(
             "orchestrator": {"CUDA_VISIBLE_DEVICES": ""},
             "env-server": {"CUDA_VISIBLE_DEVICES": ""},
         },
+        updates=updates,
     )

@@ -1,13 +1,14 @@
-"""Checks before `rl` starts anything. Each failure raises `PreflightError` naming the field and the fix."""
+"""Checks before `rl` starts anything, each needing no running process of the run. Each failure raises
+`PreflightError` naming the field and the fix. Which run when: `plan.resolve` (the only caller)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from prime_rl.config.rl import RLConfig
+from prime_rl.config.rl import RLConfig, check_seq_len_fits
 from prime_rl.launcher.envserver import EnvServerPlan, nemo_sources
 from prime_rl.launcher.errors import PreflightError
+from prime_rl.launcher.layout import Replica
 from prime_rl.ports import port_free, port_holder, url_host_port
 from prime_rl.process import http_json
 
@@ -76,17 +77,6 @@ def check_extensions(cfg: RLConfig) -> None:
             raise PreflightError(str(e)) from None
 
 
-def dry_run_checks(cfg: RLConfig) -> int:
-    """The checks `rl --dry-run` runs (those needing no model load or port): `check_extensions`. Returns the exit
-    status: 0, or the error's (2) after printing it."""
-    try:
-        check_extensions(cfg)
-    except PreflightError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    return 0
-
-
 def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
     """Rows of every nemo-gym source exist (or will be written by the launcher); data directories exist."""
     will_write = {p.url for p in plans if p.write_root is not None}
@@ -141,12 +131,11 @@ def check_capacity(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
             )
 
 
-def check_ports(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
-    """Every port rl will bind must be free now; fail naming the port, its config field and its holder."""
-    from prime_rl.launcher.replicas import local_replicas
-
+def check_ports(replicas: list[Replica], plans: list[EnvServerPlan]) -> None:
+    """Every port rl will bind on this machine (the inference replicas, the env servers it starts) must be free
+    now; fail naming the port, its config field and its holder."""
     wanted = [(r.bind_host, r.port, "inference.server.port" + (f" + {r.index} (replica {r.index})" if r.index else ""))
-              for r in local_replicas(cfg)]
+              for r in replicas]
     wanted += [(p.host, p.port, f"the env server for {p.url} ({', '.join(p.sources)})") for p in plans]
     check_free(wanted)
 
@@ -165,26 +154,82 @@ def check_free(wanted: list[tuple[str, int, str]]) -> None:
             raise PreflightError(f"port {port} ({what}) is already in use by {port_holder(port)}; stop it or pick another port")
 
 
-def check_client(cfg: RLConfig) -> None:
-    """Point the orchestrator at the inference replica(s) rl starts (when its base_url was left at the default),
-    or check that an explicit base_url matches them."""
-    from prime_rl.launcher.replicas import local_replicas
+def check_urls(cfg: RLConfig) -> None:
+    """Every URL the run connects to is an absolute http(s) URL with a host: `orchestrator.client.base_url` and each
+    nemo-gym source's `resources_url` (`localhost:8000` or `htp://x` are refused here, not by a connection error
+    once the run is going).
 
-    reps = local_replicas(cfg)
-    urls = [r.url for r in reps]
+    Raises:
+        PreflightError: names the field, the value and the fix."""
+    from urllib.parse import urlparse
+
+    from prime_rl.launcher.envserver import nemo_sources
+
+    client = cfg.orchestrator.client
+    urls = [(f"orchestrator.client.base_url[{i}]", u) for i, u in enumerate(client.base_url)]
+    urls += [(f"{path}.env.taskset.task.resources_url", src.env.taskset.task.resources_url)
+             for path, src in nemo_sources(cfg)]  # fmt: skip
+    for field, url in urls:
+        u = urlparse(url)
+        try:
+            port_ok = u.port is None or 0 < u.port < 65536
+        except ValueError:
+            port_ok = False
+        if u.scheme not in ("http", "https") or not u.hostname or not port_ok:
+            hint = f"; write it as http://{url}" if "://" not in url else ""
+            raise PreflightError(
+                f"{field} = {url!r} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000){hint}"
+            )
+
+
+def check_client(cfg: RLConfig, replicas: list[Replica]) -> list[str]:
+    """The inference URLs the orchestrator uses: those of the replicas rl starts when `orchestrator.client.base_url`
+    was left at its default; an explicit base_url must name the same ports. Returns the URLs (the caller sets
+    them on a copy of the config).
+
+    Raises:
+        PreflightError: an explicit base_url names a port rl does not serve."""
+    urls = [r.url for r in replicas]
     client = cfg.orchestrator.client
     if "base_url" not in client.model_fields_set:
-        client.base_url = urls
-        return
-    ports = {r.port for r in reps}
+        return urls
+    ports = {r.port for r in replicas}
     for u in client.base_url:
         h, p = url_host_port(u)
         if p not in ports:
             raise PreflightError(
                 f"orchestrator.client.base_url has {u!r} but rl serves inference at {', '.join(urls)} "
                 f"(inference.server.port = {cfg.inference.server.port}, deployment.infer_replicas_per_node = "
-                f"{len(reps)}); make them agree or leave base_url unset"
+                f"{len(replicas)}); make them agree or leave base_url unset"
             )
+    return list(client.base_url)
+
+
+def check_renderer(cfg: RLConfig) -> None:
+    """The orchestrator's renderer can be built for its model's tokenizer with the configured
+    `orchestrator.renderer` (name known; an explicit `enable_thinking` the renderer honours). Loads the tokenizer
+    only (no weights).
+
+    Raises:
+        PreflightError: `make_renderer`'s reason, prefixed with the field."""
+    from prime_rl.models.hub import ModelNotFoundError
+    from prime_rl.models.renderer import load_tokenizer, make_renderer
+
+    o = cfg.orchestrator
+    try:
+        tokenizer = load_tokenizer(o.model.name, o.model.chat_template)
+    except ModelNotFoundError as e:
+        raise PreflightError(f"orchestrator.{e}") from None
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds; each is this one user error
+        reason = " ".join(str(e).split())[:300]
+        raise PreflightError(
+            f"orchestrator.model.name = {str(o.model.name)!r}: its tokenizer does not load ({type(e).__name__}: "
+            f"{reason}); give a model folder with its tokenizer files (tokenizer.json, tokenizer_config.json)"
+        ) from None
+    try:
+        make_renderer(tokenizer, o.renderer)
+    except ValueError as e:
+        raise PreflightError(f"orchestrator.renderer (name = {o.renderer.name!r}): {e}") from None
 
 
 def check_context(cfg: RLConfig) -> None:
@@ -201,11 +246,13 @@ def check_context(cfg: RLConfig) -> None:
         ctx = json.loads(cfg_file.read_text()).get("max_position_embeddings")
     except (OSError, ValueError):
         return
-    if isinstance(ctx, int) and cfg.orchestrator.seq_len > ctx:
-        raise PreflightError(
-            f"seq_len = {cfg.orchestrator.seq_len} is above the model's context length (max_position_embeddings = "
-            f"{ctx} in {cfg_file}), which vLLM serves when inference.vllm.max_model_len is unset; lower seq_len"
-        )
+    if isinstance(ctx, int):
+        try:
+            check_seq_len_fits(cfg.orchestrator.seq_len, ctx, f"the model's context length (max_position_embeddings "
+                               f"in {cfg_file}, which vLLM serves when inference.vllm.max_model_len is unset)",
+                               "set inference.vllm.max_model_len only up to that length")  # fmt: skip
+        except ValueError as e:
+            raise PreflightError(str(e)) from None
 
 
 def check_prompt_lengths(cfg: RLConfig) -> None:

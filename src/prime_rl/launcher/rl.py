@@ -1,31 +1,32 @@
 """`rl @ config.toml`: start env server(s), inference, trainer and orchestrator in one run directory, stream the
 orchestrator's step lines with a progress bar, and stop everything cleanly however the run ends.
 
-Order: pre-flight checks (nothing started yet) -> resume / clean -> device placement -> rows written if missing
--> resolved configs to `configs/` -> start env server(s), inference and trainer -> wait for `/health` of each
-server -> start the orchestrator -> supervise until trainer and orchestrator both exit 0 (done at max_steps),
-a child dies (exit 1, naming it and its log's last lines), a check fails (exit 2) or SIGINT/SIGTERM
-(exit 130/143). Children are stopped orchestrator, trainer, inference, env-server; none survives.
+Order: the launch plan (`plan.resolve`: every pre-flight check, nothing started yet) -> the plan executed: resume /
+clean, rows written if missing, resolved configs to `configs/` -> start env server(s), inference and trainer ->
+wait for `/health` of each server -> start the orchestrator -> supervise until trainer and orchestrator both exit
+0 (done at max_steps), a child dies (exit 1, naming it and its log's last lines), a check fails (exit 2) or
+SIGINT/SIGTERM (exit 130/143). Children are stopped orchestrator, trainer, inference, env-server; none survives.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prime_rl.config.rl import RLConfig
-from prime_rl.launcher import envserver, preflight, replicas, resume
+from prime_rl.launcher import envserver, preflight, resume
 from prime_rl.launcher.console import StepView
-from prime_rl.launcher.errors import Interrupted, LaunchError, PreflightError
+from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.health import wait_healthy
-from prime_rl.launcher.placement import Placement, place
-from prime_rl.launcher.supervisor import Supervisor, handle_signals
+from prime_rl.launcher.layout import Layout
+from prime_rl.launcher.placement import Placement
+from prime_rl.launcher.plan import RunPlan, resolve, write_configs
+from prime_rl.launcher.specs import node_specs
+from prime_rl.launcher.supervisor import Supervisor, exit_status
 from prime_rl.monitor.logger import setup_logging
 from prime_rl.monitor.rundir import RunDir
-from prime_rl.ports import free_port
 from prime_rl.process import ChildSpec
 
 log = logging.getLogger("prime_rl.rl")
@@ -35,7 +36,7 @@ FINISHERS = {"trainer", "orchestrator"}
 
 @dataclass
 class Launch:
-    """Everything decided before starting: the specs to run, servers to wait for, the step to start from."""
+    """What a single-node run starts: the specs to run, servers to wait for, the step to start from."""
 
     run: RunDir
     specs: dict[str, ChildSpec]
@@ -44,110 +45,48 @@ class Launch:
     env_plans: list[envserver.EnvServerPlan] = field(default_factory=list)
 
 
-def module_argv(module: str, config: Path) -> list[str]:
-    return [sys.executable, "-m", module, "@", str(config)]
-
-
-def build_specs(cfg: RLConfig, run: RunDir, placement: Placement, plans: list[envserver.EnvServerPlan]) -> Launch:
-    """The child commands of a run (configs must already be written to `run.configs`)."""
-    specs: dict[str, ChildSpec] = {}
-    health: dict[str, str] = {}
-    for i, plan in enumerate(plans):
-        name = "env-server" if i == 0 else f"env-server-{i}"
-        specs[name] = envserver.serve_spec(cfg, plan, run.log_file(f"{name}.console"), name=name)
-        specs[name].env.update(placement.env_for("env-server"))
-        health[name] = plan.health_url
-    for rep in replicas.local_replicas(cfg):
-        specs[rep.name] = replicas.replica_spec(
-            run, rep, placement.replica_env(rep.index, cfg.deployment.infer_replicas_per_node)
-        )
-        health[rep.name] = rep.health_url
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(placement.trainer_procs),
-                "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
-    specs["trainer"] = ChildSpec(
-        "trainer", torchrun + module_argv("prime_rl.cli.trainer", run.configs / "trainer.toml")[1:],
-        run.log_file("trainer.console"), placement.env_for("trainer"),
-    )
-    specs["orchestrator"] = ChildSpec(
-        "orchestrator", module_argv("prime_rl.cli.orchestrator", run.configs / "orchestrator.toml"),
-        run.log_file("orchestrator.console"), placement.env_for("orchestrator"),
-    )
-    return Launch(run=run, specs=specs, health=health, env_plans=plans)
-
-
-def align_checkpoint_retention(cfg: RLConfig) -> None:
-    """The orchestrator runs up to `max_async_level + 1` steps ahead of the trainer, so with the same
-    `ckpt.keep_last` their newest checkpoints may not share a step and nothing could be resumed. Keep that many
-    more orchestrator checkpoints (they are a small JSON state each)."""
-    t, o = cfg.trainer.ckpt, cfg.orchestrator.ckpt
-    if t.keep_last is not None and o.keep_last is not None:
-        o.keep_last = max(o.keep_last, t.keep_last + cfg.orchestrator.max_async_level + 1)
-
-
-def resume_or_clean(cfg: RLConfig, run: RunDir) -> int:
-    """`--resume`: the newest complete checkpoint (later step folders removed, both sections told to resume);
-    `--clean`: a previous run's artifacts removed. Returns the step the run starts after (0 when fresh).
+def execute_head(plan: RunPlan, cfg: RLConfig) -> None:
+    """The file-system part of a plan, run once per run (single-node: the launcher; multi-node: node 0): remove
+    checkpoint steps after the resumed one, or a previous run's artifacts on `--clean`; write missing rows (then
+    check their prompt lengths, which the plan could not); write the resolved configs.
 
     Raises:
-        PreflightError: no checkpoint to resume, or a previous run is there and neither flag was given.
-    """
-    align_checkpoint_retention(cfg)
-    if cfg.resume:
-        start_step = resume.latest_checkpoint(run)
-        gone = resume.drop_steps_after(run, start_step)
-        cfg.trainer.ckpt.resume_step = start_step
-        cfg.orchestrator.ckpt.resume_step = start_step
-        log.info(f"resuming from checkpoint step {start_step}" + (f" (removed {len(gone)} later step folders)" if gone else ""))
-        return start_step
-    leftovers = resume.previous_run(run)
-    if leftovers and cfg.clean:
+        PreflightError: writing the rows failed, or their prompts do not fit `seq_len`."""
+    run = RunDir(plan.run_dir)
+    if plan.resume:
+        gone = resume.drop_steps_after(run, plan.start_step)
+        log.info(f"resuming from checkpoint step {plan.start_step}"
+                 + (f" (removed {len(gone)} later step folders)" if gone else ""))  # fmt: skip
+    elif plan.clean:
         resume.clean(run)
         log.info(f"--clean: removed the previous run's artifacts in {run.root}")
-    elif leftovers:
-        raise PreflightError(
-            f"output_dir {run.root} already holds a run ({leftovers[0]}); pass --resume to continue it, "
-            f"--clean to start over there, or choose another output_dir"
-        )
-    return 0
+    written = [p for p in plan.env_servers if p.write_root is not None]
+    for p in written:
+        log.info(f"rows missing: writing them with `env-server write {cfg.env_server.env} {p.write_root}`")
+        envserver.write_rows(cfg, p, run.log_file("env-server-write"), cfg.startup_timeout_s)
+    if written:
+        preflight.check_prompt_lengths(plan.config)
+    write_configs(plan)
 
 
 def prepare(cfg: RLConfig) -> Launch:
-    """Pre-flight checks, resume/clean, placement, rows and resolved configs. Starts no long-lived process.
+    """Resolve the single-node plan of `cfg` and execute its file-system part; returns what to start.
 
     Raises:
         PreflightError: a check failed; nothing was started.
     """
-    from prime_rl.cli.rl import write_resolved
+    from prime_rl.launcher.placement import place
 
-    run = RunDir(preflight.check_run_dirs(cfg))
-    cfg.set_run_dir(run.root)
-    preflight.check_sizes(cfg)
-    preflight.check_model(cfg)
-    preflight.check_extensions(cfg)
-    preflight.check_client(cfg)
-    plans = envserver.plan_env_servers(cfg)
-    envserver.bind_plans(cfg, plans)
-    preflight.check_data(cfg, plans)
-    preflight.check_capacity(cfg, plans)
-    preflight.check_ports(cfg, plans)
-
-    start_step = resume_or_clean(cfg, run)
-    placement = place(cfg)
+    plan = resolve(cfg, Layout.single())
     log.info(
-        f"placement: {placement.device}, trainer {placement.trainer_procs} rank(s)"
-        + (f", {cfg.trainer.threads} thread(s) each" if placement.device == "cpu" else "")
+        f"placement: {plan.device}, trainer {plan.trainer_procs} rank(s)"
+        + (f", {plan.config.trainer.threads} thread(s) each" if plan.device == "cpu" else "")
     )
-    for plan in plans:
-        if plan.write_root is not None:
-            log.info(f"rows missing: writing them with `env-server write {cfg.env_server.env} {plan.write_root}`")
-            envserver.write_rows(cfg, plan, run.log_file("env-server-write"), cfg.startup_timeout_s)
-    preflight.check_context(cfg)
-    preflight.check_prompt_lengths(cfg)
-    write_resolved(cfg)
-    replicas.write_replica_configs(cfg, run, replicas.local_replicas(cfg))
-    launch = build_specs(cfg, run, placement, plans)
-    launch.start_step = start_step
-    return launch
+    execute_head(plan, cfg)
+    placement: Placement = place(plan.config)
+    built = node_specs(plan.config, plan, 0, placement)
+    return Launch(run=RunDir(plan.run_dir), specs=built.specs, health=built.own, start_step=plan.start_step,
+                  env_plans=plan.env_servers)  # fmt: skip
 
 
 def supervise(cfg: RLConfig, launch: Launch, console_view: bool = True) -> None:
@@ -194,26 +133,24 @@ def launch_and_wait(cfg: RLConfig, prepare_fn=prepare) -> int:
     (tests supervise fake children through the same path)."""
     t0 = time.monotonic()
     wandb = None
+    launch = None
     code = 1  # until the run finishes: an unexpected error marks the W&B run failed
-    try:
-        with handle_signals():
-            launch = prepare_fn(cfg)
-            log.info(f"run directory {launch.run.root}; logs in {launch.run.logs}")
-            if cfg.wandb is not None:  # one W&B run for the whole run, fed from metrics.jsonl (monitor.wandb_log)
-                from prime_rl.monitor.wandb_log import WandbForwarder, WandbStartError
 
-                try:
-                    wandb = WandbForwarder(cfg.wandb, launch.run.root, job_type="rl").start_thread()
-                except WandbStartError as e:
-                    raise PreflightError(str(e)) from None
-            supervise(cfg, launch, console_view=True)
-            code = 0
-    except Interrupted as e:
-        log.warning(f"{e.signal_name} received: stopped every process of the run")
-        code = 128 + e.signum
-    except LaunchError as e:
-        log.error(str(e))
-        code = e.exit_code
+    def body() -> None:
+        nonlocal launch, wandb
+        launch = prepare_fn(cfg)
+        log.info(f"run directory {launch.run.root}; logs in {launch.run.logs}")
+        if cfg.wandb is not None:  # one W&B run for the whole run, fed from metrics.jsonl (monitor.wandb_log)
+            from prime_rl.monitor.wandb_log import WandbForwarder, WandbStartError
+
+            try:
+                wandb = WandbForwarder(cfg.wandb, launch.run.root, job_type="rl").start_thread()
+            except WandbStartError as e:
+                raise PreflightError(str(e)) from None
+        supervise(cfg, launch, console_view=True)
+
+    try:
+        code = exit_status(body, log)
     finally:
         if wandb is not None:
             wandb.close(exit_code=code)

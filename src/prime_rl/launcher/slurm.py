@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 
 from prime_rl.config.deployment import PORT_STRIDE, SlurmConfig
+from prime_rl.config.loader import write_config
 from prime_rl.config.rl import RLConfig
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.launcher.errors import LaunchError, PreflightError
@@ -81,7 +82,7 @@ def render(kind: str, ctx: dict[str, Any], template: Path | None) -> str:
 
 def rl_context(cfg: RLConfig, argv: list[str] | None = None) -> dict[str, Any]:
     """Template variables of an `rl` job: the `[slurm]` settings, the node layout, rendezvous and ports."""
-    from prime_rl.launcher.multinode import layout, rendezvous_node, rendezvous_port
+    from prime_rl.launcher.layout import layout, rendezvous_node, rendezvous_port
 
     dep = cfg.deployment
     ctx = _common(cfg.slurm, cfg.orchestrator.output_dir, "rl", dep.num_nodes, argv or [])
@@ -147,38 +148,29 @@ def announce(job_id: str, ctx: dict[str, Any]) -> str:
 
 
 def submit_rl(cfg: RLConfig, argv: list[str] | None = None) -> int:
-    """`rl @ cfg` with `[slurm]`: checks that need no node, resolved configs, the sbatch script, `sbatch`.
-    Returns the exit status (0 submitted or dry run; 1 sbatch failed; 2 a check failed)."""
-    from prime_rl.cli.rl import write_resolved
-    from prime_rl.launcher import preflight, resume
-    from prime_rl.monitor.rundir import RunDir
+    """`rl @ cfg` with `[slurm]`: the launch plan's checks (those that need no node: `plan.resolve` with
+    `Layout.submit`), `configs/rl.toml` (what every node reads), the sbatch script, `sbatch` (not with --dry-run,
+    which also prints the checks and the plan). Returns the exit status (0 submitted or dry run; 1 sbatch failed;
+    2 a check failed)."""
+    from prime_rl.launcher.dryrun import report
+    from prime_rl.launcher.layout import Layout
+    from prime_rl.launcher.plan import launch_config, resolve
 
     try:
-        run = RunDir(preflight.check_run_dirs(cfg))
-        cfg.set_run_dir(run.root)
-        preflight.check_sizes(cfg)
-        preflight.check_model(cfg)
-        preflight.check_extensions(cfg)
-        if cfg.resume:
-            resume.latest_checkpoint(run)
-        elif resume.previous_run(run) and not cfg.clean:
-            raise PreflightError(
-                f"output_dir {run.root} already holds a run; pass --resume to continue it, --clean to start over "
-                f"there, or choose another output_dir"
-            )
+        plan = resolve(cfg, Layout.submit(cfg))
         ctx = rl_context(cfg, argv)
         text = render("rl", ctx, cfg.slurm.template)
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    write_resolved(cfg)
+    if cfg.dry_run:
+        print(report(plan))
+    write_config(launch_config(cfg), ctx["config"])
     return _finish(text, ctx, cfg.dry_run)
 
 
 def submit_sft(cfg: SFTConfig, argv: list[str] | None = None) -> int:
     """`sft @ cfg` with `[slurm]` (see `submit_rl`)."""
-    from prime_rl.config.loader import write_config
-
     try:
         ctx = sft_context(cfg, argv)
         text = render("sft", ctx, cfg.slurm.template)
@@ -208,8 +200,8 @@ def run_sft_node(cfg: SFTConfig) -> int:
     """One node of a Slurm `sft` job: shared-filesystem check, then this node's torchrun (c10d rendezvous on
     node 0) under supervision. Returns the exit status (0, 1 a rank died here or elsewhere, 143 SIGTERM)."""
     from prime_rl.launcher.cluster import JobDir, slurm_node
-    from prime_rl.launcher.errors import ChildFailed, Interrupted
-    from prime_rl.launcher.supervisor import Supervisor, handle_signals
+    from prime_rl.launcher.errors import ChildFailed
+    from prime_rl.launcher.supervisor import Supervisor, exit_status
     from prime_rl.monitor.logger import setup_logging
     from prime_rl.monitor.rundir import RunDir
     from prime_rl.process import ChildSpec, describe_exit
@@ -226,33 +218,31 @@ def run_sft_node(cfg: SFTConfig) -> int:
             f"is_host={1 if node.index == 0 else 0}", "--local-addr", node.addr, "--max-restarts", "0",
             "-m", "prime_rl.cli.sft", "@", str(run.configs / "sft.toml")]
     env = {"PRIME_RL_NODE": node.name}
-    try:
-        with handle_signals():
-            if node.num_nodes != dep.num_nodes:
-                raise PreflightError(f"the allocation has {node.num_nodes} node(s) but deployment.num_nodes = {dep.num_nodes}")
-            log.info(f"node {node.index} ({node.name}, {node.addr}): sft torchrun node {node.index} of {dep.num_nodes}, {procs} rank(s)")
-            jobdir.arrive(node)
-            jobdir.wait_all_arrived(node, 300.0, run.root)
-            with Supervisor(grace_s=30.0) as sup:
-                sup.start(ChildSpec("sft", argv, run.log_file(f"sft.node{node.index}.console"), env))
-                try:
-                    while True:
-                        sup.check({"sft"})
-                        if "sft" in sup.finished:
-                            break
-                        for f in jobdir.failures():
-                            if f["index"] != node.index:
-                                raise LaunchError(f"stopping: {f['process']} on node {f['index']} ({f['name']}) {f['what']}")
-                        time.sleep(0.5)
-                except ChildFailed as e:
-                    time.sleep(1.0)
-                    jobdir.mark_failed(node, "sft", f"died ({describe_exit(e.code)})", str(e.log))
-                    raise LaunchError(f"sft on node {node.index} ({node.name}) died ({describe_exit(e.code)}). {e}") from None
-    except Interrupted as e:
-        log.warning(f"node {node.index} ({node.name}): {e.signal_name} received: stopped sft on this node")
-        return 128 + e.signum
-    except LaunchError as e:
-        log.error(str(e))
-        return e.exit_code
+
+    def body() -> None:
+        if node.num_nodes != dep.num_nodes:
+            raise PreflightError(f"the allocation has {node.num_nodes} node(s) but deployment.num_nodes = {dep.num_nodes}")
+        log.info(f"node {node.index} ({node.name}, {node.addr}): sft torchrun node {node.index} of {dep.num_nodes}, {procs} rank(s)")
+        jobdir.arrive(node)
+        jobdir.wait_all_arrived(node, 300.0, run.root)
+        with Supervisor(grace_s=30.0) as sup:
+            sup.start(ChildSpec("sft", argv, run.log_file(f"sft.node{node.index}.console"), env))
+            try:
+                while True:
+                    sup.check({"sft"})
+                    if "sft" in sup.finished:
+                        break
+                    for f in jobdir.failures():
+                        if f["index"] != node.index:
+                            raise LaunchError(f"stopping: {f['process']} on node {f['index']} ({f['name']}) {f['what']}")
+                    time.sleep(0.5)
+            except ChildFailed as e:
+                time.sleep(1.0)
+                jobdir.mark_failed(node, "sft", f"died ({describe_exit(e.code)})", str(e.log))
+                raise LaunchError(f"sft on node {node.index} ({node.name}) died ({describe_exit(e.code)}). {e}") from None
+
+    code = exit_status(body, log, "stopped sft on this node", prefix=f"node {node.index} ({node.name}): ")
+    if code:
+        return code
     log.info(f"node {node.index} ({node.name}): sft finished")
     return 0

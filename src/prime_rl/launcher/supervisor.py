@@ -162,3 +162,21 @@ def deferred_signals() -> Iterator[list[int]]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def exit_status(body: Callable[[], object], logger: logging.Logger, stopped: str = "stopped every process of the run",
+                prefix: str = "") -> int:
+    """Run `body()` with SIGINT/SIGTERM raising `Interrupted`; return the launcher's exit status: 0 when it
+    returned, 128 + the signal number on SIGINT/SIGTERM (logged as a warning: `<prefix><signal> received: <stopped>`), or a
+    `LaunchError`'s code (its message logged as an error: 1 a process failed, 2 a pre-flight check). Any other
+    exception propagates with its traceback."""
+    try:
+        with handle_signals():
+            body()
+        return 0
+    except Interrupted as e:
+        logger.warning(f"{prefix}{e.signal_name} received: {stopped}")
+        return 128 + e.signum
+    except LaunchError as e:
+        logger.error(str(e))
+        return e.exit_code

@@ -347,16 +347,24 @@ def make_renderer(tokenizer: Any, cfg: Any = "auto", enable_thinking: bool | Non
     elif resolved == "default" and reads:
         base = type(base)(enable_thinking=enable_thinking)  # DefaultRendererConfig passes extras to the template
     elif explicit:
-        raise _thinking_refused(name, resolved)
+        raise _thinking_refused(name, resolved, [f for f in fields if f != "name"])
     return create_renderer(RendererTokenizer(tokenizer), base)
 
 
-def _thinking_refused(name: str, resolved: str) -> ValueError:
+def _thinking_refused(name: str, resolved: str, settings: list[str] | None = None) -> ValueError:
+    """The refusal of an explicit `enable_thinking` nothing reads. `settings`: the named renderer's own settings
+    (None: the chat template renders, and it does not read the variable)."""
     via = f" (resolved to {resolved!r})" if resolved != name else ""
+    if settings is None:
+        return ValueError(
+            f"renderer.enable_thinking is set, but renderer {name!r}{via} renders with the model's chat template, "
+            "which does not read `enable_thinking`: the setting would be ignored. Remove it, or use a chat template "
+            "(model.chat_template) or a renderer that supports thinking"
+        )
     return ValueError(
-        f"renderer.enable_thinking is set, but renderer {name!r}{via} has no enable_thinking field and the model's "
-        "chat template does not read `enable_thinking`: the setting would be ignored. Remove it, or use a renderer "
-        "or chat template (model.chat_template) that supports thinking"
+        f"renderer.enable_thinking is set, but renderer {name!r}{via} has no enable_thinking setting (its settings: "
+        f"{', '.join(settings) or 'none'}); the renderer decides thinking itself, so the setting would be ignored. "
+        "Remove enable_thinking, or use a renderer with that setting (e.g. 'qwen3')"
     )
 
 

@@ -1,0 +1,62 @@
+"""`rl --dry-run`: resolve the launch plan (`plan.resolve`: every check that needs no running process of the run),
+print what was checked and the plan, and write the resolved configs; start nothing. With `[slurm]` the same
+checks (those that need the nodes themselves run on each node when the job starts), `configs/rl.toml` and the
+sbatch script, not submitted (`slurm.submit_rl`)."""
+
+from __future__ import annotations
+
+import sys
+
+from prime_rl.config.rl import RLConfig
+from prime_rl.launcher.errors import LaunchError
+from prime_rl.launcher.plan import CHECKS, RunPlan
+
+# what each check of `plan.resolve` looks at, for the dry run's report
+CHECK_TEXT = {
+    "run directory": "trainer, orchestrator and inference share one output_dir",
+    "sizes": "batch_size is a multiple of group_size",
+    "model": "every section's model.name is a model folder or a hub id that resolves; chat_template files exist",
+    "extensions": "environment ids and custom advantage / loss import paths import",
+    "urls": "orchestrator.client.base_url and every resources_url are http(s) URLs with a host",
+    "context": "seq_len fits the context inference serves (max_model_len, else the model's own)",
+    "renderer": "the orchestrator's renderer builds for the model's tokenizer with its settings (enable_thinking)",
+    "inference client": "the orchestrator's base_url names the replicas rl starts",
+    "env servers": "each resources_url answers, or rl can start a server there from rows",
+    "env server identity": "what answers at a resources_url is the env server of the source's rows",
+    "data": "rows and eval rows exist (or rl writes them), data directories exist",
+    "capacity": "max_inflight fits each resources server's capacity",
+    "ports": "every port rl binds on this machine is free",
+    "previous run": "--resume finds a complete checkpoint; a previous run needs --resume or --clean",
+    "placement": "the GPUs (or CPU cores) of each role are there",
+    "prompt lengths": "a sample of each source's first prompts leaves room to sample within seq_len",
+}
+assert set(CHECK_TEXT) == set(CHECKS)
+
+
+def report(plan: RunPlan) -> str:
+    """What `--dry-run` prints: every check that ran, those left to each node, and the plan."""
+    lines = ["checked (nothing started):"]
+    lines += [f"  ok  {name}: {CHECK_TEXT[name]}" for name in plan.checks]
+    lines += [f"  on each node at start  {name}: {CHECK_TEXT[name]}" for name in plan.deferred]
+    return "\n".join(lines + ["plan:", plan.describe()])
+
+
+def dry_run(cfg: RLConfig, argv: list[str] | None = None) -> int:
+    """`rl --dry-run` (single-node; `[slurm]` goes through `slurm.submit_rl`). Returns the exit status: 0, or 2
+    after printing the failed check's message (no traceback, nothing written)."""
+    from prime_rl.launcher.layout import Layout
+    from prime_rl.launcher.plan import resolve, write_configs
+
+    if cfg.slurm is not None:
+        from prime_rl.launcher.slurm import submit_rl
+
+        return submit_rl(cfg, argv)
+    try:
+        plan = resolve(cfg, Layout.single())
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    print(report(plan))
+    for name, path in write_configs(plan).items():
+        print(f"resolved {name} config written to {path}")
+    return 0
