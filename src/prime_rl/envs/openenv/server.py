@@ -105,7 +105,7 @@ def build_app(env: Environment, env_name: str, env_args: dict[str, Any], max_con
 
     @app.get("/health")
     def health() -> dict[str, str]:
-        return {"status": "healthy"}
+        return {"status": "healthy", "env": env_name}  # names the environment: rl checks what answers at a URL
 
     return app
 
