@@ -4,7 +4,8 @@ directory `output_dir/slurm/job_<id>/` on the shared filesystem through which th
 Files in the job directory (each written atomically, JSON):
 - `node_<i>.json`: node i arrived (name, address, pid). Every node waits until it sees all of them: a node that
   cannot see the others' files does not share `output_dir` with them, and the job stops saying so.
-- `plan.json`: written by node 0 once the run is prepared (resume step, configs written); the others wait for it.
+- `plan.json`: the launch plan (`plan.RunPlan` as JSON), written by node 0 once the run is prepared (resume step,
+  configs written); the others wait for it and read it back.
 - `finished_<i>.json`: node i's trainer / orchestrator exited 0. When every node that runs one has finished,
   every node stops its servers and exits 0.
 - `failed_<i>.json`: a process on node i died (which process, how, its log). Every other node stops and exits 1,
