@@ -40,6 +40,10 @@ main = Group(
             positional=("run",), user_errors=(FileNotFoundError, "prime_rl.extras:MissingExtraError"),
         ),
         "dashboard": dashboard_command,
+        "plan": Command(
+            "plan", "prime_rl.config.plan:PlanConfig", "prime_rl.simulate.cli:run",
+            "simulate a deployment: step time, throughput, GPU idle, off-policy steps; --capacity: the capacity table",
+        ),
         "gridsim": gridsim_group,
     },
     epilog="The processes of a run are commands of their own (each `@ config.toml`, `--help`): rl, sft, trainer, "

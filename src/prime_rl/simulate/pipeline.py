@@ -1,0 +1,306 @@
+"""The asynchronous RL pipeline as a discrete-event model: orchestrator, trainer, weight transfer, control plane.
+
+The semantics follow the real processes (prime_rl.orchestrator.scheduler, orchestrator.main, trainer.rl):
+
+- Policy version N is the trainer's weights after step N (version 0: the start). Trainer step N trains on batch N
+  with version N - 1 and publishes version N.
+- Filling step N with loaded version v, the orchestrator keeps at most `max(0, v + 1 + max_async_level - N + 1)
+  * batch_size / group_size` groups outstanding (running, or finished and not cut), and at most `max_inflight`
+  rollouts running (a group is launched whole; the first one always). It launches when a group finishes, when a
+  version is loaded and after a cut, as the scheduler's wake-ups do.
+- Step N is cut when `batch_size / group_size` groups are finished (the first ones in completion order) and the
+  loaded version is at least `N - 1 - max_async_level`; groups whose oldest turn is more than
+  `max_off_policy_steps` behind `N - 1` are dropped first. The cut batch is then available to the trainer.
+- The trainer starts step N when batch N is available and step N - 1 is done; it takes
+  `step_fixed_s + tokens / tokens_per_s`, then publishes (`weights.publish_s`, trainer busy).
+- The weight watcher loads the newest published version when it is not loading one (intermediate versions are
+  skipped): every replica pauses `weights.load_s`, then the orchestrator records the version. With
+  `transport = "broadcast"` the load starts with the publish instead of after it.
+- A rollout's turn costs `cpu_per_turn_s` on its group's control-plane worker (FIFO), then one generate request on
+  the replica that served its first turn (the first goes to the replica with the fewest outstanding requests),
+  then the environment's latency. A turn's policy version is the replica's version when its prefill started (the
+  oldest version that sampled any of its tokens, as vLLM reports it).
+
+Results are collected by `prime_rl.simulate.report`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prime_rl.config.plan import PlanConfig
+from prime_rl.simulate.events import EventQueue
+from prime_rl.simulate.replica import Replica, Request
+
+
+@dataclass
+class SimRollout:
+    """One rollout: its turns' sampled tokens and policy versions, its total (trained) tokens."""
+
+    completion: list[int]
+    versions: list[int] = field(default_factory=list)
+    seq_tokens: int = 0
+    replica: Replica | None = None
+
+
+@dataclass
+class SimGroup:
+    gid: int
+    rollouts: list[SimRollout]
+    left: int
+    worker: int
+
+
+@dataclass
+class StepRecord:
+    """One trainer step: when its batch was cut, when training started and ended, its groups' policy-version lags."""
+
+    step: int
+    cut_t: float
+    train_start: float = float("nan")
+    train_end: float = float("nan")
+    tokens: int = 0
+    completion_tokens: int = 0
+    max_off_policy: int = 0
+    lag_tokens: dict[int, int] = field(default_factory=dict)
+    dropped_groups: int = 0
+
+
+class Pipeline:
+    """The simulated deployment of `cfg`; `run()` plays it until the trainer finished `cfg.steps` steps."""
+
+    def __init__(self, cfg: PlanConfig):
+        self.cfg = cfg
+        self.q = EventQueue()
+        self.rng = np.random.default_rng(cfg.seed)
+        self.replicas = [Replica(i, self.q, cfg.inference) for i in range(cfg.inference.replicas)]
+        p = cfg.pipeline
+        self.group_size, self.gps = p.group_size, p.batch_size // p.group_size
+        # orchestrator
+        self.version = 0
+        self.step = 1
+        self.running: dict[int, SimGroup] = {}
+        self.ready: deque[SimGroup] = deque()
+        self.inflight = 0
+        self._gid = 0
+        self.cuts: list[StepRecord] = []
+        self.dropped = 0
+        # control plane
+        self.worker_free = [0.0] * cfg.control_plane.workers
+        self.worker_busy = [0.0] * cfg.control_plane.workers
+        # trainer
+        self.batches: dict[int, StepRecord] = {}
+        self.train_next = 1
+        self.trainer_busy_until = 0.0
+        self.trainer_idle = True
+        self.trainer_busy_s = 0.0
+        self.done_steps = 0
+        # weights
+        self.published = 0
+        self.loading = False
+        self.loads: list[tuple[float, float, int]] = []
+        # counters at the end of the warm-up and of the last step (prime_rl.simulate.report reads them)
+        self.marks: dict[str, dict[str, float | list[float]]] = {}
+
+    # ---- workload draws ----
+    def _draw_rollout(self) -> SimRollout:
+        w = self.cfg.workload
+        turns = w.turns if w.turns_min is None else int(self.rng.integers(w.turns_min, w.turns + 1))
+        if w.completion_tokens_cv > 0:
+            k = 1.0 / w.completion_tokens_cv**2
+            toks = self.rng.gamma(k, w.completion_tokens / k, size=turns)
+        else:
+            toks = np.full(turns, w.completion_tokens)
+        toks = np.maximum(1, np.rint(toks)).astype(int)
+        if w.max_completion_tokens is not None:
+            toks = np.minimum(toks, w.max_completion_tokens)
+        comp = [int(t) for t in toks]
+        seq = w.prompt_tokens + sum(comp) + w.env_tokens * (turns - 1)
+        return SimRollout(completion=comp, seq_tokens=seq)
+
+    def _env_latency(self) -> float:
+        e = self.cfg.env
+        if e.latency_s <= 0:
+            return 0.0
+        if e.latency_cv <= 0:
+            return e.latency_s
+        k = 1.0 / e.latency_cv**2
+        return float(self.rng.gamma(k, e.latency_s / k))
+
+    # ---- orchestrator: launching ----
+    def _allowed_groups(self) -> int:
+        s_max = self.version + 1 + self.cfg.pipeline.max_async_level
+        return max(0, s_max - self.step + 1) * self.gps
+
+    def _launch(self) -> None:
+        max_inflight = self.cfg.pipeline.max_inflight
+        while len(self.running) + len(self.ready) < self._allowed_groups():
+            if self.running and self.inflight + self.group_size > max_inflight:
+                return
+            g = SimGroup(self._gid, [self._draw_rollout() for _ in range(self.group_size)], self.group_size,
+                         self._gid % self.cfg.control_plane.workers)  # fmt: skip
+            self._gid += 1
+            self.running[g.gid] = g
+            self.inflight += self.group_size
+            for r in g.rollouts:
+                self._turn(g, r, 0)
+
+    def _turn(self, g: SimGroup, r: SimRollout, k: int) -> None:
+        """Turn `k` of rollout `r`: control-plane CPU, then the generate request."""
+        cost = self.cfg.control_plane.cpu_per_turn_s
+        if cost > 0:
+            w = g.worker
+            start = max(self.q.now, self.worker_free[w])
+            self.worker_free[w] = start + cost
+            self.worker_busy[w] += cost
+            self.q.at(start + cost, lambda: self._generate(g, r, k))
+        else:
+            self._generate(g, r, k)
+
+    def _generate(self, g: SimGroup, r: SimRollout, k: int) -> None:
+        if r.replica is None:
+            r.replica = min(self.replicas, key=lambda x: (x.outstanding, x.idx))
+        w = self.cfg.workload
+        prefill = w.prompt_tokens if k == 0 else w.env_tokens
+
+        def done(version: int) -> None:
+            r.versions.append(version)
+            lat = self._env_latency()
+            nxt = (lambda: self._turn(g, r, k + 1)) if k + 1 < len(r.completion) else (lambda: self._finished(g))
+            if lat > 0:
+                self.q.after(lat, nxt)
+            else:
+                nxt()
+
+        r.replica.submit(Request(prefill, r.completion[k], done))
+
+    def _finished(self, g: SimGroup) -> None:
+        self.inflight -= 1
+        g.left -= 1
+        if g.left == 0:
+            del self.running[g.gid]
+            self.ready.append(g)
+            self._progress()
+
+    # ---- orchestrator: cutting ----
+    def _off_policy(self, g: SimGroup, step: int) -> int:
+        return (step - 1) - min(v for r in g.rollouts for v in r.versions)
+
+    def _progress(self) -> None:
+        """The scheduler's loop after a wake-up: drop stale groups, cut every step that can be cut, launch."""
+        p = self.cfg.pipeline
+        while True:
+            keep = deque(g for g in self.ready if self._off_policy(g, self.step) <= p.max_off_policy_steps)
+            n_drop = len(self.ready) - len(keep)
+            self.ready = keep
+            self.dropped += n_drop
+            if len(self.ready) < self.gps or self.version < self.step - 1 - p.max_async_level:
+                break
+            self._cut(n_drop)
+        self._launch()
+
+    def _cut(self, dropped: int) -> None:
+        step = self.step
+        groups = [self.ready.popleft() for _ in range(self.gps)]
+        rec = StepRecord(step, self.q.now, dropped_groups=dropped)
+        for g in groups:
+            rec.max_off_policy = max(rec.max_off_policy, self._off_policy(g, step))
+            for r in g.rollouts:
+                rec.tokens += r.seq_tokens
+                rec.completion_tokens += sum(r.completion)
+                for v, n in zip(r.versions, r.completion, strict=True):
+                    lag = (step - 1) - v
+                    rec.lag_tokens[lag] = rec.lag_tokens.get(lag, 0) + n
+        self.cuts.append(rec)
+        self.batches[step] = rec
+        self.step += 1
+        self._train_maybe()
+
+    # ---- trainer ----
+    def _train_maybe(self) -> None:
+        n = self.train_next
+        if not self.trainer_idle or n not in self.batches or n > self.cfg.steps:
+            return
+        rec = self.batches[n]
+        t = self.cfg.trainer
+        dur = t.step_fixed_s + rec.tokens / t.tokens_per_s
+        rec.train_start = self.q.now
+        self.trainer_idle = False
+        self.q.after(dur, lambda: self._trained(rec))
+
+    def _trained(self, rec: StepRecord) -> None:
+        w = self.cfg.weights
+        rec.train_end = self.q.now
+        self.trainer_busy_s += rec.train_end - rec.train_start
+        if w.transport == "broadcast":
+            self._published(rec.step)
+        self.trainer_busy_s += w.publish_s
+        self.q.after(w.publish_s, lambda: self._publish_done(rec.step))
+
+    def _publish_done(self, step: int) -> None:
+        if self.cfg.weights.transport == "filesystem":
+            self._published(step)
+        self.trainer_idle = True
+        self.done_steps = step
+        if step == self.cfg.warmup_steps:
+            self._mark("start")
+        if step == self.cfg.steps:
+            self._mark("end")
+        self.train_next = step + 1
+        self._train_maybe()
+
+    # ---- weights ----
+    def _published(self, version: int) -> None:
+        self.published = version
+        self._load_maybe()
+
+    def _load_maybe(self) -> None:
+        if self.loading or self.published <= self.version:
+            return
+        v, t0 = self.published, self.q.now
+        self.loading = True
+        for r in self.replicas:
+            r.pause()
+
+        def loaded() -> None:
+            for r in self.replicas:
+                r.resume(v)
+            self.loads.append((t0, self.q.now, v))
+            self.loading = False
+            self.version = v
+            self._progress()
+            self._load_maybe()
+
+        self.q.after(self.cfg.weights.load_s, loaded)
+
+    def _mark(self, name: str) -> None:
+        for r in self.replicas:
+            r.close_accounts()
+        self.marks[name] = {
+            "t": self.q.now,
+            "busy": [r.busy_s for r in self.replicas],
+            "load": [r.load_s for r in self.replicas],
+            "seq": [r.seq_s for r in self.replicas],
+            "tokens": [float(r.tokens) for r in self.replicas],
+            "trainer": self.trainer_busy_s,
+            "workers": list(self.worker_busy),
+        }
+
+    # ---- run ----
+    def run(self) -> Pipeline:
+        """Play the deployment until the trainer finished `cfg.steps` steps. Raises RuntimeError if it stalls."""
+        if self.cfg.warmup_steps == 0:
+            self._mark("start")
+        self._launch()
+        self.q.run(lambda: self.done_steps >= self.cfg.steps)
+        if self.done_steps < self.cfg.steps:
+            raise RuntimeError(
+                f"the simulated pipeline stalled after {self.done_steps} trainer steps (step {self.step} waits for "
+                f"{self.gps} groups with {len(self.ready)} ready and {len(self.running)} running)"
+            )
+        for r in self.replicas:
+            r.close_accounts()
+        return self
