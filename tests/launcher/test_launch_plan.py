@@ -246,3 +246,28 @@ def test_resources_url_of_another_environment_is_refused(tmp_path):
         assert "are 'gridsim_v1''s" in msg
     with stub_server({"status": "ok", "env": "gridsim", "name": "gridsim_v1"}) as url:
         envserver.check_env_servers(at(url), [])  # the right one passes
+
+
+def test_a_written_rl_toml_resolves_again_on_the_node(tmp_path, tiny):
+    """What a Slurm job's nodes read is the `configs/rl.toml` written at submission, where every field is explicit
+    (base_url too, at its default): resolving it on the node points the orchestrator at the replicas rl starts there
+    (before this was handled, a multi-node node 0 refused its own replicas' ports)."""
+    from prime_rl.config.loader import write_config
+    from prime_rl.launcher.plan import launch_config
+
+    rows_at(tmp_path / "gym-root")
+    args = demo_args(tmp_path, tiny)
+    i = args.index("--inference.server.port")
+    del args[i : i + 2]
+    multi = cfg_of(args + ["--deployment.type", "multi-node", "--deployment.num-train-nodes", "1",
+                           "--deployment.port-base", str(free_block())])  # fmt: skip
+    written = write_config(launch_config(multi), tmp_path / "rl.toml")
+    again = cfg_of(["@", str(written)])
+    assert "base_url" in again.orchestrator.client.model_fields_set
+    plan = resolve(again, Layout.slurm("multi-node", ["127.0.0.1", "127.0.0.1"], 0, "7"), probe=lambda u: False, gpus=[])
+    assert plan.config.orchestrator.client.base_url == [r.url for r in plan.replicas]
+    port = free_port()
+    single = cfg_of(["@", str(write_config(launch_config(cfg_of(demo_args(tmp_path, tiny) + [
+        "--inference.server.port", str(port)])), tmp_path / "single.toml"))])  # fmt: skip
+    plan = resolve(single, Layout.single(), probe=lambda u: False, gpus=[])
+    assert plan.config.orchestrator.client.base_url == [f"http://127.0.0.1:{port}"]
