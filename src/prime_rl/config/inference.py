@@ -51,6 +51,16 @@ class ServerConfig(BaseConfig):
     port: int = Field(8000, gt=0, lt=65536, description="TCP port; refused at once if taken.")
     health_timeout_s: float = Field(300.0, gt=0, description="How long to wait for /health after start.")
     log_file: Path | None = Field(None, description="vLLM's own output; default: <output_dir>/logs/vllm.log.")
+    token: str | None = Field(
+        None,
+        description="Bearer token the admin routes (/update_weights, /policy_version, vLLM's dev routes) require; "
+        "also read from PRIME_RL_INFERENCE_TOKEN. Without it (and without vLLM's --api-key) they are closed "
+        "when host is not loopback.",
+    )
+    weights_dir: Path | None = Field(
+        None, description="Folder whose subfolders /update_weights may load; default: <output_dir>/weights."
+    )
+    any_weights_path: bool = Field(False, description="Let /update_weights load from any folder on the host.")
 
 
 class VllmConfig(BaseConfig):

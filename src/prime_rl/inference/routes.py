@@ -8,9 +8,12 @@
     200 -> {"version", "path", "reload_s", "num_tensors", "refreshed", "pause_s", "load_s", "reset_s", "resume_s"}
     (`refreshed`: modules sharing a parameter, e.g. a tied output head, whose kernel state was rebuilt; the `*_s`
     fields time each phase); 400 bad path/body; 500 engine failure (the error text).
+    403 a path outside the server's weights directory (`prime_rl.inference.admin`).
 `GET /policy_version` -> {"version": int | null, "path": str | null}
 
 Updates are serialised by a lock. vLLM's dev-mode route of the same name (NCCL/IPC weight transfer) is replaced.
+Both routes, and every other admin route of the server, need the admin token where one is configured or the
+server is not on loopback (`prime_rl.inference.admin.AdminGuard`, added by `attach`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
+from prime_rl.inference.admin import AdminGuard, AdminPolicy
+
 router = APIRouter()
 _lock = asyncio.Lock()
 _state: dict = {"version": 0, "path": None}
@@ -30,6 +35,11 @@ _state: dict = {"version": 0, "path": None}
 
 def _engine(request: Request):
     return request.app.state.engine_client
+
+
+def _policy(request: Request) -> AdminPolicy:
+    """The admin policy `attach` stored on the app (loopback and any folder when the app was built without it)."""
+    return getattr(request.app.state, "prime_admin", None) or AdminPolicy(host="127.0.0.1")
 
 
 async def _reset_prefix_cache(engine, attempts: int = 50) -> None:
@@ -67,6 +77,9 @@ async def update_weights(request: Request) -> JSONResponse:
     path, version = body["path"], body.get("version")
     if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 0):
         return JSONResponse({"error": f"version must be a non-negative integer, got {version!r}"}, status_code=400)
+    refused = _policy(request).refuse_weights_path(path)
+    if refused is not None:
+        return JSONResponse({"error": refused}, status_code=403)
     try:
         safetensors_files(path)
     except WeightsDirError as e:
@@ -106,9 +119,14 @@ async def policy_version() -> JSONResponse:
     return JSONResponse({"version": _state["version"], "path": _state["path"]})
 
 
-def attach(app: FastAPI) -> FastAPI:
+def attach(app: FastAPI, policy: AdminPolicy | None = None) -> FastAPI:
     """Add our routes to `app`, replacing any existing route with the same path and method (vLLM's dev
-    `/update_weights`). Returns `app`."""
+    `/update_weights`), and guard its admin routes with `policy` (default: `AdminPolicy.from_vllm_args` of
+    `app.state.args`, the namespace vLLM's `build_app` stores). Returns `app`."""
+    if policy is None:
+        policy = AdminPolicy.from_vllm_args(getattr(app.state, "args", None))
+    app.state.prime_admin = policy
+    app.add_middleware(AdminGuard, policy=policy)
     ours = {(r.path, m) for r in router.routes if isinstance(r, APIRoute) for m in r.methods}
     kept = []
     for r in app.router.routes:

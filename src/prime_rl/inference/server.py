@@ -14,7 +14,8 @@ import signal
 import sys
 from pathlib import Path
 
-from prime_rl.config.inference import InferenceConfig
+from prime_rl.config.inference import InferenceConfig, flag_name
+from prime_rl.inference import admin
 from prime_rl.ports import check_port_free
 from prime_rl.process import Child, ChildExited, ChildSpec, tail_file, wait_for_http
 
@@ -37,12 +38,16 @@ def on_cpu() -> bool:
 
 
 def resolve_dtype(cfg: InferenceConfig, cpu: bool) -> str:
-    """`vllm.dtype`, else `model.dtype`, else float32 on CPU (bf16 is slow without native support), bfloat16
-    on GPU."""
+    """`vllm.dtype`, else `model.dtype`, else bfloat16 on GPU and on CPU what `prime_rl.cpu_bf16.auto_cpu_dtype()`
+    says (bfloat16 only with native bf16 matmul that measures faster than fp32 here, else float32)."""
     for d in (cfg.vllm.dtype, cfg.model.dtype):
         if d != "auto":
             return d
-    return "float32" if cpu else "bfloat16"
+    if not cpu:
+        return "bfloat16"
+    from prime_rl.cpu_bf16 import auto_cpu_dtype
+
+    return auto_cpu_dtype()
 
 
 def _flag(name: str) -> str:
@@ -92,12 +97,26 @@ def build_vllm_args(cfg: InferenceConfig, cpu: bool) -> list[str]:
     return args
 
 
+def weights_dir(cfg: InferenceConfig) -> Path | None:
+    """The folder `/update_weights` may load from (absolute): `server.weights_dir`, else `<output_dir>/weights`;
+    None with `server.any_weights_path`."""
+    if cfg.server.any_weights_path:
+        return None
+    return Path(cfg.server.weights_dir or Path(cfg.output_dir) / "weights").expanduser().resolve()
+
+
 def build_env(cfg: InferenceConfig, cpu: bool, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment of the vLLM process: dev mode (control routes), runtime LoRA updates, our pause mode,
-    CPU KV-cache size (whole GiB, at least 1), and `src/` on PYTHONPATH so engine processes import the worker
-    extension even from a source checkout."""
+    CPU KV-cache size (whole GiB, at least 1), the admin policy (`prime_rl.inference.admin`: bind address, token,
+    weights directory), and `src/` on PYTHONPATH so engine processes import the worker extension even from a
+    source checkout."""
     env = dict(os.environ if base is None else base)
     env["VLLM_SERVER_DEV_MODE"] = "1"
+    env[admin.ENV_HOST] = cfg.server.host
+    if cfg.server.token:
+        env[admin.ENV_TOKEN] = cfg.server.token
+    wd = weights_dir(cfg)
+    env[admin.ENV_WEIGHTS_DIR] = "*" if wd is None else str(wd)
     env["PRIME_RL_PAUSE_MODE"] = cfg.vllm.weight_update_pause_mode
     env.setdefault("VLLM_LOGGING_LEVEL", cfg.log.level.upper())
     if cfg.vllm.enable_lora:
@@ -107,6 +126,25 @@ def build_env(cfg: InferenceConfig, cpu: bool, base: dict[str, str] | None = Non
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def exposure_warning(cfg: InferenceConfig, environ: dict[str, str] | None = None) -> str | None:
+    """The warning for a bind other than loopback (None on loopback): who can reach the server, and whether its
+    admin routes are closed (no token) or need the token."""
+    if admin.is_loopback(cfg.server.host):
+        return None
+    env = os.environ if environ is None else environ
+    api_key = env.get("VLLM_API_KEY") or any(flag_name(k) == "api-key" for k in cfg.vllm.extra_args)
+    token = cfg.server.token or env.get(admin.ENV_TOKEN) or api_key
+    where = f"inference listens on {cfg.server.host} (not loopback)"
+    if not token:
+        return (f"{where} without a token: its admin routes (/update_weights, /policy_version, vLLM's dev routes) "
+                f"are closed and the sampling API is open to anyone who reaches port {cfg.server.port}; pass "
+                f"--server.token TOKEN (or set {admin.ENV_TOKEN}; clients send it as orchestrator.client.api_key)")
+    if not api_key:
+        return (f"{where}: admin routes need the token, but the sampling API (/v1, /inference) is open to anyone who "
+                f"reaches port {cfg.server.port}; add vLLM's --api-key (vllm.extra_args) to close it too")
+    return None
 
 
 class ServerStartError(RuntimeError):
@@ -189,6 +227,9 @@ def run(cfg: InferenceConfig) -> None:
     resolve_model(cfg.model.name)  # a local folder or a hub id in the cache, else one error naming model.name
     if cfg.model.chat_template is not None and not Path(cfg.model.chat_template).expanduser().is_file():
         raise FileNotFoundError(f"model.chat_template = {str(cfg.model.chat_template)!r}: no such file")
+    warning = exposure_warning(cfg)
+    if warning:
+        log.warning("%s", warning)
     server = VllmServer(cfg)
     stopping = False
 
