@@ -11,6 +11,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# `dtype = "auto"` is float32 on CPU in every test process and every process a test starts, whatever this CPU's bf16
+# speed (prime_rl.cpu_bf16): recorded numbers stay independent of the host. Tests of bf16 set the dtype explicitly.
+os.environ["PRIME_RL_CPU_BF16"] = "0"
+
 
 def ercot_dir() -> Path | None:
     """The real ERCOT NP4-180-ER files: the folder named in $PRIME_RL_ERCOT_DIR (else a fallback

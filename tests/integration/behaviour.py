@@ -71,6 +71,7 @@ startup_timeout_s = 300
 stop_grace_s = 5
 [model]
 name = "{model}"
+dtype = "float32"  # recorded in fp32: the same on every host, whatever its bf16 speed
 [trainer]
 seed = 0
 threads = 1

@@ -120,7 +120,7 @@ class Engine:
         seed_everything(cfg.seed)  # same on every rank: LoRA init must agree across FSDP ranks
         self.model: nn.Module = load_model(cfg.model, self.dist)
         self.fsdp = use_fsdp(cfg.model, self.dist)
-        self.dtype = compute_dtype(cfg.model, self.dist.device)
+        self.dtype = compute_dtype(cfg.model, self.dist.device, self.dist.world_size)
         self.params = trainable_parameters(self.model)
         self.optimizer = build_optimizer(self.params, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.scheduler, cfg.max_steps)

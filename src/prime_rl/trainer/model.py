@@ -1,8 +1,9 @@
 """Loading the trained model: transformers causal LM from a local path, optional LoRA (peft), FSDP2.
 
-Parameters are kept in fp32 (the optimizer's master copy). On GPU with `dtype = bfloat16` (or `auto`) FSDP2's
-`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` computes in bf16 and reduces gradients in fp32; on CPU
-everything is fp32 (`auto`).
+Parameters are kept in fp32 (the optimizer's master copy). With a bf16 compute dtype (`dtype = bfloat16`, or
+`auto` on GPU, or `auto` on a CPU where bf16 pays: `prime_rl.cpu_bf16`) FSDP2's
+`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` computes in bf16 and reduces gradients in fp32, on GPU
+and CPU alike; otherwise everything is fp32.
 """
 
 from __future__ import annotations
@@ -35,10 +36,18 @@ def model_dir(name: str | Path) -> Path:
         raise ModelLoadError(str(e)) from None
 
 
-def compute_dtype(cfg: TrainerModelConfig, device: torch.device) -> torch.dtype:
-    """`auto` -> bf16 on CUDA, fp32 on CPU; otherwise the named dtype."""
+def compute_dtype(cfg: TrainerModelConfig, device: torch.device, world_size: int = 1) -> torch.dtype:
+    """The named dtype, or for `auto`: bf16 on CUDA; on CPU bf16 where `prime_rl.cpu_bf16.auto_cpu_dtype()` says it
+    pays, for a lone process (ranks of one trainer could measure differently, so several CPU ranks stay fp32;
+    `rl` passes an explicit dtype), else fp32."""
     if cfg.dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type == "cuda":
+            return torch.bfloat16
+        if world_size > 1:
+            return torch.float32
+        from prime_rl.cpu_bf16 import auto_cpu_dtype
+
+        return torch.bfloat16 if auto_cpu_dtype() == "bfloat16" else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
 
 
@@ -55,7 +64,7 @@ def use_fsdp(cfg: TrainerModelConfig, dist_info: DistInfo) -> bool:
     the compute dtype is not float32 (FSDP2's mixed precision keeps fp32 master weights)."""
     if cfg.fsdp != "auto":
         return bool(cfg.fsdp)
-    return dist_info.world_size > 1 or compute_dtype(cfg, dist_info.device) != torch.float32
+    return dist_info.world_size > 1 or compute_dtype(cfg, dist_info.device, dist_info.world_size) != torch.float32
 
 
 def load_model(cfg: TrainerModelConfig, dist_info: DistInfo) -> nn.Module:
@@ -99,14 +108,14 @@ def load_model(cfg: TrainerModelConfig, dist_info: DistInfo) -> nn.Module:
     if fsdp:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        dtype = compute_dtype(cfg, device)
+        dtype = compute_dtype(cfg, device, dist_info.world_size)
         mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else None
         kw = {"mp_policy": mp} if mp is not None else {}
         for layer in decoder_layers(model):
             fully_shard(layer, reshard_after_forward=cfg.reshard_after_forward, **kw)
         fully_shard(model, reshard_after_forward=cfg.reshard_after_forward, **kw)
-    elif compute_dtype(cfg, device) != torch.float32:
-        model.to(compute_dtype(cfg, device))
+    elif compute_dtype(cfg, device, dist_info.world_size) != torch.float32:
+        model.to(compute_dtype(cfg, device, dist_info.world_size))
     model.train()
     return model
 
