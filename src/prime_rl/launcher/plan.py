@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 from prime_rl.config.deployment import MAX_ENV_SERVERS, PORT_ENV_SERVER
 from prime_rl.config.rl import SECTIONS, RLConfig
 from prime_rl.launcher import envserver, preflight, resume
+from prime_rl.launcher.dtype import run_dtypes
 from prime_rl.launcher.envserver import EnvServerPlan
 from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.evolve import evolve
@@ -187,6 +188,7 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
             updates["orchestrator.num_train_ranks"] = placement.trainer_procs * cfg.deployment.num_train_nodes
         cfg = evolve(cfg, updates)
         device, trainer_procs = placement.device, placement.trainer_procs
+        cfg = evolve(cfg, run_dtypes(cfg, device, where.multi))  # one explicit dtype for trainer and inference
     checks.run("prompt lengths", preflight.check_prompt_lengths, cfg)
     checks.deferred = [c for c in NODE_CHECKS if c not in checks.done]
     return RunPlan(
