@@ -271,3 +271,13 @@ def test_a_written_rl_toml_resolves_again_on_the_node(tmp_path, tiny):
         "--inference.server.port", str(port)])), tmp_path / "single.toml"))])  # fmt: skip
     plan = resolve(single, Layout.single(), probe=lambda u: False, gpus=[])
     assert plan.config.orchestrator.client.base_url == [f"http://127.0.0.1:{port}"]
+
+
+def test_the_real_run_refuses_a_stub_at_resources_url_before_starting_anything(tmp_path, tiny):
+    """`rl` itself (not only --dry-run) runs the same resolution: exit 2, no process started, no config written."""
+    from prime_rl.launcher.rl import launch_and_wait
+
+    rows_at(tmp_path / "gym-root")
+    with stub_server({"status": "ok"}) as url:
+        assert launch_and_wait(cfg_of(demo_args(tmp_path, tiny, None, url))) == 2
+    assert not (tmp_path / "run/configs").exists() and not (tmp_path / "run/logs/trainer.console.log").exists()

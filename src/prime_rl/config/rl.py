@@ -161,12 +161,12 @@ def check_lengths(cfg: RLConfig) -> None:
         )
 
 
-def check_seq_len_fits(seq_len: int, context: int, context_is: str, fix: str) -> None:
+def check_seq_len_fits(seq_len: int, context: int, context_is: str, fix: str, error: type[Exception] = ValueError) -> None:
     """The one check of `orchestrator.seq_len` against the context length inference serves (`context_is` says
     where that length comes from: `inference.vllm.max_model_len`, the model's `max_position_embeddings`, the
-    server's report). Raises ValueError naming both and the fix (`fix`, followed by "or lower seq_len")."""
+    server's report). Raises `error` (default ValueError) naming both and the fix (`fix`, then "or lower seq_len")."""
     if seq_len > context:
-        raise ValueError(
+        raise error(
             f"seq_len = {seq_len} (orchestrator.seq_len) is above {context_is} = {context}: a rollout grows up to "
             f"seq_len tokens, and vLLM refuses any request past its context length, so those rollouts would all "
             f"fail; {fix} or lower seq_len"

@@ -248,12 +248,9 @@ def check_context(cfg: RLConfig) -> None:
     except (OSError, ValueError):
         return
     if isinstance(ctx, int):
-        try:
-            check_seq_len_fits(cfg.orchestrator.seq_len, ctx, f"the model's context length (max_position_embeddings "
-                               f"in {cfg_file}, which vLLM serves when inference.vllm.max_model_len is unset)",
-                               "set inference.vllm.max_model_len only up to that length")  # fmt: skip
-        except ValueError as e:
-            raise PreflightError(str(e)) from None
+        check_seq_len_fits(cfg.orchestrator.seq_len, ctx, f"the model's context length (max_position_embeddings in "
+                           f"{cfg_file}, which vLLM serves when inference.vllm.max_model_len is unset)",
+                           "set inference.vllm.max_model_len only up to that length", error=PreflightError)  # fmt: skip
 
 
 def check_prompt_lengths(cfg: RLConfig) -> None:
