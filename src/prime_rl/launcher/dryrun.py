@@ -25,7 +25,7 @@ CHECK_TEXT = {
     "env server identity": "what answers at a resources_url is the env server of the source's rows",
     "data": "rows and eval rows exist (or rl writes them), data directories exist",
     "capacity": "max_inflight fits each resources server's capacity",
-    "ports": "every port rl binds on this machine is free",
+    "ports": "every port rl binds on the node is free",
     "previous run": "--resume finds a complete checkpoint; a previous run needs --resume or --clean",
     "placement": "the GPUs (or CPU cores) of each role are there",
     "prompt lengths": "a sample of each source's first prompts leaves room to sample within seq_len",

@@ -55,6 +55,7 @@ class Layout(BaseModel):
 
     @property
     def multi(self) -> bool:
+        """Whether the run spans several nodes (`[deployment] type = "multi-node"`)."""
         return self.kind == "multi-node"
 
 
@@ -94,6 +95,7 @@ class Replica(BaseModel, frozen=True):
 
     @property
     def name(self) -> str:
+        """The child's name: `inference` for replica 0, `inference-<i>` for the others."""
         return "inference" if self.index == 0 else f"inference-{self.index}"
 
     @property
