@@ -100,7 +100,7 @@ def test_masked_reasons_are_logged_per_kind_then_counted(caplog):
         log_masked(3, rs + [timeout], per_kind=3)
     lines = [rec.getMessage() for rec in caplog.records]
     assert sum("masked: env/verify_crash: ZeroDivisionError" in x for x in lines) == 3
-    assert any("step 3: 2 more rollouts masked as env/verify_crash" in x for x in lines)
+    assert any("step 3: 2 more rollout(s) masked as env/verify_crash" in x for x in lines)
     assert any("masked: TimeoutError: inference request timed out" in x and "source 's'" in x for x in lines)
 
 

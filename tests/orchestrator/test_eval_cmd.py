@@ -133,3 +133,43 @@ async def test_transformers_backend_names_a_missing_model_folder(tmp_path):
     cfg = EvalCommandConfig(model={"name": str(tmp_path / "nope")}, backend="transformers", output_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match=r"model.name = .*nope.*no such model folder"):
         await evaluate(cfg)
+
+
+@pytest.mark.parametrize("prog", [["eval"], ["rl"]])
+def test_greedy_eval_with_several_rollouts_per_example_is_refused_naming_both_fields(capsys, prog, tmp_path):
+    """Temperature 0 samples every rollout of a task alike: four of them reported as avg@4 / pass@4 would count one
+    rollout four times. The config is refused (exit 2) naming both fields and the fixes, for `eval` and for `rl`'s
+    orchestrator eval; one rollout per example, or a temperature above 0, is accepted."""
+    from prime_rl.cli.evals import main as evals_main
+    from prime_rl.cli.rl import main as rl_main
+
+    main, pre = (evals_main, "--eval.") if prog == ["eval"] else (rl_main, "--orchestrator.eval.")
+    with pytest.raises(SystemExit) as e:
+        main([f"{pre}sampling.temperature", "0", f"{pre}rollouts-per-example", "4", "--dry-run",
+              "--output-dir", str(tmp_path)])  # fmt: skip
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "sampling.temperature = 0 with " in err and "rollouts_per_example = 4" in err and "Traceback" not in err
+    assert "rollouts_per_example = 1, or " in err and "sampling.temperature > 0" in err
+
+
+def test_greedy_eval_is_accepted_with_one_rollout_and_sampled_eval_with_several():
+    from prime_rl.config.orchestrator import EvalConfig, repeated_greedy_problem
+
+    assert EvalConfig(sampling={"temperature": 0}, rollouts_per_example=1).sampling.temperature == 0
+    assert EvalConfig(sampling={"temperature": 0.7, "seed": 3}, rollouts_per_example=4).rollouts_per_example == 4
+    assert repeated_greedy_problem(0.0, 2, prefix="") == (
+        "sampling.temperature = 0 with rollouts_per_example = 2: greedy decoding samples the same rollout 2 times per "
+        "task, and avg@2, pass@2 and pass@1 would count it as 2 independent ones; set rollouts_per_example = 1, or "
+        "sampling.temperature > 0 (with sampling.seed set, each rollout gets its own reproducible seed)"
+    )
+
+
+async def test_run_eval_refuses_repeated_greedy_rollouts():
+    from prime_rl.config.orchestrator import EvalSamplingConfig
+    from prime_rl.orchestrator.agent import AgentLimits
+    from prime_rl.orchestrator.eval import run_eval
+
+    with pytest.raises(ValueError, match="greedy decoding samples the same rollout 3 times"):
+        await run_eval([], None, None, EvalSamplingConfig(temperature=0), AgentLimits(64, 8), num_examples=1,
+                       rollouts_per_example=3)  # fmt: skip

@@ -194,6 +194,28 @@ class EvalConfig(BaseConfig):
 
     _unique_names = field_validator("source")(unique_source_names)
 
+    @model_validator(mode="after")
+    def _no_repeated_greedy_rollouts(self) -> EvalConfig:
+        problem = repeated_greedy_problem(self.sampling.temperature, self.rollouts_per_example)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+def repeated_greedy_problem(temperature: float, rollouts_per_example: int, prefix: str = "eval.") -> str | None:
+    """None unless `temperature = 0` (greedy decoding) meets `rollouts_per_example > 1`: every rollout of a task
+    would be the same one, and avg@k / pass@k / pass@1 would count it k times as if independent. Else the refusal,
+    naming both fields (under `prefix`) and the fixes."""
+    if temperature != 0 or rollouts_per_example <= 1:
+        return None
+    k = rollouts_per_example
+    return (
+        f"{prefix}sampling.temperature = 0 with {prefix}rollouts_per_example = {k}: greedy decoding samples the same "
+        f"rollout {k} times per task, and avg@{k}, pass@{k} and pass@1 would count it as {k} independent ones; set "
+        f"{prefix}rollouts_per_example = 1, or {prefix}sampling.temperature > 0 (with {prefix}sampling.seed set, each "
+        "rollout gets its own reproducible seed)"
+    )
+
 
 class _AdvantageBase(BaseConfig):
     filter_zero: bool = Field(False, description="Drop groups whose advantages are all zero.")

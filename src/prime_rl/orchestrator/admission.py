@@ -142,7 +142,7 @@ def admit(
 
 def log_masked(step: int | str, rollouts: Sequence[Rollout], per_kind: int = 3) -> None:
     """Log why rollouts were masked: the first `per_kind` of each error kind with task, source and reason, then
-    one line counting the rest of that kind (`step 3: 12 more rollouts masked as env/http_404`)."""
+    one line counting the rest of that kind (`step 3: 12 more rollout(s) masked as env/http_404`)."""
     seen: dict[str, int] = defaultdict(int)
     for r in rollouts:
         if not r.masked:
@@ -154,4 +154,4 @@ def log_masked(step: int | str, rollouts: Sequence[Rollout], per_kind: int = 3) 
                         r.task.task_id, r.source, r.error or kind)  # fmt: skip
     for kind, n in seen.items():
         if n > per_kind:
-            log.warning("step %s: %d more rollouts masked as %s", step, n - per_kind, kind)
+            log.warning("step %s: %d more rollout(s) masked as %s", step, n - per_kind, kind)

@@ -19,9 +19,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from prime_rl.config.orchestrator import SamplingConfig
+from prime_rl.config.orchestrator import SamplingConfig, repeated_greedy_problem
 from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.progress import Progress
+from prime_rl.orchestrator.admission import log_masked
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.types import Rollout
@@ -85,7 +86,16 @@ async def run_eval(
     max_inflight: int = 32,
 ) -> EvalResult:
     """Play `rollouts_per_example` rollouts of each eval task of each source (concurrently, bounded), with a
-    progress bar (or log lines when not on a terminal) over the rollouts."""
+    progress bar (or log lines when not on a terminal) over the rollouts. Masked rollouts' reasons are logged, a
+    few per kind.
+
+    Raises:
+        ValueError: temperature 0 with more than one rollout per example (identical rollouts counted as
+            independent; `config.orchestrator.repeated_greedy_problem`).
+    """
+    problem = repeated_greedy_problem(sampling.temperature, rollouts_per_example, prefix="")
+    if problem is not None:
+        raise ValueError(problem)
     sem = inflight_sem or asyncio.Semaphore(max_inflight)
     gate = gate or CapacityGate()
     k = rollouts_per_example
@@ -133,6 +143,7 @@ async def run_eval(
                     for f in fs:
                         f.cancel()
             raise
+    log_masked("eval", [r for _, _, futs in per_source for fs in futs for f in fs for r in [f.result()]])
     if len(sources) > 1:
         allr = []
         for _, _, futs in per_source:

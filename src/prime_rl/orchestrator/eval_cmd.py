@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.config.orchestrator import EvalCommandConfig
-from prime_rl.inference.backend import InferenceBackend, build_backend
+from prime_rl.inference.backend import InferenceBackend, InferenceError, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.orchestrator.agent import AgentLimits
 from prime_rl.orchestrator.eval import EvalResult, run_eval
+from prime_rl.orchestrator.main import user_errors
 from prime_rl.orchestrator.outputs import write_eval_rows
 from prime_rl.orchestrator.sources import CapacityGate, build_source
 
@@ -123,8 +124,14 @@ def run(cfg: EvalCommandConfig) -> None:
         res = asyncio.run(evaluate(cfg))
     except KeyboardInterrupt:
         sys.exit(130)
-    except (TimeoutError, FileNotFoundError, ValueError, KeyError) as e:
+    except user_errors() as e:
         log.error("%s", e)
+        sys.exit(2)
+    except (TimeoutError, InferenceError) as e:  # the server is not there or refuses: the message says which
+        log.error("%s", e)
+        sys.exit(1)
+    except Exception as e:
+        log.error("eval stopped: %s: %s", type(e).__name__, e, exc_info=e)
         sys.exit(1)
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes get the whole table
     console.print(results_table(res, cfg.eval.rollouts_per_example, title=f"Eval of {cfg.model.name}"))

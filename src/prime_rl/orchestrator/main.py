@@ -8,7 +8,14 @@ samples (masked rollouts carry no tokens; zero-advantage groups too with `advant
 evaluates the policy on version 0, every `eval.interval` versions and the final one (`eval/step_N.jsonl`).
 After `max_empty_steps` consecutive steps with nothing to train (every rollout masked, never sampled or filtered, or
 every group with equal rewards, i.e. no nonzero advantage; the trainer then skips its update) the run stops with
-`NoProgressError` (exit 1), naming what masked the rollouts or the mean reward.
+`NoProgressError` (exit 1), naming what masked the rollouts or the mean reward; so does a run that reaches
+`max_steps` having trained nothing at all, with the masked rollouts counted by reason.
+
+The main loop and the weight watcher run in one `asyncio.TaskGroup`: an error in either (an `AdmissionError` from
+the scheduler, a failed weight load) stops the other at once and ends the run with the original exception. Exit
+codes (`orchestrate`): 2 for a user error (a config, a model name, a data file or prompt length that cannot work;
+message only), 1 for a run that cannot go on (`NoProgressError`, a timeout; message only) and for anything else
+(logged with its traceback), 143 after SIGTERM, 130 after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import random
 import signal
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +35,14 @@ from prime_rl.inference.backend import InferenceBackend, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.rundir import RunDir
+from prime_rl.orchestrator.admission import CutBatch
 from prime_rl.orchestrator.agent import AgentLimits
 from prime_rl.orchestrator.checkpoint import load_orchestrator_checkpoint, save_orchestrator_checkpoint
 from prime_rl.orchestrator.eval import eval_due, run_eval
 from prime_rl.orchestrator.lengths import check_prompt_lengths
 from prime_rl.orchestrator.outputs import trace_rows, write_eval_rows, write_step, write_traces
 from prime_rl.orchestrator.packing import pack_items, pack_step
-from prime_rl.orchestrator.scheduler import CutBatch, Scheduler
+from prime_rl.orchestrator.scheduler import Scheduler
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource, build_source
 from prime_rl.orchestrator.stats import step_line, step_metrics
 from prime_rl.orchestrator.stream import TaskStream
@@ -44,7 +53,12 @@ log = get_logger("orchestrator")
 
 
 class NoProgressError(RuntimeError):
-    """Too many consecutive steps had nothing to train (`orchestrator.max_empty_steps`); the message says why."""
+    """Too many consecutive steps had nothing to train (`orchestrator.max_empty_steps`), or the run ended having
+    trained nothing at all; the message says why."""
+
+
+class ContextTooShort(ValueError):
+    """`seq_len` is above the context length the inference server reports."""
 
 
 def no_progress_message(first: int, last: int, m: dict[str, Any], limit: int) -> str:
@@ -61,6 +75,22 @@ def no_progress_message(first: int, last: int, m: dict[str, Any], limit: int) ->
         "an environment whose verify fails, prompts longer than seq_len or an inference server that refuses requests; "
         "equal rewards in every group from a task too hard for the starting policy or a completion budget too small "
         "for the answer (train.sampling.max_completion_tokens)"
+    )
+
+
+def nothing_trained_message(first: int, steps: list[dict[str, Any]], masked: Counter) -> str:
+    """Why a run whose every step (`first`, first + 1, ...: their metrics `steps`) had nothing to train trained
+    nothing: the rollouts, the masked ones counted by reason (`masked`: error kind -> count over the run) and the
+    mean reward of the unmasked ones."""
+    n = sum(m["num_rollouts"] for m in steps)
+    top = ", ".join(f"{k} {v}" for k, v in masked.most_common()) or "none"
+    rewards = [m["reward"] for m in steps if m.get("reward") is not None and m["reward"] == m["reward"]]
+    mean = f"{sum(rewards) / len(rewards):.3g}" if rewards else "n/a"
+    return (
+        f"the run trained nothing: none of its {len(steps)} step(s) (steps {first}-{first + len(steps) - 1}) had a "
+        f"loss token with a nonzero advantage. {n} rollouts, {sum(masked.values())} masked ({top}); mean reward of "
+        f"the others {mean}. See logs/orchestrator.log (each masked reason, a few per kind and step) and "
+        "rollouts/step_N/traces.jsonl"
     )
 
 
@@ -92,10 +122,11 @@ class Orchestrator:
         self.gate = CapacityGate()
         self.sched: Scheduler | None = None  # built in `run`, once the sources are started
         self.stream = TaskStream(train_sources, seed=cfg.seed)
-        self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens)
+        self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens, cfg.reward_range)
         self.watcher = WeightWatcher(self.run_dir.weights, client.update_weights, self.policy, poll_s=poll_s,
-                                     on_loaded=self._on_loaded, alive=getattr(client, "check_alive", None))
+                                     on_loaded=self._on_loaded, alive=client.check_alive)
         self.evaluated: list[int] = []
+        self.final_evaluated = asyncio.Event()  # set once the final policy (`max_steps`) is evaluated
         self.start_step = 1
         random.seed(cfg.seed)
 
@@ -121,6 +152,8 @@ class Orchestrator:
         res.metrics["eval/time_s"] = time.monotonic() - t0
         self.eval_metrics.log(version, res.metrics)
         self.evaluated.append(version)
+        if version == self.cfg.max_steps:
+            self.final_evaluated.set()
         k = self.cfg.eval.rollouts_per_example
         summary = " | ".join(f"{s} avg@{k} {m[f'avg@{k}']:.4f} pass@{k} {m[f'pass@{k}']:.3f}" for s, m in res.by_source.items())
         log.info("Eval policy %d | %s", version, summary)
@@ -177,7 +210,13 @@ class Orchestrator:
         return m
 
     async def run(self) -> list[dict[str, Any]]:
-        """Run until `max_steps` (forever when None); returns the per-step metrics."""
+        """Run until `max_steps` (forever when None); returns the per-step metrics.
+
+        Raises:
+            NoProgressError: `max_empty_steps` consecutive steps, or every step of the run, had nothing to train.
+            AdmissionError: a group's collection or admission failed (the scheduler's error, cause kept).
+            TimeoutError: no policy version came for `weights_timeout_s`.
+        """
         self._resume()
         for s in {id(x): x for x in self.train_sources + self.eval_sources}.values():
             await s.start()
@@ -191,48 +230,67 @@ class Orchestrator:
             policy=self.policy, gate=self.gate,
         )
         await self.watcher.poll_once()  # on resume: load the checkpoint's policy before sampling anything
-
-        async def watch() -> None:
-            if self._eval_due(self.policy.version):
-                await self.evaluate(self.policy.version)
-            await self.watcher.run()
-
-        watch_task = asyncio.create_task(watch(), name="weight-watcher")
-        out = []
-        step = self.start_step
-        last = time.monotonic()
-        empty_since: int | None = None
-        limit = self.cfg.max_empty_steps
+        error: BaseException | None = None
         try:
-            while self.cfg.max_steps is None or step <= self.cfg.max_steps:
-                batch = await _race(sched.next_batch(step), watch_task)
-                now = time.monotonic()
-                m = await self._write_step(batch, now - last)
-                out.append(m)
-                last = now
-                self._checkpoint(step, sched)
-                if m["loss_tokens"] > 0 and m["trainable"] > 0:
-                    empty_since = None
-                else:
-                    empty_since = step if empty_since is None else empty_since
-                    log.warning("step %d: nothing to train (no loss token, or every advantage is 0); the trainer skips its update "
-                                "(unless trainer.loss.ref_kl_coef > 0, whose term trains such steps)",
-                                step)
-                    if limit is not None and step - empty_since + 1 >= limit:
-                        raise NoProgressError(no_progress_message(empty_since, step, m, limit))
-                step += 1
-            await sched.aclose()
-            final = self.cfg.max_steps
-            if final is not None and self._eval_due(final):
-                await _race(self.policy.wait_for(final, self.cfg.weights_timeout_s), watch_task)
-                while final not in self.evaluated:
-                    await _race(asyncio.sleep(0.05), watch_task)
+            async with asyncio.TaskGroup() as tasks:
+                watcher = tasks.create_task(self._watch(), name="weight-watcher")
+                try:
+                    out = await self._steps(sched)
+                    await sched.aclose()
+                    await self._final_eval()
+                finally:
+                    watcher.cancel()
+        except BaseExceptionGroup as group:
+            error = first_error(group)  # raised below, outside this handler: its own cause and traceback only
         finally:
             await sched.aclose()
-            watch_task.cancel()
-            await asyncio.gather(watch_task, return_exceptions=True)
             gc.unfreeze()  # collectable again at exit (extension modules report frozen objects as leaks)
+        if error is not None:
+            raise error
         return out
+
+    async def _watch(self) -> None:
+        """Evaluate the policy loaded now if due, then load (and evaluate) every new policy version."""
+        if self._eval_due(self.policy.version):
+            await self.evaluate(self.policy.version)
+        await self.watcher.run()
+
+    async def _steps(self, sched: Scheduler) -> list[dict[str, Any]]:
+        """Steps `start_step`..`max_steps`: cut, write, checkpoint; stops on empty steps (see `run`)."""
+        out: list[dict[str, Any]] = []
+        masked: Counter = Counter()
+        trained = False
+        step, last = self.start_step, time.monotonic()
+        empty_since: int | None = None
+        limit = self.cfg.max_empty_steps
+        while self.cfg.max_steps is None or step <= self.cfg.max_steps:
+            batch = await sched.next_batch(step)
+            now = time.monotonic()
+            m = await self._write_step(batch, now - last)
+            out.append(m)
+            last = now
+            masked.update({k.removeprefix("errors/"): v for k, v in m.items() if k.startswith("errors/")})
+            self._checkpoint(step, sched)
+            if m["loss_tokens"] > 0 and m["trainable"] > 0:
+                empty_since, trained = None, True
+            else:
+                empty_since = step if empty_since is None else empty_since
+                log.warning("step %d: nothing to train (no loss token, or every advantage is 0); the trainer skips its "
+                            "update (unless trainer.loss.ref_kl_coef > 0, whose term trains such steps)", step)  # fmt: skip
+                if limit is not None and step - empty_since + 1 >= limit:
+                    raise NoProgressError(no_progress_message(empty_since, step, m, limit))
+            step += 1
+        if out and not trained:
+            raise NoProgressError(nothing_trained_message(self.start_step, out, masked))
+        return out
+
+    async def _final_eval(self) -> None:
+        """Wait for the final policy (`max_steps`) to load and be evaluated, when an eval of it is due."""
+        final = self.cfg.max_steps
+        if final is None or not self._eval_due(final):
+            return
+        await self.policy.wait_for(final, self.cfg.weights_timeout_s)
+        await self.final_evaluated.wait()
 
 
 def _write_files(step_dir: Path, traces: list[dict[str, Any]] | None, batches: list) -> None:
@@ -254,16 +312,21 @@ def tune_gc(young: int = 10_000) -> None:
     gc.set_threshold(max(gen0, young), gen1, gen2)
 
 
-async def _race(coro, watch_task: asyncio.Task):
-    """Await `coro`, but fail at once if the weight watcher died (its error is the cause)."""
-    task = asyncio.ensure_future(coro)
-    done, _ = await asyncio.wait({task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        return task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    exc = watch_task.exception()
-    raise RuntimeError(f"the weight watcher stopped: {exc!r}") from exc
+def first_error(group: BaseExceptionGroup) -> BaseException:
+    """The first error of a task group (the others, if any, are logged with their tracebacks): the main loop and the
+    weight watcher fail one at a time in practice, and the run ends with that error itself."""
+    leaves = list(_leaves(group))
+    for other in leaves[1:]:
+        log.error("also failed: %r", other, exc_info=other)
+    return leaves[0]
+
+
+def _leaves(group: BaseExceptionGroup):
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            yield from _leaves(e)
+        else:
+            yield e
 
 
 def _tuple_state(s: list) -> tuple:
@@ -292,11 +355,10 @@ async def _main(cfg: OrchestratorConfig) -> None:
 
 async def check_context_length(client: InferenceBackend, seq_len: int) -> None:
     """Refuse a `seq_len` above the context length the inference server reports (a backend that reports none is
-    not checked): every rollout reaching it would be refused by vLLM. Raises ValueError naming both."""
-    report = getattr(client, "context_length", None)
-    ctx = await report() if report is not None else None
+    not checked): every rollout reaching it would be refused by vLLM. Raises ContextTooShort naming both."""
+    ctx = await client.context_length()
     if ctx is not None and seq_len > ctx:
-        raise ValueError(
+        raise ContextTooShort(
             f"seq_len = {seq_len} is above the inference server's context length (max_model_len {ctx}): rollouts "
             f"reaching it would be refused; lower seq_len or restart inference with --vllm.max-model-len {seq_len}"
         )
@@ -340,8 +402,23 @@ def run(cfg: OrchestratorConfig) -> None:
     run_with_wandb(orchestrate, cfg, "orchestrator", {"orchestrator", "eval"})
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean the run's inputs cannot work (config, model name, data, prompt lengths, a missing extra):
+    exit 2 with the message alone."""
+    from prime_rl.config.loader import ConfigError
+    from prime_rl.extras import MissingExtraError
+    from prime_rl.hf_data import DataLoadError
+    from prime_rl.models.hub import ModelNotFoundError
+    from prime_rl.orchestrator.lengths import PromptTooLong
+    from prime_rl.registry import RegistryError
+
+    return (ConfigError, RegistryError, ModelNotFoundError, DataLoadError, MissingExtraError, PromptTooLong,
+            ContextTooShort, FileNotFoundError)  # fmt: skip
+
+
 def orchestrate(cfg: OrchestratorConfig) -> None:
-    """Run the orchestrator. Exits 143 after a SIGTERM (once the open episodes are closed)."""
+    """Run the orchestrator; exits with the codes of the module docstring (143 after SIGTERM, once the open
+    episodes are closed)."""
     run_dir = Path(cfg.output_dir)
     setup_logging("orchestrator", run_dir, cfg.log.level)
     try:
@@ -349,6 +426,12 @@ def orchestrate(cfg: OrchestratorConfig) -> None:
             sys.exit(128 + signal.SIGTERM)
     except KeyboardInterrupt:
         sys.exit(130)
-    except (TimeoutError, FileNotFoundError, ValueError, KeyError, NoProgressError) as e:
+    except user_errors() as e:
         log.error("%s", e)
+        sys.exit(2)
+    except (NoProgressError, TimeoutError) as e:
+        log.error("%s", e)
+        sys.exit(1)
+    except Exception as e:
+        log.error("the orchestrator stopped: %s: %s", type(e).__name__, e, exc_info=e)
         sys.exit(1)
