@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # `make demo`: the main job end to end on CPU. Tiny model -> GridSim rows and demonstrations -> SFT -> RL (rl
-# launches env server, inference, trainer, orchestrator) -> eval table on the 200 eval days + reward plot.
+# launches env server, inference, trainer, orchestrator) -> two eval tables + reward plot. GridSim's forward-in-time
+# split: training days and the 200 `eval` days before FORWARD_FROM (default 2024-01-01), the 200 `forward` days on or
+# after it; one table scores the held-out days of the training years (interpolation), the other the later days.
 #   make demo                                 # real ERCOT 2021-2024 hub days (shipped in the package, the default)
 #   DATA_DIR=path/to/xlsx make demo           # other years: a folder of ERCOT's DAMLZHBSPP_<year>.xlsx files
 #   SYNTHETIC=1 make demo                     # seeded synthetic ERCOT-like days
+#   FORWARD_FROM=2023-07-01 make demo         # another cut-off (a date inside the data)
+#   FORWARD_FROM= make demo                   # no forward split: train and eval days from every year, one table
 # Extra flags for `rl` go in RL_ARGS (e.g. RL_ARGS="--max-steps 10"); for `sft` in SFT_ARGS.
 #   SFT_MODEL=outputs/demo/sft/weights/step_1000 RL_SEED=1 OUT=outputs/demo-s1 make demo
 #     reuses an existing SFT model (skips the tiny model and SFT) and seeds RL with 1 (trainer, orchestrator and
-#     sampling seeds; default 0), so RL seeds can be compared from one SFT model.
+#     sampling seeds; default 0), so RL seeds can be compared from one SFT model. The model must come from a demo
+#     with the same FORWARD_FROM (its eval days are held out from that demo's training days only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/demo}
 RL_SEED=${RL_SEED:-0}
 REUSE_SFT=${SFT_MODEL:-}
+FORWARD_FROM=${FORWARD_FROM-2024-01-01}
 if [ -n "$REUSE_SFT" ] && [ ! -f "$REUSE_SFT/STABLE" ]; then
   echo "demo: SFT_MODEL=$REUSE_SFT is not a published model folder (no STABLE file)" >&2
   exit 1
@@ -36,6 +42,28 @@ elif [ -n "${SYNTHETIC:-}" ]; then
 else
   echo "demo: real ERCOT 2021-2024 days (packaged; DATA_DIR=... for other years, SYNTHETIC=1 for synthetic days)"
 fi
+RL_FILES=(@ examples/gridsim/rl.toml)
+if [ -n "$FORWARD_FROM" ]; then
+  DATA_ARGS+=(--forward-from "$FORWARD_FROM")
+  ENV_ARGS+=(--env-server.forward-from "$FORWARD_FROM")
+  RL_FILES+=(@ examples/gridsim/rl_forward.toml)
+  echo "demo: forward split: training and eval days before $FORWARD_FROM, forward days from it on (FORWARD_FROM= for none)"
+fi
+# The rl configs name their rows under outputs/demo/gym-root; every source reads $OUT/gym-root instead.
+ROWS=$(python - "$OUT/gym-root" "${RL_FILES[@]}" <<'PY'
+import json, sys
+from prime_rl.config.loader import parse_config
+from prime_rl.config.rl import RLConfig
+cfg = parse_config(RLConfig, sys.argv[2:], prog="rl")
+for field in ("train", "eval"):
+    sources = getattr(cfg.orchestrator, field).source
+    if sources:
+        rows = json.dumps([s.model_dump(mode="json", exclude_defaults=True) for s in sources])
+        print(f"--orchestrator.{field}.source")
+        print(rows.replace("outputs/demo/gym-root/", sys.argv[1] + "/"))
+PY
+)
+mapfile -t ROWS_ARGS <<< "$ROWS"
 HIDDEN=${HIDDEN:-128}
 LAYERS=${LAYERS:-2}
 T0=$SECONDS
@@ -64,26 +92,44 @@ fi
 echo "SFT model: $SFT_MODEL"
 SEED_ARGS=(--trainer.seed "$RL_SEED" --orchestrator.seed "$RL_SEED" --orchestrator.train.sampling.seed "$RL_SEED")
 
-phase "4/6 RL (examples/gridsim/rl.toml, seed $RL_SEED): env server, inference, trainer, orchestrator"
+phase "4/6 RL (${RL_FILES[*]}, seed $RL_SEED): env server, inference, trainer, orchestrator"
 # shellcheck disable=SC2086
-rl @ examples/gridsim/rl.toml --model.name "$SFT_MODEL" --output-dir "$OUT/rl" --clean "${ENV_ARGS[@]}" "${SEED_ARGS[@]}" ${RL_ARGS:-}
+rl "${RL_FILES[@]}" --model.name "$SFT_MODEL" --output-dir "$OUT/rl" --clean "${ROWS_ARGS[@]}" "${ENV_ARGS[@]}" \
+  "${SEED_ARGS[@]}" ${RL_ARGS:-}
 
-phase "5/6 reference policies on the eval days"
+phase "5/6 reference policies on the eval days${FORWARD_FROM:+ and the forward days}"
 mkdir -p "$OUT/baselines"
 for p in idle greedy optimal; do
   gridsim baseline --policy "$p" --split eval "${DATA_ARGS[@]}" --out "$OUT/baselines/$p.jsonl"
+  if [ -n "$FORWARD_FROM" ]; then
+    gridsim baseline --policy "$p" --split forward "${DATA_ARGS[@]}" --out "$OUT/baselines/$p-forward.jsonl"
+  fi
 done
 
-phase "6/6 eval table and reward plot"
+phase "6/6 eval tables and reward plot"
 FIRST=$(ls "$OUT"/rl/eval/step_*.jsonl | sed 's#.*/step_\([0-9]*\)\.jsonl#\1#' | sort -n | head -1)
 LAST=$(ls "$OUT"/rl/eval/step_*.jsonl | sed 's#.*/step_\([0-9]*\)\.jsonl#\1#' | sort -n | tail -1)
 EVAL_T=$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["eval"]["sampling"]["temperature"])' "$OUT/rl/configs/orchestrator.toml")
-prime-rl summary --run "$OUT/rl" \
-  --title "GridSim eval ($DATA_LABEL, tiny model ${HIDDEN}x${LAYERS}, RL step $LAST, models sampled at temperature $EVAL_T)" \
-  --entry "idle=$OUT/baselines/idle.jsonl" --entry "greedy=$OUT/baselines/greedy.jsonl" \
-  --entry "SFT (step $FIRST)=$OUT/rl/eval/step_$FIRST.jsonl" --entry "RL (step $LAST)=$OUT/rl/eval/step_$LAST.jsonl" \
-  --entry "optimum=$OUT/baselines/optimal.jsonl" \
-  --compare "RL (step $LAST):SFT (step $FIRST)" --compare "RL (step $LAST):greedy"
+WHAT="$DATA_LABEL, tiny model ${HIDDEN}x${LAYERS}, RL step $LAST, models sampled at temperature $EVAL_T"
+summary() {  # summary TITLE EVAL_SOURCE BASELINE_SUFFIX [more prime-rl summary flags]
+  local title=$1 source=$2 b=$3
+  shift 3
+  prime-rl summary --title "$title" \
+    --entry "idle=$OUT/baselines/idle$b.jsonl" --entry "greedy=$OUT/baselines/greedy$b.jsonl" \
+    --entry "SFT (step $FIRST)=$OUT/rl/eval/step_$FIRST.jsonl#$source" \
+    --entry "RL (step $LAST)=$OUT/rl/eval/step_$LAST.jsonl#$source" --entry "optimum=$OUT/baselines/optimal$b.jsonl" \
+    --compare "RL (step $LAST):SFT (step $FIRST)" --compare "RL (step $LAST):greedy" "$@"
+}
+if [ -n "$FORWARD_FROM" ]; then
+  summary "GridSim eval: held-out days before $FORWARD_FROM, among the training days (interpolation; $WHAT)" \
+    gridsim "" --run "$OUT/rl"
+  summary "GridSim forward eval: days from $FORWARD_FROM on, after every training day ($WHAT)" \
+    gridsim-forward -forward --out "$OUT/rl/eval/summary-forward.md"
+  TABLES="$OUT/rl/eval/summary.md, $OUT/rl/eval/summary-forward.md"
+else
+  summary "GridSim eval ($WHAT)" gridsim "" --run "$OUT/rl"
+  TABLES="$OUT/rl/eval/summary.md"
+fi
 python -c 'import sys; from prime_rl.monitor.plots import plot_diagnostics; plot_diagnostics(sys.argv[1], sys.argv[2])' \
   "$OUT/rl" "$OUT/rl/plots/diagnostics.png"
-echo "demo finished in $((SECONDS - T0)) s; table: $OUT/rl/eval/summary.md, plots: $OUT/rl/plots/reward.png, $OUT/rl/plots/diagnostics.png"
+echo "demo finished in $((SECONDS - T0)) s; tables: $TABLES, plots: $OUT/rl/plots/reward.png, $OUT/rl/plots/diagnostics.png"

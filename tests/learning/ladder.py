@@ -132,6 +132,7 @@ def _demo(
     env = _env()
     env.update(OUT=str(out), RL_SEED=str(seed), SFT_ARGS=sft_args, RL_ARGS=rl_args,
                PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]))  # fmt: skip
+    env["FORWARD_FROM"] = ""  # the rung is recorded on GridSim's default split (eval days from every year)
     env.pop("SFT_MODEL", None)
     if sft_model is not None:
         env["SFT_MODEL"] = str(sft_model)
