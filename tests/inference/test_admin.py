@@ -1,4 +1,4 @@
-"""The inference server's admin routes (`prime_rl.inference.admin`, `routes.attach`): a token whenever one is
+"""The inference server's admin routes (`prime_rl.inference.guard`, `routes.attach`): a token whenever one is
 configured or the bind is not loopback, `/update_weights` confined to the weights directory, the sampling API and
 probes untouched; the environment `inference` gives vLLM, and its warning on a bind other than loopback. Routes
 are exercised on a FastAPI app with a fake engine (the same checks through the real server:
@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from safetensors.torch import save_file
 
 from prime_rl.config.inference import InferenceConfig
-from prime_rl.inference import admin, routes
-from prime_rl.inference.admin import AdminPolicy, is_loopback, is_public
+from prime_rl.inference import guard, routes
+from prime_rl.inference.guard import AdminPolicy, is_loopback, is_public
 from prime_rl.inference.server import build_env, exposure_warning
 
 
@@ -107,11 +107,11 @@ def test_policy_from_vllm_args_and_env():
     class Args:
         host, api_key = "0.0.0.0", ["k1"]
 
-    env = {admin.ENV_TOKEN: "t", admin.ENV_WEIGHTS_DIR: "/r/weights"}
+    env = {guard.ENV_TOKEN: "t", guard.ENV_WEIGHTS_DIR: "/r/weights"}
     p = AdminPolicy.from_vllm_args(Args, env)
     assert p.host == "0.0.0.0" and p.tokens == ("t", "k1") and str(p.weights_dir) == "/r/weights"
     Args.api_key = None
-    p = AdminPolicy.from_vllm_args(Args, {"VLLM_API_KEY": "k2", admin.ENV_HOST: "10.1.2.3", admin.ENV_WEIGHTS_DIR: "*"})
+    p = AdminPolicy.from_vllm_args(Args, {"VLLM_API_KEY": "k2", guard.ENV_HOST: "10.1.2.3", guard.ENV_WEIGHTS_DIR: "*"})
     assert p.host == "10.1.2.3" and p.tokens == ("k2",) and p.weights_dir is None
 
 
@@ -147,15 +147,15 @@ def test_loopback_without_token_keeps_admin_routes_open(weights):
 def test_env_and_warning_of_the_inference_command(tmp_path):
     cfg = InferenceConfig(model={"name": "/m"}, output_dir=tmp_path / "run")
     env = build_env(cfg, cpu=True, base={})
-    assert env[admin.ENV_HOST] == "127.0.0.1" and env[admin.ENV_WEIGHTS_DIR] == str(tmp_path / "run" / "weights")
-    assert admin.ENV_TOKEN not in env and exposure_warning(cfg, {}) is None
+    assert env[guard.ENV_HOST] == "127.0.0.1" and env[guard.ENV_WEIGHTS_DIR] == str(tmp_path / "run" / "weights")
+    assert guard.ENV_TOKEN not in env and exposure_warning(cfg, {}) is None
     wide = InferenceConfig(model={"name": "/m"}, server={"host": "0.0.0.0", "token": "t", "weights_dir": "/w"})
     env = build_env(wide, cpu=True, base={})
-    assert env[admin.ENV_TOKEN] == "t" and env[admin.ENV_WEIGHTS_DIR] == "/w" and env[admin.ENV_HOST] == "0.0.0.0"
+    assert env[guard.ENV_TOKEN] == "t" and env[guard.ENV_WEIGHTS_DIR] == "/w" and env[guard.ENV_HOST] == "0.0.0.0"
     assert "sampling API (/v1, /inference) is open" in exposure_warning(wide, {})
     bare = InferenceConfig(model={"name": "/m"}, server={"host": "0.0.0.0", "any_weights_path": True})
-    assert build_env(bare, cpu=True, base={})[admin.ENV_WEIGHTS_DIR] == "*"
+    assert build_env(bare, cpu=True, base={})[guard.ENV_WEIGHTS_DIR] == "*"
     assert "without a token: its admin routes" in exposure_warning(bare, {})
-    assert "without a token" not in exposure_warning(bare, {admin.ENV_TOKEN: "t"})
+    assert "without a token" not in exposure_warning(bare, {guard.ENV_TOKEN: "t"})
     keyed = InferenceConfig(model={"name": "/m"}, server={"host": "0.0.0.0"}, vllm={"extra_args": {"--api_key": "k"}})
     assert exposure_warning(keyed, {}) is None

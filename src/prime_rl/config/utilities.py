@@ -97,3 +97,8 @@ class DashboardConfig(BaseConfig):
     run: Path = Field(description="Run directory (output_dir of rl or sft), running or finished.")
     port: int = Field(8765, gt=0, lt=65536, description="TCP port of the page.")
     host: str = Field("127.0.0.1", description="Bind address (this machine only unless told otherwise).")
+    token: str | None = Field(
+        None, description="Token the page and its data require: open http://HOST:PORT/?token=TOKEN (or send "
+        "`Authorization: Bearer TOKEN`). Without it, a bind other than loopback shows the run to anyone who "
+        "reaches the port.",
+    )

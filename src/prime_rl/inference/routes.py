@@ -8,12 +8,12 @@
     200 -> {"version", "path", "reload_s", "num_tensors", "refreshed", "pause_s", "load_s", "reset_s", "resume_s"}
     (`refreshed`: modules sharing a parameter, e.g. a tied output head, whose kernel state was rebuilt; the `*_s`
     fields time each phase); 400 bad path/body; 500 engine failure (the error text).
-    403 a path outside the server's weights directory (`prime_rl.inference.admin`).
+    403 a path outside the server's weights directory (`prime_rl.inference.guard`).
 `GET /policy_version` -> {"version": int | null, "path": str | null}
 
 Updates are serialised by a lock. vLLM's dev-mode route of the same name (NCCL/IPC weight transfer) is replaced.
 Both routes, and every other admin route of the server, need the admin token where one is configured or the
-server is not on loopback (`prime_rl.inference.admin.AdminGuard`, added by `attach`).
+server is not on loopback (`prime_rl.inference.guard.AdminGuard`, added by `attach`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from prime_rl.inference.admin import AdminGuard, AdminPolicy
+from prime_rl.inference.guard import AdminGuard, AdminPolicy
 
 router = APIRouter()
 _lock = asyncio.Lock()

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from prime_rl.config.inference import InferenceConfig, flag_name
-from prime_rl.inference import admin
+from prime_rl.inference import guard
 from prime_rl.ports import check_port_free
 from prime_rl.process import Child, ChildExited, ChildSpec, tail_file, wait_for_http
 
@@ -107,16 +107,16 @@ def weights_dir(cfg: InferenceConfig) -> Path | None:
 
 def build_env(cfg: InferenceConfig, cpu: bool, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment of the vLLM process: dev mode (control routes), runtime LoRA updates, our pause mode,
-    CPU KV-cache size (whole GiB, at least 1), the admin policy (`prime_rl.inference.admin`: bind address, token,
+    CPU KV-cache size (whole GiB, at least 1), the admin policy (`prime_rl.inference.guard`: bind address, token,
     weights directory), and `src/` on PYTHONPATH so engine processes import the worker extension even from a
     source checkout."""
     env = dict(os.environ if base is None else base)
     env["VLLM_SERVER_DEV_MODE"] = "1"
-    env[admin.ENV_HOST] = cfg.server.host
+    env[guard.ENV_HOST] = cfg.server.host
     if cfg.server.token:
-        env[admin.ENV_TOKEN] = cfg.server.token
+        env[guard.ENV_TOKEN] = cfg.server.token
     wd = weights_dir(cfg)
-    env[admin.ENV_WEIGHTS_DIR] = "*" if wd is None else str(wd)
+    env[guard.ENV_WEIGHTS_DIR] = "*" if wd is None else str(wd)
     env["PRIME_RL_PAUSE_MODE"] = cfg.vllm.weight_update_pause_mode
     env.setdefault("VLLM_LOGGING_LEVEL", cfg.log.level.upper())
     if cfg.vllm.enable_lora:
@@ -131,16 +131,16 @@ def build_env(cfg: InferenceConfig, cpu: bool, base: dict[str, str] | None = Non
 def exposure_warning(cfg: InferenceConfig, environ: dict[str, str] | None = None) -> str | None:
     """The warning for a bind other than loopback (None on loopback): who can reach the server, and whether its
     admin routes are closed (no token) or need the token."""
-    if admin.is_loopback(cfg.server.host):
+    if guard.is_loopback(cfg.server.host):
         return None
     env = os.environ if environ is None else environ
     api_key = env.get("VLLM_API_KEY") or any(flag_name(k) == "api-key" for k in cfg.vllm.extra_args)
-    token = cfg.server.token or env.get(admin.ENV_TOKEN) or api_key
+    token = cfg.server.token or env.get(guard.ENV_TOKEN) or api_key
     where = f"inference listens on {cfg.server.host} (not loopback)"
     if not token:
         return (f"{where} without a token: its admin routes (/update_weights, /policy_version, vLLM's dev routes) "
                 f"are closed and the sampling API is open to anyone who reaches port {cfg.server.port}; pass "
-                f"--server.token TOKEN (or set {admin.ENV_TOKEN}; clients send it as orchestrator.client.api_key)")
+                f"--server.token TOKEN (or set {guard.ENV_TOKEN}; clients send it as orchestrator.client.api_key)")
     if not api_key:
         return (f"{where}: admin routes need the token, but the sampling API (/v1, /inference) is open to anyone who "
                 f"reaches port {cfg.server.port}; add vLLM's --api-key (vllm.extra_args) to close it too")

@@ -13,19 +13,24 @@ and works for a finished one):
 - the processes: each log file's age and last line, and a `GET /health` of the servers the configs name
   (inference, resources servers; 1 s timeout each).
 
-The server binds 127.0.0.1 unless `--host` says otherwise; it only reads the run directory (no path comes from a
+The server binds 127.0.0.1 unless `--host` says otherwise, and warns on any other bind without `--token`; with a
+token, every route (the page too) needs it, as `?token=TOKEN` on the page's URL (the page sends it on with its
+requests) or `Authorization: Bearer TOKEN`, else 401. It only reads the run directory (no path comes from a
 request) and deserialises JSON and TOML only.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import math
+import sys
 import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from prime_rl.http import is_loopback
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.monitor.plots import PANELS, eval_curve, series, train_reward_band
 from prime_rl.monitor.rundir import RunDir, step_dirs
@@ -186,13 +191,40 @@ def state(run_dir: Path, probe=_probe) -> dict[str, Any]:
     }
 
 
-def create_app(run_dir: Path) -> Any:
-    """The FastAPI app of the dashboard of `run_dir`."""
-    from fastapi import FastAPI
+def token_matches(token: str, authorization: str | None, query_token: str | None) -> bool:
+    """Whether a request carries `token`, as `Authorization: Bearer TOKEN` or the `token` query parameter
+    (compared in constant time)."""
+    scheme, _, given = (authorization or "").partition(" ")
+    candidates = [given] if scheme.lower() == "bearer" else []
+    candidates += [query_token] if query_token is not None else []
+    return any(hmac.compare_digest(c.encode(), token.encode()) for c in candidates)
+
+
+def exposure_warning(host: str, token: str | None) -> str | None:
+    """The warning for a bind other than loopback without a token (None otherwise)."""
+    if token or is_loopback(host):
+        return None
+    return (f"warning: binding {host} without --token: anyone who reaches the port can read this run (metrics, "
+            "rollouts with their conversations, log lines, server URLs); pass --token TOKEN and open "
+            "http://HOST:PORT/?token=TOKEN")
+
+
+def create_app(run_dir: Path, token: str | None = None) -> Any:
+    """The FastAPI app of the dashboard of `run_dir`; with `token`, every route answers 401 to a request that does
+    not carry it (`token_matches`)."""
+    from fastapi import FastAPI, Request
     from fastapi.responses import HTMLResponse, JSONResponse
 
     app = FastAPI(title="prime-rl dashboard", docs_url=None, redoc_url=None, openapi_url=None)
     page = PAGE.read_text()
+
+    if token:
+
+        @app.middleware("http")
+        async def require_token(request: Request, call_next: Any) -> Any:
+            if not token_matches(token, request.headers.get("authorization"), request.query_params.get("token")):
+                return JSONResponse({"error": "this dashboard needs its token: open /?token=TOKEN"}, 401)
+            return await call_next(request)
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
@@ -224,5 +256,9 @@ def run(cfg: Any) -> None:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist (the output_dir of rl or sft)")
     check_port_free(cfg.host, cfg.port, field="port")
-    print(f"dashboard of {run_dir.resolve()} on http://{cfg.host}:{cfg.port} (Ctrl-C stops it)", flush=True)
-    uvicorn.run(create_app(run_dir), host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
+    warning = exposure_warning(cfg.host, cfg.token)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    query = "/?token=TOKEN" if cfg.token else ""
+    print(f"dashboard of {run_dir.resolve()} on http://{cfg.host}:{cfg.port}{query} (Ctrl-C stops it)", flush=True)
+    uvicorn.run(create_app(run_dir, cfg.token), host=cfg.host, port=cfg.port, log_level="warning", access_log=False)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,8 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from prime_rl.http import is_loopback
 
 ENV_TOKEN = "PRIME_RL_INFERENCE_TOKEN"
 ENV_HOST = "PRIME_RL_INFERENCE_HOST"
@@ -45,17 +46,6 @@ PUBLIC_PATHS = frozenset({
     "/classify", "/score", "/rerank", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
 })  # fmt: skip
 ADMIN_UNDER_PUBLIC = frozenset({"/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a server bound to `host` is reachable from this machine only (`localhost`, 127.0.0.0/8, ::1).
-    The wildcard binds (`0.0.0.0`, `::`, empty) and names other than localhost are not."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def is_public(path: str) -> bool:
