@@ -91,7 +91,11 @@ def stub_server(health: dict | str):
 
 
 def run_dry(args: list[str], capsys) -> tuple[int, str, str]:
-    code = dry_run(cfg_of(args))
+    """`rl ARGS --dry-run` in this process: (exit status, stdout, stderr)."""
+    from prime_rl.launcher.slurm import submit_rl
+
+    cfg = cfg_of(args)
+    code = dry_run(cfg) if cfg.slurm is None else submit_rl(cfg.model_copy(update={"dry_run": True}), args)
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -18,7 +18,9 @@ def dry_run(cfg: RLConfig, name: str = "rl") -> None:
     ports, extension import paths, lengths, renderer, what answers at each resources_url), the checks and the
     launch plan printed, the resolved configs written; exit 0, or 2 naming what failed. With `[slurm]` also the
     sbatch script (not submitted). See `prime_rl.launcher.dryrun`."""
-    raise SystemExit(load_impl("prime_rl.launcher.dryrun:dry_run")(cfg, sys.argv[1:]))
+    if cfg.slurm is not None:
+        raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_rl")(cfg, sys.argv[1:]))
+    raise SystemExit(load_impl("prime_rl.launcher.dryrun:dry_run")(cfg))
 
 
 def run(cfg: RLConfig) -> None:

@@ -41,16 +41,12 @@ def report(plan: RunPlan) -> str:
     return "\n".join(lines + ["plan:", plan.describe()])
 
 
-def dry_run(cfg: RLConfig, argv: list[str] | None = None) -> int:
-    """`rl --dry-run` (single-node; `[slurm]` goes through `slurm.submit_rl`). Returns the exit status: 0, or 2
-    after printing the failed check's message (no traceback, nothing written)."""
+def dry_run(cfg: RLConfig) -> int:
+    """`rl --dry-run` without `[slurm]` (with it: `slurm.submit_rl`). Returns the exit status: 0, or 2 after
+    printing the failed check's message (no traceback, nothing written)."""
     from prime_rl.launcher.layout import Layout
     from prime_rl.launcher.plan import resolve, write_configs
 
-    if cfg.slurm is not None:
-        from prime_rl.launcher.slurm import submit_rl
-
-        return submit_rl(cfg, argv)
     try:
         plan = resolve(cfg, Layout.single())
     except LaunchError as e:
