@@ -44,11 +44,22 @@ def port_holder(port: int) -> str:
                 return "a process of another user (run `ss -ltnp` as root to see it)"
             try:
                 p = psutil.Process(c.pid)
-                cmd = " ".join(p.cmdline())[:160] or p.name()
+                cmd = _shorten(p.cmdline()) or p.name()
             except psutil.Error:
                 cmd = "?"
             return f"pid {c.pid} ({cmd})"
     return "an unknown process (see `ss -ltnp`)"
+
+
+def _shorten(argv: list[str], width: int = 160) -> str:
+    """A command line cut between arguments at about `width` characters; the cut says how many arguments it left
+    out."""
+    out = ""
+    for i, word in enumerate(argv):
+        if out and len(out) + 1 + len(word) > width:
+            return f"{out} ... ({len(argv) - i} more argument(s))"
+        out = f"{out} {word}" if out else word
+    return out
 
 
 def check_port_free(host: str, port: int, field: str = "server.port") -> None:

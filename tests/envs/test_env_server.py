@@ -278,8 +278,9 @@ def test_cli_serve_taken_port_fails_fast_naming_it(tmp_path):
         out = subprocess.run([sys.executable, "-m", "prime_rl.cli.env_server", "serve",
                               str(tmp_path / "resources_servers" / "reverse_text_v1"), "--port", str(port)],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
-        assert out.returncode == 1
+        assert out.returncode == 2  # a user error, as every command's
         assert f"port {port}" in out.stderr and "already in use by pid" in out.stderr, out.stderr
+        assert "choose another port (port / --port)" in out.stderr and "Traceback" not in out.stderr
         assert time.monotonic() - t0 < 5
 
 

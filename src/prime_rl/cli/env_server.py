@@ -10,6 +10,7 @@ from __future__ import annotations
 from prime_rl.cli.command import Command, Group
 
 _ERRORS = (FileNotFoundError, ValueError, KeyError)  # a missing folder, a malformed config, an unknown environment
+_SERVE_ERRORS = _ERRORS + ("prime_rl.ports:PortInUseError",)  # a taken port (names its holder)
 
 main = Group("env-server", "a built-in environment over HTTP: NeMo Gym rows and resources server, OpenEnv server", {
     "write": Command(
@@ -20,12 +21,12 @@ main = Group("env-server", "a built-in environment over HTTP: NeMo Gym rows and 
     "serve": Command(
         "serve", "prime_rl.config.env_server:EnvServerServeConfig", "prime_rl.envs.nemo_gym.cli:serve",
         "serve a written resources server directory over HTTP (NeMo Gym's resources-server protocol)",
-        positional=("dir",), user_errors=_ERRORS,
+        positional=("dir",), user_errors=_SERVE_ERRORS,
     ),
     "openenv": Command(
         "openenv", "prime_rl.config.env_server:EnvServerOpenEnvConfig", "prime_rl.envs.openenv.server:run",
         "serve a built-in environment's tasks as OpenEnv environments (/all, /eval) on openenv-core's server",
-        positional=("env",), user_errors=_ERRORS,
+        positional=("env",), user_errors=_SERVE_ERRORS,
     ),
 })
 

@@ -7,7 +7,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig
 
@@ -31,6 +31,18 @@ class EnvDataConfig(BaseConfig):
         None, description="gridsim: train and eval rows from the days before this date (YYYY-MM-DD), and forward "
         "rows (data/forward.jsonl, 200 days) from the days on or after it."
     )
+
+    @field_validator("env")
+    @classmethod
+    def _url_has_a_scheme(cls, v: str) -> str:
+        scheme, sep, rest = v.partition("://")
+        if sep and not is_url(v):
+            raise ValueError(f"{v!r} looks like a URL, but its scheme is {scheme!r}: an `env-server openenv` server's "
+                             f"URL starts with http:// or https:// (e.g. http://{rest})")  # fmt: skip
+        _, colon, port = v.rpartition(":")
+        if not sep and colon and port.isdigit():
+            raise ValueError(f"{v!r} looks like HOST:PORT; a server's URL needs its scheme: http://{v}")
+        return v
 
     @model_validator(mode="after")
     def _gridsim_data_only(self) -> EnvDataConfig:

@@ -12,6 +12,7 @@ collects both values (`--entry a=x --entry b=y` = `--entry a=x b=y`).
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 import types
 import typing
@@ -41,6 +42,7 @@ def parse_config(
     from pydantic_config import ConfigFileError, cli
 
     from prime_rl.config.fast_help import install
+    from prime_rl.config.list_flags import ListFlagError, expand_indexed_flags
 
     install()  # --help without re-reading every class's source (see fast_help)
 
@@ -59,11 +61,18 @@ def parse_config(
             print(f"{prog or 'prime-rl'}: config error\n{msg}", file=sys.stderr)
             raise SystemExit(2)
         raise ConfigError(msg)
+    bound = bind_args(cls, argv, positional)
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    from_bare = {p for p in positional if (f := f"--{p.replace('_', '-')}") in bound and f not in given}
     try:
-        return cli(cls, args=bind_args(cls, argv, positional), prog=prog, description=description)
-    except ConfigFileError as e:
+        expanded = expand_indexed_flags(cls, bound)
+        return cli(cls, args=expanded, prog=prog, description=description)
+    except (ConfigFileError, ListFlagError) as e:
         cause = e.__cause__
-        msg = format_validation_error(cls, cause, argv) if isinstance(cause, ValidationError) else str(e)
+        if isinstance(cause, ValidationError):
+            msg = format_validation_error(cls, cause, bound, positional=from_bare)
+        else:
+            msg = f"  {e}"
         if from_argv:
             print(f"{prog or 'prime-rl'}: config error\n{msg}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -142,20 +151,26 @@ def _flag_kind(cls: type[BaseModel], flag: str) -> str:
     return "value"
 
 
-def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: list[str] | None = None) -> str:
-    """One line per problem: `dotted.path: what is wrong (got value) [in FILE | from --flag] [did you mean ...]`.
+def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: list[str] | None = None,
+                            positional: set[str] | frozenset[str] = frozenset()) -> str:
+    """One line per problem: `dotted.path: what is wrong (got value) [in FILE | from --flag] [fix]`.
 
-    With `argv` (the command's arguments), each problem names where its value came from: the last `@` file that
-    sets that key, or the command-line flag; a suggestion gives both spellings (`a.b_c`, flag `--a.b-c`).
+    With `argv` (the command's arguments, positionals bound as `--field value`), each problem names where its value
+    came from: the last `@` file that sets that key, or the command-line flag (`positional`: fields a bare argument
+    set, named as `the FIELD argument`); a suggestion gives both spellings (`a.b_c`, flag `--a.b-c`). A key that
+    belongs to another variant of a section chosen by `type` names the type, where it was set, and the types that
+    have the key. Backticked `a.b = value` pairs in a validator's message get their origin too.
     """
     lines = []
     for e in err.errors():
-        loc = tuple(e.get("loc", ()))
+        loc, tag = _untag(cls, tuple(e.get("loc", ())))
         path = _dotted(loc)
         value = e.get("input")
         got = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
-        where = _origin(loc, argv) if argv else ""
-        if e.get("type") == "extra_forbidden":
+        where = _origin(loc, argv, positional) if argv else ""
+        if e.get("type") == "extra_forbidden" and tag is not None and len(loc) == len(tag[0]) + 1:
+            lines.append(f"  {path}: {_wrong_variant(loc, tag, where, argv or [], positional)}")
+        elif e.get("type") == "extra_forbidden":
             hint = ""
             siblings = _field_names_at(cls, loc[:-1])
             close = difflib.get_close_matches(str(loc[-1]), siblings, n=1, cutoff=0.5)
@@ -164,8 +179,72 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
                 hint = f"; did you mean `{_dotted(fixed)}` (flag `{_flag(fixed)}`)?"
             lines.append(f"  {path}: unknown key{got}{where}{hint}")
         else:
-            lines.append(f"  {path}: {e.get('msg')}{got}{where}")
+            msg = str(e.get("msg", "")).removeprefix("Value error, ")
+            if argv:
+                msg = _BACKTICKED.sub(lambda m: m.group(0) + _origin(tuple(m.group(1).split(".")), argv, positional),
+                                      msg)  # fmt: skip
+            head = f"{path}: " if loc else ""
+            got = "" if not loc or repr(value) in msg else got  # a message that quotes the value says it once
+            lines.append(f"  {head}{msg}{got}{where}")
     return "\n".join(lines)
+
+
+_BACKTICKED = re.compile(r"`([A-Za-z_][\w.]*) = [^`]*`")  # `a.b = 3` in a validator's message
+
+
+def _untag(cls: type[BaseModel], loc: tuple) -> tuple[tuple, tuple[tuple, str, str, list[type[BaseModel]]] | None]:
+    """`loc` without pydantic's union tags, and the last tag seen as (path of the section, discriminator field,
+    tag value, the union's models): ("orchestrator", "advantage", "rloo", "std_normalize") ->
+    ("orchestrator", "advantage", "std_normalize"), (("orchestrator", "advantage"), "type", "rloo", [GRPO..])."""
+    current: Any = cls
+    clean: list = []
+    tag = None
+    for seg in loc:
+        models = _models_in(current)
+        if isinstance(seg, int):
+            clean.append(seg)
+            continue
+        owner = next((m for m in models if seg in m.model_fields), None)
+        if owner is not None:
+            clean.append(seg)
+            current = owner.model_fields[seg].annotation
+            continue
+        variant = next((m for m in models if seg in (_tag_value(m)[1], m.__name__)), None)
+        if variant is not None and len(models) > 1:
+            tag = (tuple(clean), _tag_value(variant)[0], seg, models)
+            current = variant
+            continue
+        clean.append(seg)
+        current = None
+    return tuple(clean), tag
+
+
+def _tag_value(model: type[BaseModel]) -> tuple[str, str]:
+    """(field, value) of the single-value Literal field that tags `model` in a union (`type = "rloo"`)."""
+    for name, finfo in model.model_fields.items():
+        args = typing.get_args(finfo.annotation)
+        if typing.get_origin(finfo.annotation) is typing.Literal and len(args) == 1:
+            return name, str(args[0])
+    return "", ""
+
+
+def _wrong_variant(loc: tuple, tag: tuple, where: str, argv: list[str], positional: set[str] | frozenset[str]) -> str:
+    """Why a key is refused in a section chosen by its `type`, where both were set, and the fix."""
+    section, field, value, models = tag
+    key = str(loc[-1])
+    type_loc = section + (field,)
+    type_where = _origin(type_loc, argv, positional) or " (the default)"
+    having = [v for m in models if key in m.model_fields and (v := _tag_value(m)[1])]
+    text = f"not a setting of {_dotted(type_loc)} = {value!r}{type_where}"
+    text += f"; {key} is a setting of {field} {', '.join(repr(h) for h in having)}" if having else ""
+    if where.startswith(" (from "):
+        fix = f"drop {where[7:-1]}"
+    elif where.startswith(" (in "):
+        fix = f"remove {key} from [{_dotted(section)}] in {where[5:-1]}"
+    else:
+        fix = f"remove {key}"
+    return f"{text}{where.replace(' (', ' (set ', 1) if where else ''}; {fix}" + (
+        f", or choose {field} {' or '.join(repr(h) for h in having)}" if having else "")
 
 
 def config_files(argv: list[str]) -> list[str]:
@@ -183,16 +262,19 @@ def _flag(loc: tuple) -> str:
     return "--" + ".".join(str(s).replace("_", "-") for s in loc if not isinstance(s, int))
 
 
-def _origin(loc: tuple, argv: list[str]) -> str:
-    """` (from --flag)` when a command-line flag set `loc`, else ` (in FILE)` for the last root-level `@` file
-    whose TOML holds it, else "" (a default, a nested `--x @ file`, or a value a validator derived)."""
+def _origin(loc: tuple, argv: list[str], positional: set[str] | frozenset[str] = frozenset()) -> str:
+    """` (from --flag)` when a command-line flag set `loc` (` (the OUT argument)` for a positional field), else
+    ` (in FILE)` for the last root-level `@` file whose TOML holds it, else "" (a default, a nested `--x @ file`,
+    or a value a validator derived)."""
     keys = [str(s) for s in loc if not isinstance(s, int)]
     if not keys:
         return ""
-    flags = {_flag(loc), "--" + ".".join(keys)}
+    flags = {_flag(loc), "--" + ".".join(keys), "--" + ".".join(str(s).replace("_", "-") for s in loc)}
     for a in argv:
-        if a.split("=", 1)[0] in flags:
-            return f" (from {a.split('=', 1)[0]})"
+        flag = a.split("=", 1)[0]
+        if flag in flags:
+            bare = next((p for p in positional if flag == f"--{p.replace('_', '-')}"), None)
+            return f" (the {bare.upper()} argument)" if bare else f" (from {flag})"
     # a section-level error (a validator over several fields): flags under the section may have set the value
     under = sorted({f for a in argv if a.startswith("--") and (f := a.split("=", 1)[0]).replace("_", "-")
                     .startswith(tuple(x.replace("_", "-") + "." for x in flags))})  # fmt: skip
@@ -207,8 +289,11 @@ def _origin(loc: tuple, argv: list[str]) -> str:
                 node: Any = tomllib.load(f)
         except (OSError, tomllib.TOMLDecodeError):
             continue
-        for k in keys:
-            node = node.get(k) if isinstance(node, dict) else None
+        for k in loc:
+            if isinstance(k, int):
+                node = node[k] if isinstance(node, list) and k < len(node) else None
+            else:
+                node = node.get(str(k)) if isinstance(node, dict) else None
             if node is None:
                 break
         else:

@@ -10,6 +10,14 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from prime_rl.config.base import BaseConfig
 
 
+def _folder_out(v: Path) -> Path:
+    """`out` of a command that writes a model folder: refused when it names an existing file."""
+    if v.exists() and not v.is_dir():
+        raise ValueError(f"{str(v)!r} is an existing file; the model is written as a folder: give a folder path "
+                         f"instead (e.g. {str(v)}-model)")  # fmt: skip
+    return v
+
+
 class TinyModelConfig(BaseConfig):
     """`prime-rl tiny-model OUT`: a random tiny Qwen3-architecture model and byte-level tokenizer (Qwen3 chat
     format), for tests and demos without a model hub."""
@@ -19,6 +27,8 @@ class TinyModelConfig(BaseConfig):
     layers: int = Field(2, description="Decoder layers.")
     seed: int = Field(0, description="Weight-init seed.")
     max_position_embeddings: int = Field(4096, gt=0, description="Longest sequence the model accepts (RoPE table).")
+
+    _out_is_a_folder = field_validator("out")(_folder_out)
 
 
 class SmolLMConfig(BaseConfig):
@@ -30,6 +40,8 @@ class SmolLMConfig(BaseConfig):
     untied: bool = Field(
         False, description="Write lm_head.weight as its own copy of the embedding (default: tied, as published)."
     )
+
+    _out_is_a_folder = field_validator("out")(_folder_out)
 
 
 class SFTDataConfig(BaseConfig):

@@ -32,18 +32,15 @@ def write(cfg: EnvServerWriteConfig) -> None:
 
 
 def serve(cfg: EnvServerServeConfig) -> None:
-    """Serve a written resources server directory until interrupted; a taken port exits 1 at once, naming its holder.
+    """Serve a written resources server directory until interrupted.
 
     Raises:
-        FileNotFoundError: no server.json in `cfg.dir`. ValueError: a malformed one.
+        FileNotFoundError: no server.json in `cfg.dir`. ValueError: a malformed one. PortInUseError: the port is
+            taken (checked before anything is imported or loaded; names its holder).
     """
-    from prime_rl.ports import PortInUseError, check_port_free
+    from prime_rl.ports import check_port_free
 
-    try:  # before importing the server or loading data: a taken port fails at once, naming its holder
-        check_port_free(cfg.host, cfg.port, field="port")
-    except PortInUseError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+    check_port_free(cfg.host, cfg.port, field="port")
     import uvicorn
 
     from prime_rl.envs.base import load_env
@@ -67,7 +64,8 @@ def serve(cfg: EnvServerServeConfig) -> None:
 def serve_nemo_gym_entrypoint(server_dir: Path) -> int:
     """Serve `server_dir` the way NeMo Gym starts a resources server's `app.py`: its merged config (YAML) in
     $NEMO_GYM_CONFIG_DICT, this server's top-level key in $NEMO_GYM_CONFIG_PATH; host and port from
-    `<key>.resources_servers.<name>`. Returns the exit status (1 with a message when the variables are missing)."""
+    `<key>.resources_servers.<name>`. Returns the exit status (1 with a message when the variables are missing, 2
+    when the port is taken)."""
     import os
 
     import yaml
@@ -83,8 +81,13 @@ def serve_nemo_gym_entrypoint(server_dir: Path) -> int:
     except (KeyError, TypeError, ValueError) as e:
         print(f"error: $NEMO_GYM_CONFIG_DICT has no host/port for {key}.resources_servers.<name> ({e!r})", file=sys.stderr)
         return 1
+    from prime_rl.ports import PortInUseError
+
     try:
         serve(EnvServerServeConfig(dir=server_dir, host=host, port=port))
+    except PortInUseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except SystemExit as e:
         return int(e.code or 0)
     return 0

@@ -111,18 +111,16 @@ def build_app(env: Environment, env_name: str, env_args: dict[str, Any], max_con
 
 
 def run(cfg: EnvServerOpenEnvConfig) -> None:
-    """Serve `cfg.env` until interrupted; a taken port exits 1 at once, naming its holder.
+    """Serve `cfg.env` until interrupted.
 
     Raises:
         KeyError / RegistryError: unknown environment. MissingExtraError: openenv-core is not installed.
+        PortInUseError: the port is taken (checked before openenv-core, seconds to import, or any data; names its
+            holder).
     """
-    from prime_rl.ports import PortInUseError, check_port_free
+    from prime_rl.ports import check_port_free
 
-    try:  # before importing openenv-core (seconds: it imports gradio) or loading data
-        check_port_free(cfg.host, cfg.port, field="port")
-    except PortInUseError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+    check_port_free(cfg.host, cfg.port, field="port")
     import uvicorn
 
     from prime_rl.envs.base import load_env
