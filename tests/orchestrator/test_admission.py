@@ -222,3 +222,17 @@ def test_reward_range_is_configurable_within_what_float32_holds():
     for bad in [(-1e39, 1e39), (1.0, 0.0), (0.0, float("inf"))]:
         with pytest.raises(ValidationError, match="reward_range"):
             OrchestratorConfig(reward_range=bad)
+
+
+async def test_environment_errors_reach_the_log_a_few_per_kind(renderer, caplog):
+    """Rollouts masked by an `EnvError` (here verify crashing in every episode) are logged by the scheduler with
+    rollout id, task, source and reason, three per kind and step, then one count."""
+    from tests.orchestrator.test_nothing_silent import CrashEnv, _cfg, _one_batch
+
+    with caplog.at_level(logging.WARNING):
+        batch = await _one_batch(renderer, InProcessSource("crashy", CrashEnv([1.0])), _cfg())
+    assert all(r.masked and r.error_kind == "env/verify_crash" for r in batch.rollouts)
+    lines = [rec.getMessage() for rec in caplog.records]
+    shown = [x for x in lines if "masked: env/verify_crash: ZeroDivisionError: division by zero" in x]
+    assert len(shown) == 3 and all("source 'crashy'" in x and x.startswith("step 1: rollout t") for x in shown)
+    assert "step 1: 2 more rollout(s) masked as env/verify_crash" in lines

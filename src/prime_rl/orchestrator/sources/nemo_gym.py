@@ -42,7 +42,7 @@ class NemoGymEpisode(AsyncEpisode):
         except NemoGymError as e:
             if e.status in (404, 422):  # unknown tool / malformed arguments: the model's mistake, tell it
                 return f"Error: {e}"
-            raise EnvError(e.kind, str(e)) from e
+            raise EnvError(e.kind, _reason(e)) from e
 
     async def verify(self, final_response: str | None, trajectory: list[dict[str, Any]] | None = None) -> VerifyResult:
         messages = trajectory if trajectory is not None else [{"role": "assistant", "content": final_response or ""}]
@@ -50,13 +50,18 @@ class NemoGymEpisode(AsyncEpisode):
         try:
             out = await self.client.verify(self.session, self.row, response=trajectory_response(messages, tools=tools))
         except NemoGymError as e:
-            raise EnvError(e.kind, str(e)) from e
+            raise EnvError(e.kind, _reason(e)) from e
         return verify_result(out, self.task_id)
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
             await self.client.close(self.session)
+
+
+def _reason(e: NemoGymError) -> str:
+    """The client error's message without its kind (the rollout's `error_kind` carries that)."""
+    return str(e).removeprefix(f"{e.kind}: ")
 
 
 def verify_result(out: dict[str, Any], task_id: str = "") -> VerifyResult:
@@ -69,8 +74,7 @@ def verify_result(out: dict[str, Any], task_id: str = "") -> VerifyResult:
     bad = "no `reward`" if "reward" not in out else reward_problem(out.get("reward"), reward_range=None)
     if bad is not None:
         reason = f"verify answered {bad} for task {task_id!r} (expected a finite number)"
-        log.warning("%s; the rollout is masked", reason)
-        return VerifyResult(0.0, metrics, True, reason)
+        return VerifyResult(0.0, metrics, True, reason)  # logged with the step's masked rollouts
     return VerifyResult(float(out["reward"]), metrics, False, out.get("failure_reason"))
 
 
@@ -163,7 +167,7 @@ class NemoGymSource(TaskSource):
         try:
             session = await self.client.seed(row)
         except NemoGymError as e:
-            raise EnvError(f"seed/{e.kind}", str(e)) from e
+            raise EnvError(f"seed/{e.kind}", _reason(e)) from e
         return NemoGymEpisode(self.client, row, session, task.task_id)
 
     async def aclose(self) -> None:

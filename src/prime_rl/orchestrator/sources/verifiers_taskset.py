@@ -177,8 +177,7 @@ class VerifiersEpisode(AsyncEpisode):
         metrics = finite_metrics(trace.metrics)
         if missing or not trace.rewards:
             reason = f"verifiers reward(s) {missing or 'none'} did not score task {self.vtask.data.name or self.vtask.key!r}"
-            log.warning("%s; the rollout is masked", reason)
-            return VerifyResult(0.0, metrics, True, reason)
+            return VerifyResult(0.0, metrics, True, reason)  # logged with the step's masked rollouts
         return VerifyResult(float(trace.reward), metrics)
 
     async def close(self) -> None:
