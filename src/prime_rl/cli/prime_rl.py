@@ -43,6 +43,7 @@ main = Group(
         "plan": Command(
             "plan", "prime_rl.config.plan:PlanConfig", "prime_rl.simulate.cli:run",
             "simulate a deployment: step time, throughput, GPU idle, off-policy steps; --capacity: the capacity table",
+            user_errors=("prime_rl.simulate.pipeline:InfeasiblePlan",),
         ),
         "gridsim": gridsim_group,
     },

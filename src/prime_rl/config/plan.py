@@ -16,7 +16,8 @@ class PlanInferenceConfig(BaseConfig):
     A decode iteration with b sequences takes `t(b) = t0 + t1 * b` seconds and gives each of them one token; `t0`
     and `t1` come from two measured points: one sequence alone at `single_seq_tokens_per_s`, and `peak_batch`
     sequences together at `peak_tokens_per_s` (all sequences' tokens per second). Prefill runs at
-    `prefill_tokens_per_s` and holds the replica's decoding meanwhile (no chunked prefill)."""
+    `prefill_tokens_per_s` after `request_overhead_s` and holds the replica's decoding meanwhile (no chunked prefill).
+    `benchmarks/plan_inputs.py` measures all five on a vLLM server."""
 
     replicas: int = Field(1, gt=0, description="Inference servers (data-parallel replicas).")
     gpus_per_replica: int = Field(1, gt=0, description="GPUs per replica (tensor x data parallel size), for GPU counts.")
@@ -30,6 +31,10 @@ class PlanInferenceConfig(BaseConfig):
     )
     prefill_tokens_per_s: float = Field(
         50_000.0, gt=0, description="Prompt tokens/s of prefill (new tokens of each turn: the prompt, then tool results)."
+    )
+    request_overhead_s: float = Field(
+        0.0, ge=0, description="Serial seconds per request before its prefill (HTTP, tokenising, scheduling), holding "
+        "the replica's decoding like a prefill."
     )
 
     @model_validator(mode="after")

@@ -36,6 +36,10 @@ from prime_rl.simulate.events import EventQueue
 from prime_rl.simulate.replica import Replica, Request
 
 
+class InfeasiblePlan(RuntimeError):
+    """The configured deployment cannot finish its steps (it stalls, or drops every group as stale)."""
+
+
 @dataclass
 class SimRollout:
     """One rollout: its turns' sampled tokens and policy versions, its total (trained) tokens."""
@@ -52,6 +56,7 @@ class SimGroup:
     rollouts: list[SimRollout]
     left: int
     worker: int
+    oldest: int = 0  # the oldest policy version of any of its turns (set when the group finishes)
 
 
 @dataclass
@@ -88,6 +93,7 @@ class Pipeline:
         self._gid = 0
         self.cuts: list[StepRecord] = []
         self.dropped = 0
+        self._dropped_now = 0  # dropped while filling the current step
         # control plane
         self.worker_free = [0.0] * cfg.control_plane.workers
         self.worker_busy = [0.0] * cfg.control_plane.workers
@@ -182,30 +188,40 @@ class Pipeline:
         g.left -= 1
         if g.left == 0:
             del self.running[g.gid]
+            g.oldest = min(v for r in g.rollouts for v in r.versions)
             self.ready.append(g)
             self._progress()
 
     # ---- orchestrator: cutting ----
     def _off_policy(self, g: SimGroup, step: int) -> int:
-        return (step - 1) - min(v for r in g.rollouts for v in r.versions)
+        return (step - 1) - g.oldest
 
     def _progress(self) -> None:
         """The scheduler's loop after a wake-up: drop stale groups, cut every step that can be cut, launch."""
         p = self.cfg.pipeline
         while True:
-            keep = deque(g for g in self.ready if self._off_policy(g, self.step) <= p.max_off_policy_steps)
-            n_drop = len(self.ready) - len(keep)
-            self.ready = keep
-            self.dropped += n_drop
+            if self.ready and self.step - 1 - min(g.oldest for g in self.ready) > p.max_off_policy_steps:
+                keep = deque(g for g in self.ready if self._off_policy(g, self.step) <= p.max_off_policy_steps)
+                n_drop = len(self.ready) - len(keep)
+                self.ready = keep
+                self.dropped += n_drop
+                self._dropped_now += n_drop
+                if self.dropped > 20 * self.gps * self.cfg.steps:
+                    raise InfeasiblePlan(
+                        f"step {self.step}: {self.dropped} groups dropped as older than pipeline.max_off_policy_steps "
+                        f"= {p.max_off_policy_steps}; this deployment cannot fill a batch (raise max_off_policy_steps "
+                        "or lower pipeline.max_async_level)"
+                    )
             if len(self.ready) < self.gps or self.version < self.step - 1 - p.max_async_level:
                 break
-            self._cut(n_drop)
+            self._cut()
         self._launch()
 
-    def _cut(self, dropped: int) -> None:
+    def _cut(self) -> None:
         step = self.step
         groups = [self.ready.popleft() for _ in range(self.gps)]
-        rec = StepRecord(step, self.q.now, dropped_groups=dropped)
+        rec = StepRecord(step, self.q.now, dropped_groups=self._dropped_now)
+        self._dropped_now = 0
         for g in groups:
             rec.max_off_policy = max(rec.max_off_policy, self._off_policy(g, step))
             for r in g.rollouts:
@@ -291,13 +307,17 @@ class Pipeline:
 
     # ---- run ----
     def run(self) -> Pipeline:
-        """Play the deployment until the trainer finished `cfg.steps` steps. Raises RuntimeError if it stalls."""
+        """Play the deployment until the trainer finished `cfg.steps` steps.
+
+        Raises:
+            InfeasiblePlan: the pipeline stalls or drops every group as stale.
+        """
         if self.cfg.warmup_steps == 0:
             self._mark("start")
         self._launch()
         self.q.run(lambda: self.done_steps >= self.cfg.steps)
         if self.done_steps < self.cfg.steps:
-            raise RuntimeError(
+            raise InfeasiblePlan(
                 f"the simulated pipeline stalled after {self.done_steps} trainer steps (step {self.step} waits for "
                 f"{self.gps} groups with {len(self.ready)} ready and {len(self.running)} running)"
             )

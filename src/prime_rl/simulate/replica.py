@@ -1,7 +1,8 @@
 """An inference replica under continuous batching (a vLLM server), as a processor-sharing queue.
 
 Up to `peak_batch` requests are admitted at once; the others wait in arrival order. An admitted request is first
-prefilled (its new prompt tokens at `prefill_tokens_per_s`, one request at a time, decoding held meanwhile), then
+prefilled (`request_overhead_s`, then its new prompt tokens at `prefill_tokens_per_s`, one request at a time,
+decoding held meanwhile), then
 decoded together with every other admitted request: an iteration with b sequences takes `t(b) = t0 + t1 * b`
 seconds and gives each one token. All decoding sequences advance alike, so the replica keeps one virtual clock
 `V` (tokens per sequence since start) and a request finishes when `V` reaches its start value plus its tokens:
@@ -52,6 +53,7 @@ class Replica:
         self.t0, self.t1 = iteration_times(cfg)
         self.max_seqs = cfg.peak_batch
         self.prefill_rate = cfg.prefill_tokens_per_s
+        self.overhead = cfg.request_overhead_s
         self.version = 0
         self.paused = False
         self.V = 0.0
@@ -117,7 +119,7 @@ class Replica:
 
     def _start_prefill(self, req: Request) -> None:
         req.version = self.version
-        self.prefill_left = req.prefill_tokens / self.prefill_rate
+        self.prefill_left = self.overhead + req.prefill_tokens / self.prefill_rate
 
     def _fire(self, gen: int) -> None:
         if gen != self._gen:
