@@ -41,7 +41,8 @@ class FakeEngine:
         self.calls.append(("resume",))
 
 
-def make_app(policy: AdminPolicy) -> tuple[TestClient, FakeEngine]:
+def make_app(policy: AdminPolicy, built: bool = False) -> tuple[TestClient, FakeEngine]:
+    """Our routes on an app with a fake engine; `built`: its middleware stack already built, as vLLM's is."""
     app = FastAPI()
     engine = FakeEngine()
     app.state.engine_client = engine
@@ -58,6 +59,8 @@ def make_app(policy: AdminPolicy) -> tuple[TestClient, FakeEngine]:
     async def rpc():
         return {"ran": True}
 
+    if built:
+        app.middleware_stack = app.build_middleware_stack()
     routes.attach(app, policy)
     return TestClient(app), engine
 
@@ -115,15 +118,16 @@ def test_policy_from_vllm_args_and_env():
     assert p.host == "10.1.2.3" and p.tokens == ("k2",) and p.weights_dir is None
 
 
-def test_update_weights_route_refuses_callers_and_paths(weights, tmp_path):
-    client, engine = make_app(AdminPolicy("0.0.0.0", weights_dir=weights))
+@pytest.mark.parametrize("built", [False, True], ids=["fresh app", "built middleware stack"])
+def test_update_weights_route_refuses_callers_and_paths(weights, tmp_path, built):
+    client, engine = make_app(AdminPolicy("0.0.0.0", weights_dir=weights), built)
     body = {"path": str(weights / "step_1"), "version": 1}
     r = client.post("/update_weights", json=body)
     assert r.status_code == 403 and "has no token" in r.json()["error"] and engine.calls == []
     assert client.get("/health").status_code == 200 and client.get("/v1/models").status_code == 200
     assert client.post("/collective_rpc").status_code == 403 and client.get("/policy_version").status_code == 403
 
-    client, engine = make_app(AdminPolicy("0.0.0.0", tokens=("s3cret",), weights_dir=weights))
+    client, engine = make_app(AdminPolicy("0.0.0.0", tokens=("s3cret",), weights_dir=weights), built)
     auth = {"Authorization": "Bearer s3cret"}
     assert client.post("/update_weights", json=body).status_code == 401
     assert client.post("/update_weights", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401

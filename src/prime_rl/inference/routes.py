@@ -126,7 +126,10 @@ def attach(app: FastAPI, policy: AdminPolicy | None = None) -> FastAPI:
     if policy is None:
         policy = AdminPolicy.from_vllm_args(getattr(app.state, "args", None))
     app.state.prime_admin = policy
-    app.add_middleware(AdminGuard, policy=policy)
+    if app.middleware_stack is None:
+        app.add_middleware(AdminGuard, policy=policy)
+    else:  # vLLM's build_app already built its middleware stack (its SageMaker bootstrap): guard in front of it
+        app.middleware_stack = AdminGuard(app.middleware_stack, policy)
     ours = {(r.path, m) for r in router.routes if isinstance(r, APIRoute) for m in r.methods}
     kept = []
     for r in app.router.routes:
