@@ -6,7 +6,7 @@ shape [G] and is 0.0 at masked positions. Masked rollouts never enter the baseli
 the algorithm's own config class (`prime_rl.config.orchestrator`, chosen by `type`); `type = "custom"` loads
 `cfg.import_path`.
 
-The built-in algorithms work in float64 and are overflow-safe (`scaled_mean`, `scaled_std`): rewards anywhere in
+The built-in algorithms work in float64 and are overflow-safe (`group_mean`, `group_std`): rewards anywhere in
 float64's range give finite baselines (the rewards themselves are bounded earlier, at the one reward check,
 `envs.base.reward_problem`). Whether an advantage fits the trainer's float32 is checked at admission
 (`prime_rl.orchestrator.admission`).
@@ -14,10 +14,9 @@ float64's range give finite baselines (the rewards themselves are bounded earlie
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import numpy as np
 
 from prime_rl.config.orchestrator import AdvantageConfig, CustomAdvantageConfig
 from prime_rl.registry import Registry
@@ -31,28 +30,35 @@ ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", "orchestrato
 })
 
 
-def trainable_rewards(rewards: Sequence[float], mask: Sequence[bool]) -> np.ndarray:
-    """The rewards of the trainable members (`mask[i]` true), float64, shape [k]."""
-    return np.array([float(r) for r, m in zip(rewards, mask, strict=True) if m], dtype=np.float64)
+def trainable_rewards(rewards: Sequence[float], mask: Sequence[bool]) -> list[float]:
+    """The rewards of the trainable members (`mask[i]` true), as Python floats (float64), shape [k]."""
+    return [float(r) for r, m in zip(rewards, mask, strict=True) if m]
 
 
-def scaled_mean(values: np.ndarray) -> float:
-    """The mean of `values` (float64, [k], k >= 1) without overflow: computed on `values / max|values|` and scaled
-    back, so four rewards of 1e308 average to 1e308 (a plain sum is inf)."""
-    scale = float(np.max(np.abs(values)))
-    if scale == 0.0:
-        return 0.0
-    return float(np.mean(values / scale)) * scale
+def group_mean(values: Sequence[float]) -> float:
+    """The mean of `values` (k >= 1 finite floats). The plain left-to-right sum / k; only when that sum overflows,
+    the mean of `values / max|values|` scaled back, so four rewards of 1e308 average to 1e308 (a plain sum is inf)."""
+    mean = sum(values) / len(values)
+    if math.isfinite(mean):
+        return mean
+    scale = max(abs(v) for v in values)
+    return sum(v / scale for v in values) / len(values) * scale
 
 
-def scaled_std(values: np.ndarray, mean: float) -> float:
-    """The population std of `values` around `mean` (float64) without overflow in the squares (scaled like
-    `scaled_mean`); inf only when the deviations themselves overflow float64."""
-    dev = values - mean
-    scale = float(np.max(np.abs(dev)))
-    if scale == 0.0 or not np.isfinite(scale):
+def group_std(values: Sequence[float], mean: float) -> float:
+    """The population std of `values` around `mean`: the plain formula; only when its squares overflow, computed
+    on deviations scaled by their largest (inf only when a deviation itself overflows float64)."""
+    try:
+        var = sum((v - mean) ** 2 for v in values) / len(values)
+        if math.isfinite(var):
+            return math.sqrt(var)
+    except OverflowError:  # a float's ** raises instead of returning inf
+        pass
+    dev = [v - mean for v in values]
+    scale = max(abs(d) for d in dev)
+    if scale == 0.0 or not math.isfinite(scale):
         return scale
-    return float(np.sqrt(np.mean((dev / scale) ** 2))) * scale
+    return math.sqrt(sum((d / scale) ** 2 for d in dev) / len(dev)) * scale
 
 
 def register_advantage(name: str, fn: str | AdvantageFn) -> None:

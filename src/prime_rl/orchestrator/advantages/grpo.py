@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prime_rl.config.orchestrator import GRPOAdvantageConfig
-from prime_rl.orchestrator.advantages import scaled_mean, scaled_std, trainable_rewards
+from prime_rl.orchestrator.advantages import group_mean, group_std, trainable_rewards
 
 EPS = 1e-6
 
@@ -22,6 +22,8 @@ def grpo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: GRPOAdv
     vals = trainable_rewards(rewards, mask)
     if len(vals) < 2:
         return [0.0] * len(rewards)
-    mean = scaled_mean(vals)
-    div = scaled_std(vals, mean) + EPS if cfg.std_normalize else 1.0
-    return [(float(r) - mean) / div if m else 0.0 for r, m in zip(rewards, mask, strict=True)]
+    mean = group_mean(vals)
+    if not cfg.std_normalize:
+        return [float(r) - mean if m else 0.0 for r, m in zip(rewards, mask, strict=True)]
+    std = group_std(vals, mean)
+    return [(float(r) - mean) / (std + EPS) if m else 0.0 for r, m in zip(rewards, mask, strict=True)]

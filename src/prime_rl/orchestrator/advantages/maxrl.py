@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prime_rl.config.orchestrator import MaxRLAdvantageConfig
-from prime_rl.orchestrator.advantages import scaled_mean, trainable_rewards
+from prime_rl.orchestrator.advantages import group_mean, trainable_rewards
 
 
 def maxrl_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: MaxRLAdvantageConfig) -> list[float]:
@@ -21,7 +21,7 @@ def maxrl_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: MaxRLA
     vals = trainable_rewards(rewards, mask)
     if len(vals) < 2:
         return [0.0] * len(rewards)
-    mean = scaled_mean(vals)
+    mean = group_mean(vals)
     if mean <= 0.0:
         return [0.0] * len(rewards)
     return [(float(r) - mean) / mean if m else 0.0 for r, m in zip(rewards, mask, strict=True)]

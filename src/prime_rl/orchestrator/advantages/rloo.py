@@ -2,16 +2,17 @@
 
     A_i = r_i - (1 / (k - 1)) * sum_{j != i, j trainable} r_j   over the k trainable members (k >= 2)
 
-computed as k / (k - 1) * (r_i - mean), in float64 with an overflow-safe mean. Fewer than two trainable members:
-all zeros.
+in float64; when the group's sum overflows, as the equal k / (k - 1) * (r_i - mean) with an overflow-safe mean.
+Fewer than two trainable members: all zeros.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from prime_rl.config.orchestrator import RLOOAdvantageConfig
-from prime_rl.orchestrator.advantages import scaled_mean, trainable_rewards
+from prime_rl.orchestrator.advantages import group_mean, trainable_rewards
 
 
 def rloo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: RLOOAdvantageConfig) -> list[float]:
@@ -20,5 +21,8 @@ def rloo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: RLOOAdv
     k = len(vals)
     if k < 2:
         return [0.0] * len(rewards)
-    mean = scaled_mean(vals)
+    total = sum(vals)
+    if math.isfinite(total):
+        return [float(r) - (total - float(r)) / (k - 1) if m else 0.0 for r, m in zip(rewards, mask, strict=True)]
+    mean = group_mean(vals)
     return [(float(r) - mean) * (k / (k - 1)) if m else 0.0 for r, m in zip(rewards, mask, strict=True)]
