@@ -31,7 +31,7 @@ if [ -z "${RL_ONLY:-}" ]; then
   # several times slower on 2 cores. The server stops when the eval is done.
   RAW_PORT=${RAW_PORT:-8011}
   inference --model.name "$OUT/smollm2" --output-dir "$OUT/raw-eval" --server.port "$RAW_PORT" \
-    --vllm.max-model-len 1024 --vllm.tool-call-parser None &
+    --vllm.max-model-len 1024 --vllm.tool-call-parser None --model.dtype float32 &
   INF_PID=$!
   trap 'kill "$INF_PID" 2>/dev/null || true' EXIT
   until curl -sf "http://127.0.0.1:$RAW_PORT/health" >/dev/null; do

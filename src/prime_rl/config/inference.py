@@ -70,7 +70,7 @@ class VllmConfig(BaseConfig):
     reasoning_parser: str | None = Field(None, description="vLLM --reasoning-parser (thinking models); None = off.")
     max_model_len: int | None = Field(None, gt=0, description="Context length; None = the model's own.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights and compute dtype; auto = model.dtype, else float32 on CPU and bfloat16 on GPU."
+        "auto", description="Weights and compute dtype; auto = model.dtype, whose auto is bfloat16 on GPU and on CPU where bf16 pays."
     )
     enforce_eager: bool | None = Field(None, description="None = True on CPU, False on GPU.")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU only: share of GPU memory vLLM may use.")
