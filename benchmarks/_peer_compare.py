@@ -156,6 +156,7 @@ def run_prime(w: Workload, model: Path, steps: int, seed: int, out: Path) -> dic
     port = free_port()
     run = out / "prime-rl"
     argv = [str(Path(sys.executable).with_name("rl")), "@", str(w.config), "--model.name", str(model),
+            "--model.dtype", "float32",  # TRL's side trains in fp32 too
             "--output-dir", str(run), "--clean", "--max-steps", str(steps), "--inference.server.port", str(port),
             "--orchestrator.client.base-url", f'["http://127.0.0.1:{port}"]', "--trainer.seed", str(seed),
             "--orchestrator.seed", str(seed), "--orchestrator.train.sampling.seed", str(seed), *w.rl_args]  # fmt: skip
@@ -246,8 +247,9 @@ def score_trl(model: Path, orch_cfg: dict, out: Path) -> tuple[float, float]:
     cfg = {"output_dir": str(out), "seq_len": orch_cfg["seq_len"], "seed": 0, "model": {"name": str(model)},
            "client": {"base_url": [f"http://127.0.0.1:{port}"]}, "renderer": orch_cfg["renderer"], "eval": ev}  # fmt: skip
     (out / "eval.toml").write_text(tomli_w.dumps(cfg))
-    server = subprocess.Popen([str(bin_dir / "inference"), "--model.name", str(model), "--server.port", str(port),
-                               "--output-dir", str(out)], stdout=open(out / "inference.log", "wb"),
+    server = subprocess.Popen([str(bin_dir / "inference"), "--model.name", str(model), "--model.dtype", "float32",
+                               "--server.port", str(port), "--output-dir", str(out)],
+                              stdout=open(out / "inference.log", "wb"),
                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         with open(out / "eval.log", "wb") as f:

@@ -87,8 +87,8 @@ def run_prime(args, model_dir: str, q, fsdp: bool | str) -> None:
     from prime_rl.trainer.sft_data import SFTSample, pack_samples
 
     torch.set_num_threads(args.threads)
-    cfg = SFTConfig(model={"name": model_dir, "fsdp": fsdp}, output_dir=tempfile.mkdtemp(), optim={"lr": 1e-4},
-                    seq_len=args.seq_len, max_steps=args.steps + 1, threads=args.threads)  # fmt: skip
+    cfg = SFTConfig(model={"name": model_dir, "fsdp": fsdp, "dtype": "float32"}, output_dir=tempfile.mkdtemp(),
+                    optim={"lr": 1e-4}, seq_len=args.seq_len, max_steps=args.steps + 1, threads=args.threads)  # fmt: skip
     eng = Engine(EngineConfig.from_config(cfg), process="bench")
     data = [SFTSample(ids, m) for ids, m in make_data(args.samples, args.seed)]
     tokens, t = 0, 0.0
