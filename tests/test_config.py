@@ -140,7 +140,8 @@ def test_rl_typo_exits_nonzero_with_hint(tmp_path):
 
 
 CMDS = {"rl": "rl", "sft": "sft", "trainer": "trainer", "orchestrator": "orchestrator", "inference": "inference",
-        "eval": "eval", "env-server": "env_server", "gridsim": "gridsim", "prime-rl": "prime_rl"}
+        "evals": "evals", "eval": "eval", "env-server": "env_server", "gridsim": "gridsim", "prime-rl": "prime_rl",
+        "dashboard": "dashboard"}
 
 
 def test_help_is_fast_as_a_ratio_to_a_bare_python_start():

@@ -150,7 +150,7 @@ def test_loss_type_chooses_the_config_class(caplog):
 
 def test_help_lists_each_loss_variant_with_its_own_fields(capsys):
     with pytest.raises(SystemExit):
-        parse_config(TrainerConfig, ["--help"])
+        parse_config(TrainerConfig, ["--help-all"])
     out = capsys.readouterr().out
     dppo = out[out.index("variant: DPPOKLLossConfig"):]
     custom = out[out.index("variant: CustomLossConfig"):]

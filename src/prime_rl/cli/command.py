@@ -1,9 +1,9 @@
 """The one command-line style (docs/CONTRIBUTING.md, "Adding a command").
 
 A `Command` is a pydantic config class plus the function that runs it, both named by import path so nothing heavy
-is imported before the arguments parsed: `NAME [@ file.toml ...] [--dotted.flags]`, with `--help` rendered from
-the config's fields, errors that name the dotted field (exit 2), and `--dry-run` (when the config has `dry_run`)
-writing the resolved config to `output_dir/configs/NAME.toml`. A `Group` is a named table of commands (or groups):
+is imported before the arguments parsed: `NAME [@ file.toml ...] [--dotted.flags]`, with `--help` (one screen) and
+`--help-all` (every field) rendered from the config's fields, errors that name the dotted field (exit 2), and
+`--dry-run` (when the config has `dry_run`) writing the resolved config to `output_dir/configs/NAME.toml`. A `Group` is a named table of commands (or groups):
 `prime-rl tiny-model ...`, `gridsim baseline ...`. Both are callable as `obj(argv=None, prog=None)`, so a console
 script points at either.
 """
@@ -47,14 +47,14 @@ class Command:
     when the config has a `dry_run` field. `user_errors`: exceptions of `run` (classes or import paths) that are the
     user's input (a missing file, a bad value), printed as `PROG: error: ...` with exit 2 instead of a traceback.
     `failures`: exceptions of `run` that stop a run for a stated reason (training diverged, a corrupt checkpoint),
-    printed the same way with exit 1.
+    printed the same way with exit 1. `common`: dotted fields the short `--help` lists as the most used.
     """
 
     def __init__(self, name: str, config: str, run: str, help: str, *, positional: tuple[str, ...] = (),
                  dry_run: str = "prime_rl.cli.command:dry_run",
                  user_errors: tuple[type[BaseException] | str, ...] = (),
-                 failures: tuple[type[BaseException] | str, ...] = ()):  # fmt: skip
-        self.name, self.config, self.run, self.help = name, config, run, help
+                 failures: tuple[type[BaseException] | str, ...] = (), common: tuple[str, ...] = ()):  # fmt: skip
+        self.name, self.config, self.run, self.help, self.common = name, config, run, help, common
         self.positional, self.dry_run, self.user_errors, self.failures = positional, dry_run, user_errors, failures
 
     def parse(self, argv: list[str] | None = None, prog: str | None = None) -> BaseModel:
@@ -71,7 +71,7 @@ class Command:
             description += f"\npositional arguments: `{prog} {names} ...` = `{prog} {flags} ...`"
         try:
             return parse_config(cls, sys.argv[1:] if argv is None else list(argv), prog=prog,  # type: ignore[arg-type]
-                                positional=self.positional, description=description)  # fmt: skip
+                                positional=self.positional, description=description, common=self.common)  # fmt: skip
         except ConfigError as e:
             print(f"{prog}: config error\n{e}", file=sys.stderr)
             raise SystemExit(2) from None

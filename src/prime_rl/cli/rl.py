@@ -32,7 +32,11 @@ def run(cfg: RLConfig) -> None:
 
 main = Command("rl", "prime_rl.config.rl:RLConfig", "prime_rl.cli.rl:run",
                "launch inference, orchestrator and trainer (and env servers) in one run directory, or submit them "
-               "to Slurm ([slurm])", dry_run="prime_rl.cli.rl:dry_run")  # fmt: skip
+               "to Slurm ([slurm])", dry_run="prime_rl.cli.rl:dry_run",
+               common=("model.name", "orchestrator.batch_size", "orchestrator.train.group_size",
+                       "orchestrator.train.sampling.temperature", "orchestrator.train.sampling.max_completion_tokens",
+                       "orchestrator.advantage.type", "orchestrator.eval.interval", "trainer.optim.lr",
+                       "trainer.loss.type", "deployment.num_train_gpus", "ckpt.interval", "wandb.project"))  # fmt: skip
 
 if __name__ == "__main__":
     main()

@@ -37,7 +37,9 @@ main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run
                             "prime_rl.trainer.sft_data:SFTDataError",  # a missing file, a bad row, no hub
                             "prime_rl.monitor.wandb_log:WandbStartError"),
                failures=("prime_rl.trainer.engine:TrainingDiverged", "prime_rl.trainer.ckpt:CheckpointError",
-                         "prime_rl.trainer.weights:NonFiniteWeights"))
+                         "prime_rl.trainer.weights:NonFiniteWeights"),
+               common=("model.name", "data.path", "data.name", "data.batch_size", "data.epochs", "optim.lr",
+                       "scheduler.type", "ckpt.interval", "deployment.num_gpus"))
 
 if __name__ == "__main__":
     main()

@@ -30,10 +30,11 @@ class ConfigError(ValueError):
 
 def parse_config(
     cls: type[T], args: list[str] | None = None, prog: str | None = None, *, positional: tuple[str, ...] = (),
-    description: str | None = None,
+    description: str | None = None, common: tuple[str, ...] = (),
 ) -> T:
     """Parse `args` (default: sys.argv[1:]) into `cls`. `positional`: field names that bare arguments fill, in
-    order (see `bind_args`); `description`: the text under the usage line of `--help`.
+    order (see `bind_args`); `description`: the text under the usage line of `--help`; `common`: dotted fields the
+    short `--help` shows as the most used (`--help-all` shows every field; `prime_rl.config.help`).
 
     Raises:
         ConfigError: unknown key, wrong type, missing file... when `args` is given. When parsing sys.argv the
@@ -42,12 +43,17 @@ def parse_config(
     from pydantic_config import ConfigFileError, cli
 
     from prime_rl.config.fast_help import install
+    from prime_rl.config.help import render_help, wants_help
     from prime_rl.config.list_flags import ListFlagError, expand_indexed_flags
 
     install()  # --help without re-reading every class's source (see fast_help)
 
     from_argv = args is None
     argv = sys.argv[1:] if from_argv else list(args)
+    kind = wants_help(argv)
+    if kind is not None:
+        sys.stdout.write(render_help(cls, prog or "prime-rl", description, full=kind == "full", common=common))
+        raise SystemExit(0)
     msg = None
     if argv and argv[0].endswith(".toml"):
         msg = f"{argv[0]!r}: a config file is passed after `@`: `{prog or 'prime-rl'} @ {argv[0]} ...`"

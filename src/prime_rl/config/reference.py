@@ -24,7 +24,11 @@ hand (`tests/test_config_docs.py` fails when this page is stale). Every field ca
 underscores); precedence is defaults < files (left to right) < flags. `None` in a file or on the command line
 sets an optional field to None. `prime-rl eval` takes the same flags as `evals`, `prime-rl dashboard` as `dashboard`;
 `gridsim X` is `prime-rl gridsim X`.
-For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands.
+For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands. A list of
+sections (`X.N`, e.g. `eval.source.N`) is given as `[[X]]` tables in a file, or whole as JSON (`--X '[{...}]'`);
+`--X.N.FIELD VALUE` changes one field of item N (counted from 0) of the list a file gave. A boolean flag is `--x`
+or `--no-x`. Each command's `--help` shows one screen (top-level options, most used flags, sections), `--help-all`
+every field.
 """
 
 
@@ -110,19 +114,23 @@ def _tables(cls: type[BaseModel], prefix: str, skip: set[str]) -> list[str]:
             typing.get_origin(a) is list for a in typing.get_args(finfo.annotation)
         )
         if models and not is_list and len(models) == 1:
-            nested.append((path, models[0], finfo))
+            nested.append((path, models[0], finfo, " (optional section, default None)" if finfo.default is None else ""))
             continue
         rows.append(f"| `{path}` | `{_cell(type_text(finfo.annotation))}` | {_cell(default_text(finfo))} | "
                     f"{_cell(finfo.description or '')} |")  # fmt: skip
-        if models:
-            nested.append((f"{path}[*]", models[0], finfo))
+        if models and is_list:
+            nested.append((f"{path}.N", models[0], finfo, f" (item N of the list: [[{path}]] tables)"))
+        for m in models if not is_list else ():  # a section chosen by its `type`: every variant's fields
+            tag = next((f'{n} = "{typing.get_args(f.annotation)[0]}"' for n, f in m.model_fields.items()
+                        if typing.get_origin(f.annotation) is typing.Literal
+                        and len(typing.get_args(f.annotation)) == 1), m.__name__)  # fmt: skip
+            nested.append((path, m, finfo, f" ({tag})"))
     out = []
     if rows:
         out += ["| field | type | default | description |", "|---|---|---|---|", *rows, ""]
-    for path, model, finfo in nested:
+    for path, model, finfo, note in nested:
         title = _cell(finfo.description or _first_paragraph(model.__doc__))
-        optional = " (optional section, default None)" if finfo.default is None else ""
-        out += [f"### `{path}`{optional}", "", title, ""]
+        out += [f"### `{path}`{note}", "", title, ""]
         out += _tables(model, path, skip)
     return out
 

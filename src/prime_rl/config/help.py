@@ -1,0 +1,181 @@
+"""`--help` and `--help-all` of a config command.
+
+`--help` is one screen: the command's purpose, the usage line, the top-level options, the most used flags of the
+sections (`common`, a command's own list) and one line per section with its flag count. `--help-all` lists every
+flag, panel by panel, as `prime-pydantic-config` renders them, with two changes so that every flag shown is one the
+loader accepts: a boolean reads `--x/--no-x` (not `{True,False}`), and the fields of a list of sections read
+`--LIST.N.FIELD` (an item an `@` file gave, counted from 0: `prime_rl.config.list_flags`) instead of the library's
+`LIST[*].FIELD`, which no parser accepts (a boolean inside a union reads `BOOL`: `--model.fsdp BOOL|{auto}`). docs/config.md holds the same fields as tables.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel
+
+Row = tuple[str, str, str]  # (flag with metavar, description, "default: X" / "required")
+Panel = tuple[str, list[Row]]
+
+_BOOL = re.compile(r"^(?P<name>(?:-\w, )?--(?P<long>\S+)) \{True,False\}(?P<opt>\|None)?$")
+_ITEM = re.compile(r"\[\*\]")
+
+
+def _fix_flag(flag: str, index: str) -> str:
+    """`--a.b {True,False}` -> `--a.b/--no-a.b`; `--l[*].f` -> `--l.N.f` (`index` is `.N` or `.KEY`)."""
+    flag = _ITEM.sub(index, flag)
+    m = _BOOL.match(flag)
+    if m:
+        return f"{m['name']}/--no-{m['long']}"
+    return flag.replace("{True,False}", "BOOL")  # a union with a boolean: `--model.fsdp BOOL|{auto}`
+
+
+def _fix_title(title: str) -> tuple[str, str]:
+    """A panel title with the working syntax for list items, and the index placeholder its flags use."""
+    m = re.match(r"^(?P<path>\S+?)\[\*\](?P<rest>.*) \((?P<kind>list item|dict value), via @ file or JSON\)$", title)
+    if m is None:
+        return _ITEM.sub(".N", title), ".N"
+    path = _ITEM.sub(".N", m["path"])
+    if m["kind"] == "dict value":
+        return f"{path}.KEY{m['rest']} (the entry KEY of {path})", ".KEY"
+    return (f"{path}.N{m['rest']} (item N of the list {path}, counted from 0, given in an @ file; the whole list: "
+            f"[[{path.replace('-', '_')}]] tables in a file, or --{path} '[{{...}}, ...]')", ".N")  # fmt: skip
+
+
+def panels(cls: type[BaseModel]) -> tuple[list[Row], list[Panel]]:
+    """(top-level rows, sub-panels) of `cls` with the flags as the loader accepts them."""
+    from pydantic_config.cli import _collect_help_panels
+
+    from prime_rl.config.fast_help import install
+
+    install()
+    root, subs = _collect_help_panels(cls)
+    out: list[Panel] = []
+    for title, rows in subs:
+        fixed, index = _fix_title(title)
+        out.append((fixed, [(_fix_flag(f, index), d, a) for f, d, a in rows]))
+    return [(_fix_flag(f, ".N"), d, a) for f, d, a in root], out
+
+
+def _long(flag: str) -> str:
+    """`--a.b-c` of a row's flag (`-x, --a.b-c INT`, `--a/--no-a`)."""
+    m = re.match(r"^(?:-\w, )?(--[^\s/]+)", flag)
+    return m[1] if m else flag
+
+
+def _sections(cls: type[BaseModel], subs: list[Panel]) -> list[Row]:
+    """One row per top-level section: `--name.*`, its description, how many flags it has."""
+    counts: dict[str, int] = {}
+    for _, rows in subs:
+        for flag, _, _ in rows:
+            top = _long(flag)[2:].split(".")[0]
+            counts[top] = counts.get(top, 0) + 1
+    out = []
+    for name, finfo in cls.model_fields.items():
+        kebab = name.replace("_", "-")
+        if kebab in counts:
+            desc = (finfo.description or "").strip()
+            optional = ", optional section" if finfo.default is None else ""
+            n = counts[kebab]
+            out.append((f"--{kebab}.*", f"{desc} ({n} flag{'s' if n > 1 else ''}{optional})", ""))
+    return out
+
+
+def render_help(cls: type[BaseModel], prog: str, description: str | None = None, *, full: bool = False,
+                common: tuple[str, ...] = ()) -> str:  # fmt: skip
+    """The `--help` text (`full`: `--help-all`). `common`: dotted fields (`orchestrator.batch_size`) shown in the
+    short form under "most used".
+
+    Raises:
+        KeyError: a `common` field that is not a flag of `cls`.
+    """
+    from pydantic_config.cli import _render_panel, _term_width
+
+    width = _term_width(True)
+    root, subs = panels(cls)
+    n_flags = len(root) + sum(len(r) for _, r in subs)
+    short = "this help" if n_flags <= 30 else "the one-screen help" if full else "this screen"
+    head = [("-h, --help", short, ""),
+            ("--help-all", "every flag of every section (also docs/config.md)", "")]  # fmt: skip
+    lines = [f"usage: {prog} [@ FILE ...] [--dotted.flags]", ""]
+    if description:
+        lines += [*description.splitlines(), ""]
+    lines += ["Values come from the defaults, then each @ FILE (TOML, left to right), then the flags. A boolean is",
+              "`--x` / `--x true` or `--no-x` / `--x false`; `--x None` clears an optional field.", ""]  # fmt: skip
+    if full or n_flags <= 30:
+        for title, rows in [("options", head + root), *subs]:
+            lines += [*_render_panel(title, rows, width), ""]
+        return "\n".join(lines).rstrip() + "\n"
+    by_flag = _merge_variants([row for _, rows in subs for row in rows])
+    picked = []
+    for dotted in common:
+        flag = "--" + dotted.replace("_", "-")
+        if flag not in by_flag:
+            raise KeyError(f"common flag {flag} is not a flag of {cls.__name__}")
+        picked.append(by_flag[flag])
+    lines += _compact("options", head + root, width)
+    if picked:
+        lines += _compact("most used", picked, width)
+    lines += _compact("sections (`--help-all` lists their flags)", _sections(cls, subs), width)
+    lines.append(f"{n_flags} flags in all: `{prog} --help-all`, or the tables of docs/config.md.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _merge_variants(rows: list[Row]) -> dict[str, Row]:
+    """Rows by long flag; a flag listed by several variants of a section (`--advantage.type {grpo}`, `{rloo}`, ...)
+    becomes one row naming every choice."""
+    out: dict[str, Row] = {}
+    for flag, desc, anno in rows:
+        key = _long(flag)
+        if key not in out:
+            out[key] = (flag, desc, anno)
+            continue
+        old = out[key][0]
+        a, b = re.search(r"\{(.*)\}$", old), re.search(r"\{(.*)\}$", flag)
+        if a and b:
+            choices = [*a[1].split(","), *(c for c in b[1].split(",") if c not in a[1].split(","))]
+            out[key] = (f"{key} {{{','.join(choices)}}}", "Which variant of the section; --help-all lists each one's fields.",
+                        out[key][2])  # fmt: skip
+    return out
+
+
+def _compact(title: str, rows: list[Row], width: int, col: int = 30) -> list[str]:
+    """`title:` then one entry per row: the flag, its description from column `col` (below a longer flag), wrapped
+    to `width`."""
+    import textwrap
+
+    out = [f"{title}:"]
+    for flag, desc, anno in rows:
+        text = f"{desc} ({anno})" if desc and anno else (desc or anno)
+        body = textwrap.wrap(text, max(20, width - col), break_on_hyphens=False, break_long_words=False) or [""]
+        first = f"  {flag}"
+        if len(first) + 2 <= col:
+            out.append(f"{first:<{col}}{body[0]}".rstrip())
+            body = body[1:]
+        else:
+            out.append(first)
+        out += [" " * col + b for b in body]
+    return [*out, ""]
+
+
+def wants_help(argv: list[str]) -> str | None:
+    """"full" for `--help-all`, "short" for `-h` / `--help`, else None."""
+    if "--help-all" in argv:
+        return "full"
+    if "-h" in argv or "--help" in argv:
+        return "short"
+    return None
+
+
+def check_common(cls: type[BaseModel], common: tuple[str, ...]) -> list[str]:
+    """The `common` fields that are not flags of `cls` (for tests)."""
+    _, subs = panels(cls)
+    flags = {_long(f) for _, rows in subs for f, _, _ in rows}
+    return [c for c in common if "--" + c.replace("_", "-") not in flags]
+
+
+def all_flags(cls: type[BaseModel]) -> list[str]:
+    """Every long flag `--help-all` lists (for tests)."""
+    root, subs = panels(cls)
+    return [_long(f) for f, _, _ in root] + [_long(f) for _, rows in subs for f, _, _ in rows]
+
