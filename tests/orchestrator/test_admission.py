@@ -236,3 +236,14 @@ async def test_environment_errors_reach_the_log_a_few_per_kind(renderer, caplog)
     shown = [x for x in lines if "masked: env/verify_crash: ZeroDivisionError: division by zero" in x]
     assert len(shown) == 3 and all("source 'crashy'" in x and x.startswith("step 1: rollout t") for x in shown)
     assert "step 1: 2 more rollout(s) masked as env/verify_crash" in lines
+
+
+def test_step_line_prints_large_mean_rewards_in_exponent_form():
+    """With a wide `reward_range` a mean reward can be large: 4 significant digits from 1e4 on, never 40 digits."""
+    from prime_rl.orchestrator.stats import step_line
+
+    m = {"reward": 0.0, "step_time_s": 1.0, "trainable": 1, "num_rollouts": 2, "trainable_pct": 50.0, "turns": 1.0,
+         "max_off_policy": 0, "error_pct": 0.0, "truncated_pct": 0.0}  # fmt: skip
+    for reward, text in [(0.75, "Reward 0.7500 |"), (-9999.5, "Reward -9999.5000 |"), (123456.0, "Reward 1.235e+05 |"),
+                         (1.25e29, "Reward 1.25e+29 |")]:  # fmt: skip
+        assert text in step_line(3, {**m, "reward": reward})
