@@ -118,6 +118,8 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             i = j
             continue
         out.append(tok)
+        if kind == "negated":  # `--no-flag` of a boolean takes no value
+            continue
         if kind == "bool":
             if i < n and args[i].lower() in ("true", "false", "1", "0"):
                 out.append(args[i])
@@ -134,8 +136,10 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
 
 
 def _flag_kind(cls: type[BaseModel], flag: str) -> str:
-    """What `--flag` takes: "bool", "list", "section" (a sub-config) or "value" (anything else, unknown flags
-    included, as the loader reads them)."""
+    """What `--flag` takes: "bool", "negated" (`--no-flag` of a bool: no value), "list", "section" (a sub-config)
+    or "value" (anything else, unknown flags included, as the loader reads them)."""
+    if flag.startswith("no-") and _flag_kind(cls, flag[3:]) == "bool":
+        return "negated"
     current: Any = cls
     finfo = None
     for seg in flag.split("."):
