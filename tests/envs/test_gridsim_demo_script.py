@@ -43,7 +43,8 @@ def _demo(tmp_path: Path, **env: str) -> list[list[str]]:
     calls = tmp_path / "calls.jsonl"
     unset = ("DATA_DIR", "SYNTHETIC", "SFT_MODEL", "RL_ARGS", "SFT_ARGS", "FORWARD_FROM")
     run_env = {k: v for k, v in os.environ.items() if k not in unset}
-    run_env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", CALLS=str(calls), OUT=str(tmp_path / "out"), **env)
+    run_env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", CALLS=str(calls), OUT=str(tmp_path / "out"))
+    run_env.update(env)
     r = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh")], cwd=REPO, env=run_env, capture_output=True,
                        text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -105,7 +105,8 @@ def test_forward_split_sizes_match_a_count_from_the_raw_file(fwd):
     assert got == want and len(got) == 4364
     assert {(t.info["date"], t.info["point"]) for t in fwd.tasks("forward")} <= {k for k in usable if k[0] >= CUT}
     # the default size: the first 2,000 of the same draw
-    assert [t.task_id for t in GridSimEnv(forward_from=CUT).tasks("train")] == [t.task_id for t in fwd.tasks("train")][:2000]
+    default = GridSimEnv(forward_from=CUT).tasks("train")
+    assert [t.task_id for t in default] == [t.task_id for t in fwd.tasks("train")][:2000]
 
 
 def test_forward_split_is_seeded_and_leaves_the_default_split_alone(fwd):

@@ -27,7 +27,8 @@ class GridSimDataConfig(BaseConfig):
     )
     forward_from: dt.date | None = Field(
         None, description="Forward-in-time split: train and eval from the days before this date (YYYY-MM-DD, e.g. "
-        "2024-01-01), the `forward` split (200 days) from the days on or after it; unset: train and eval from every day."
+        "2024-01-01), the `forward` split (200 days) from the days on or after it; unset: train and eval from every "
+        "day."
     )
 
     @field_validator("num_train")
@@ -69,8 +70,8 @@ class GridSimBaselineConfig(GridSimDataConfig):
     )
     split: Split = Field("eval", description="Which split's tasks to score.")
     out: Path | None = Field(
-        None, description="Per-task scores JSONL (default outputs/gridsim/baseline-POLICY-SPLIT-{synthetic|ercot}.jsonl; "
-        "-from-DATE before .jsonl with --forward-from)."
+        None, description="Per-task scores JSONL (default outputs/gridsim/baseline-POLICY-SPLIT-{synthetic|ercot}"
+        ".jsonl; -from-DATE before .jsonl with --forward-from)."
     )
 
 

@@ -4,9 +4,11 @@ Tasks are (operating date, settlement point) pairs over the five hubs; splits `t
 date-disjoint and drawn with a seed, so the same data always gives the same splits. By default both come from the
 whole data (the eval days lie between training days: an interpolation eval). With `forward_from` (an ISO date),
 `train` and `eval` come from the days before it and a third split, `forward` (200 days), from the days on or after
-it: every forward day is later than every training day, what a model trained today meets tomorrow. The data are, by default, the
-real ERCOT 2021-2024 hub prices shipped with the package (`gridsim/ercot_data/`), or ERCOT's NP4-180-ER files in a
-folder (`data_dir`, for other years), or seeded synthetic days (`synthetic=True`, `prime_rl.envs.gridsim.synthetic`).
+it: every forward day is later than every training day, as tomorrow's prices are for a model trained today.
+
+The data are, by default, the real ERCOT 2021-2024 hub prices shipped with the package (`gridsim/ercot_data/`), or
+ERCOT's NP4-180-ER files in a folder (`data_dir`, for other years), or seeded synthetic days (`synthetic=True`,
+`prime_rl.envs.gridsim.synthetic`).
 """
 
 from __future__ import annotations
@@ -90,7 +92,9 @@ def _stratified_dates(dates: np.ndarray, n: int, rng: np.random.Generator) -> li
     return picked
 
 
-def _one_point_per_date(t: PriceTable, rows: np.ndarray, n: int, rng: np.random.Generator) -> tuple[list[int], set[str]]:
+def _one_point_per_date(
+    t: PriceTable, rows: np.ndarray, n: int, rng: np.random.Generator
+) -> tuple[list[int], set[str]]:
     """`n` rows of `rows` on `n` distinct dates (`_stratified_dates`), one settlement point drawn per date; returns
     the rows and their dates."""
     dates = _stratified_dates(np.unique(t.dates[rows]), n, rng)
