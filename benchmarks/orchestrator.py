@@ -76,6 +76,12 @@ class InstantClient:
     async def update_weights(self, path, version):
         self.version = version
 
+    def check_alive(self):
+        return None
+
+    async def context_length(self):
+        return None
+
 
 STUB = r"""
 import sys, json

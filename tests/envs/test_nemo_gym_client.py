@@ -177,7 +177,9 @@ def test_request_and_answer_json_carry_the_same_values_as_the_json_module():
     import math
     from dataclasses import dataclass
 
-    from prime_rl.envs.nemo_gym.client import _dumps, _loads, _parse_set_cookie
+    from prime_rl.envs.nemo_gym.client import _parse_set_cookie
+    from prime_rl.http import dumps as _dumps
+    from prime_rl.http import loads as _loads
 
     @dataclass
     class D:

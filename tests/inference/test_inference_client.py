@@ -168,7 +168,7 @@ async def test_round_robin_and_sticky(servers):
 
 
 async def test_retries_5xx_and_transport_then_succeeds(monkeypatch, servers):
-    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
+    monkeypatch.setattr("prime_rl.http.asyncio.sleep", _no_sleep)
     ok = Reply(json=_gen_response([70], [-0.25]))
     fake = Fake([Reply(503, text="busy"), DROP, ok])
     c = await servers(fake, ("a:1",), retries=2)
@@ -183,7 +183,7 @@ async def _no_sleep(_s):
 
 
 async def test_retries_are_bounded_and_4xx_is_not_retried(monkeypatch, servers):
-    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
+    monkeypatch.setattr("prime_rl.http.asyncio.sleep", _no_sleep)
     fake = Fake([Reply(500, text="boom")] * 3)
     c = await servers(fake, ("a:1",), retries=2)
     with pytest.raises(InferenceError, match="after 3 attempts"):
@@ -207,7 +207,7 @@ async def test_retry_waits_double_from_half_a_second_up_to_8(monkeypatch, server
     async def record(s):
         waits.append(s)
 
-    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", record)
+    monkeypatch.setattr("prime_rl.http.asyncio.sleep", record)
     fake = Fake([DROP] * 7)
     c = await servers(fake, ("a:1",), retries=6)
     with pytest.raises(InferenceError, match=r"after 7 attempts \(client.max_retries\): ServerDisconnectedError"):
@@ -257,7 +257,7 @@ async def test_wait_healthy_times_out_naming_server(servers):
 
 
 async def test_a_dead_replica_is_marked_down_and_its_requests_go_elsewhere(monkeypatch, servers):
-    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
+    monkeypatch.setattr("prime_rl.http.asyncio.sleep", _no_sleep)
     fake = Fake(dead={"a:1"})
     c = await servers(fake, retries=1)
     a, b = fake.urls["a:1"], fake.urls["b:2"]
@@ -284,7 +284,7 @@ async def test_a_dead_replica_is_marked_down_and_its_requests_go_elsewhere(monke
 
 
 async def test_update_weights_marks_a_dead_replica_down_but_fails_on_a_live_one(monkeypatch, servers):
-    monkeypatch.setattr("prime_rl.inference.client.asyncio.sleep", _no_sleep)
+    monkeypatch.setattr("prime_rl.http.asyncio.sleep", _no_sleep)
     fake = Fake(dead={"b:2"})
     c = await servers(fake, retries=1)
     a = fake.urls["a:1"]

@@ -8,7 +8,6 @@ route `POST /collective_rpc`. Methods take and return JSON-friendly values only 
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
 
 
@@ -88,7 +87,7 @@ def refresh_shared_weight_modules(model) -> list[str]:
 
 
 class PrimeWorkerExtension:
-    """Weight reload from a published policy directory, plus a fingerprint of the live weights for checks."""
+    """Weight reload from a published policy directory."""
 
     def prime_load_weights(self, path: str) -> dict:
         """Reload all model weights in place from the safetensors files in `path`.
@@ -114,15 +113,3 @@ class PrimeWorkerExtension:
         self.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
         refreshed = refresh_shared_weight_modules(self.model_runner.get_model())  # type: ignore[attr-defined]
         return {"seconds": time.perf_counter() - t0, "num_tensors": count, "refreshed": refreshed}
-
-    def prime_weights_fingerprint(self) -> str:
-        """SHA-256 over the names, shapes and bytes of this rank's parameters (kernel format), for tests/debug."""
-        import torch
-
-        h = hashlib.sha256()
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        for name, p in sorted(model.named_parameters()):
-            h.update(name.encode())
-            h.update(str(tuple(p.shape)).encode())
-            h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-        return h.hexdigest()

@@ -7,17 +7,18 @@
 
 `TaskEnvClient(...).sync()` is the blocking form (openenv-core's `SyncEnvClient`). Any OpenEnv client plays these
 servers; `GenericEnvClient` with plain dicts (`{"type": "call_tool", "tool_name": ..., "arguments": {...}}`) too.
+The plain HTTP routes of the server (`server_info`, `list_tasks`) go through prime-rl's HTTP layer (`prime_rl.http`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
 from prime_rl.envs.openenv.models import TaskAction, TaskObservation, TaskState
+from prime_rl.http import TRANSPORT_ERRORS, get_json
 
 
 class TaskEnvClient(EnvClient[TaskAction, TaskObservation, TaskState]):
@@ -36,30 +37,36 @@ class TaskEnvClient(EnvClient[TaskAction, TaskObservation, TaskState]):
         return TaskState(**payload)
 
 
-def server_info(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
-    """`GET URL/`: the environment an `env-server openenv` server serves (`env`, `env_args`, `splits`).
+async def server_info(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """`GET URL/`: the environment an `env-server openenv` server serves (`env`, `env_args`, `splits`), through
+    prime-rl's HTTP layer (`prime_rl.http`).
 
     Raises:
         ValueError: the URL answers, but not as an `env-server openenv` server (give its root URL).
         ConnectionError: nothing answers there.
     """
     try:
-        r = httpx.get(url.rstrip("/") + "/", timeout=timeout_s)
-    except httpx.HTTPError as e:
+        resp, info = await get_json(url.rstrip("/") + "/", timeout_s)
+    except TRANSPORT_ERRORS as e:
         raise ConnectionError(f"nothing answers at {url} ({e!r}); start `env-server openenv ENV` there first") from e
-    info = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
-    if r.status_code != 200 or not isinstance(info, dict) or not isinstance(info.get("splits"), dict):
-        raise ValueError(f"{url} is not the root of an `env-server openenv` server (GET / answered {r.status_code}); "
+    if resp.status != 200 or not isinstance(info, dict) or not isinstance(info.get("splits"), dict):
+        raise ValueError(f"{url} is not the root of an `env-server openenv` server (GET / answered {resp.status}); "
                          "give http://HOST:PORT, without a split's path")  # fmt: skip
     return info
 
 
-def list_tasks(url: str, split: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+async def list_tasks(url: str, split: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """`GET URL/<split>/tasks`: the split's tasks as `{"task_id", "split", "index"}`, in the server's order.
 
     Raises:
-        httpx.HTTPStatusError: no such split.
+        ValueError: no such split (the server's answer in the message).
+        ConnectionError: nothing answers there.
     """
-    r = httpx.get(f"{url.rstrip('/')}/{split}/tasks", timeout=timeout_s)
-    r.raise_for_status()
-    return r.json()["tasks"]
+    where = f"{url.rstrip('/')}/{split}/tasks"
+    try:
+        resp, body = await get_json(where, timeout_s)
+    except TRANSPORT_ERRORS as e:
+        raise ConnectionError(f"nothing answers at {where} ({e!r})") from e
+    if resp.status != 200 or not isinstance(body, dict) or not isinstance(body.get("tasks"), list):
+        raise ValueError(f"GET {where} answered {resp.status}: {resp.text[:300]}")
+    return body["tasks"]

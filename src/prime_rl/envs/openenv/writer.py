@@ -61,18 +61,19 @@ def read_served_tasks(url: str, concurrency: int = 4, timeout_s: float = 60.0) -
     """
     from prime_rl.envs.openenv.client import list_tasks, server_info
 
-    info = server_info(url)
-    n = max(1, min(concurrency, int(info.get("max_concurrent_envs", concurrency))))
-    train_ids = [t["task_id"] for t in list_tasks(url, "all") if t["split"] == "train"]
-    eval_ids = [t["task_id"] for t in list_tasks(url, "eval")]
-    both = set(train_ids) & set(eval_ids)
-    if both:
-        raise ValueError(f"{url}: {len(both)} task(s) are in both train and eval (e.g. {sorted(both)[0]!r})")
+    async def read_all() -> tuple[dict[str, Any], list[Task], list[Task]]:
+        info = await server_info(url)
+        n = max(1, min(concurrency, int(info.get("max_concurrent_envs", concurrency))))
+        train_ids = [t["task_id"] for t in await list_tasks(url, "all") if t["split"] == "train"]
+        eval_ids = [t["task_id"] for t in await list_tasks(url, "eval")]
+        both = set(train_ids) & set(eval_ids)
+        if both:
+            raise ValueError(f"{url}: {len(both)} task(s) are in both train and eval (e.g. {sorted(both)[0]!r})")
+        train, ev = await asyncio.gather(_read(url, "all", train_ids, n, timeout_s),
+                                         _read(url, "eval", eval_ids, n, timeout_s))  # fmt: skip
+        return info, train, ev
 
-    async def read_all() -> tuple[list[Task], list[Task]]:
-        return await asyncio.gather(_read(url, "all", train_ids, n, timeout_s), _read(url, "eval", eval_ids, n, timeout_s))
-
-    train, ev = asyncio.run(read_all())
+    info, train, ev = asyncio.run(read_all())
     return info, ServedTasks(str(info["env"]), {"train": train, "eval": ev})
 
 
