@@ -71,6 +71,9 @@ def test_configs_parse_and_agree_with_the_objects():
     assert port == inf.server.port == svc["spec"]["ports"][0]["port"] and inf.server.host == "0.0.0.0"
     want = [f"http://{sts['metadata']['name']}-{i}.{svc['metadata']['name']}:{port}" for i in range(sts["spec"]["replicas"])]
     assert orch.client.base_url == want  # one URL per replica
+    inf_env = next(e for e in pod_spec(sts)["containers"][0]["env"] if e["name"] == "PRIME_RL_INFERENCE_TOKEN")
+    ref = inf_env["valueFrom"]["secretKeyRef"]  # the admin token of servers bound to 0.0.0.0, sent by the client
+    assert orch.client.api_key == by_kind("Secret", ref["name"])["stringData"][ref["key"]]
 
     job = by_kind("Job", "prime-rl-trainer")
     argv = pod_spec(job)["containers"][0]["command"]
