@@ -163,3 +163,23 @@ def test_env_and_warning_of_the_inference_command(tmp_path):
     assert "without a token" not in exposure_warning(bare, {guard.ENV_TOKEN: "t"})
     keyed = InferenceConfig(model={"name": "/m"}, server={"host": "0.0.0.0"}, vllm={"extra_args": {"--api_key": "k"}})
     assert exposure_warning(keyed, {}) is None
+
+
+def test_rl_refuses_a_wide_bind_without_token_and_a_token_the_orchestrator_does_not_send():
+    from pydantic import ValidationError
+
+    from prime_rl.config.rl import RLConfig, check_inference_access
+
+    with pytest.raises(ValidationError, match=r"inference.server.host = '0.0.0.0' is not loopback.*server.token"):
+        RLConfig(inference={"server": {"host": "0.0.0.0"}})
+    with pytest.raises(ValidationError, match=r"orchestrator.client.api_key is not set: .*/update_weights"):
+        RLConfig(inference={"server": {"token": "t"}})
+    with pytest.raises(ValidationError, match=r"orchestrator.client.api_key differs"):
+        RLConfig(inference={"server": {"host": "0.0.0.0", "token": "t"}}, orchestrator={"client": {"api_key": "u"}})
+    RLConfig(inference={"server": {"host": "0.0.0.0", "token": "t"}}, orchestrator={"client": {"api_key": "t"}})
+    cfg = RLConfig(inference={"vllm": {"extra_args": {"--api_key": "k"}}}, orchestrator={"client": {"api_key": "k"}})
+    check_inference_access(cfg, {})
+    check_inference_access(cfg, {"PRIME_RL_INFERENCE_TOKEN": "t"})  # either accepted token will do
+    with pytest.raises(ValueError, match="api_key differs"):
+        check_inference_access(RLConfig(orchestrator={"client": {"api_key": "x"}}), {"VLLM_API_KEY": "k"})
+    check_inference_access(RLConfig(), {})  # loopback, no token: open

@@ -7,6 +7,7 @@ section that has them. Setting a shared field both at the top and in a section w
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from pydantic import Field, model_validator
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
 from prime_rl.config.deployment import DeploymentConfig, SlurmConfig, check_slurm_nodes
-from prime_rl.config.inference import InferenceConfig, distribution_flags
+from prime_rl.config.inference import InferenceConfig, distribution_flags, flag_name
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.trainer import TrainerConfig
 
@@ -133,6 +134,11 @@ class RLConfig(BaseConfig):
         return data
 
     @model_validator(mode="after")
+    def _orchestrator_may_load_weights(self) -> RLConfig:
+        check_inference_access(self)
+        return self
+
+    @model_validator(mode="after")
     def _same_distribution(self) -> RLConfig:
         check_training_distribution(self)
         return self
@@ -170,6 +176,33 @@ def check_seq_len_fits(seq_len: int, context: int, context_is: str, fix: str, er
             f"seq_len = {seq_len} (orchestrator.seq_len) is above {context_is} = {context}: a rollout grows up to "
             f"seq_len tokens, and vLLM refuses any request past its context length, so those rollouts would all "
             f"fail; {fix} or lower seq_len"
+        )
+
+
+def check_inference_access(cfg: RLConfig, environ: dict[str, str] | None = None) -> None:
+    """The orchestrator must be able to call the inference servers' admin routes (`/update_weights`;
+    `prime_rl.inference.guard`): it sends `orchestrator.client.api_key` as the bearer token, which must be one the
+    servers accept (`inference.server.token` or `PRIME_RL_INFERENCE_TOKEN`, or vLLM's `--api-key`) when they have
+    any, and a single-node server bound beyond loopback must have one (its admin routes are closed without).
+    Raises ValueError naming the fields."""
+    from prime_rl.http import is_loopback
+
+    env = os.environ if environ is None else environ
+    server, api_key = cfg.inference.server, cfg.orchestrator.client.api_key
+    vllm_keys = [str(v) for k, v in cfg.inference.vllm.extra_args.items() if flag_name(k) == "api-key"]
+    accepted = [t for t in (server.token or env.get("PRIME_RL_INFERENCE_TOKEN"), *vllm_keys, env.get("VLLM_API_KEY")) if t]
+    if accepted and api_key not in accepted:
+        raise ValueError(
+            "the inference servers require a bearer token (inference.server.token, PRIME_RL_INFERENCE_TOKEN or vLLM's "
+            "--api-key), but orchestrator.client.api_key "
+            f"{'is not set' if api_key is None else 'differs'}: the orchestrator's /update_weights would be refused; "
+            "set orchestrator.client.api_key to the token"
+        )
+    if cfg.deployment.type == "single-node" and not is_loopback(server.host) and not accepted:
+        raise ValueError(
+            f"inference.server.host = {server.host!r} is not loopback, and an inference server reachable from other "
+            "machines keeps its admin routes (/update_weights) closed without a token; set inference.server.token "
+            "and orchestrator.client.api_key to the same secret, or bind 127.0.0.1"
         )
 
 
