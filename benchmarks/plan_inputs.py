@@ -4,8 +4,9 @@
 
 Starts prime-rl's vLLM server (alone: nothing else should run) and times, each round, requests sent at once:
 1 request of 2 and of `--long` sampled tokens, `--batch` requests of 2 and of `--long` tokens (short chat prompts,
-eos ignored), and `--batch` requests with `--prompt` prompt tokens and 2 sampled tokens. Medians over the rounds
-give, with the simulator's replica model (prime_rl.simulate.replica):
+eos ignored), and `--batch` requests with `--prompt` prompt tokens and 2 sampled tokens, over one keep-alive HTTP
+session (as the orchestrator's client sends them). Medians over the rounds give, with the simulator's replica
+model (prime_rl.simulate.replica):
 
 - t(1) = (T1(long) - T1(2)) / (long - 2), the decode iteration of one sequence: `single_seq_tokens_per_s` = 1 / t(1)
 - t(B) = (TB(long) - TB(2)) / (long - 2): `peak_tokens_per_s` = B / t(B), `peak_batch` = B
@@ -26,23 +27,37 @@ import time
 from pathlib import Path
 
 
-async def _round(base_url: str, ps: list[list[int]], tokens: int) -> float:
-    """Seconds until every request of `ps` (sent at once, `tokens` sampled tokens each) is answered."""
+async def _round(s, base_url: str, ps: list[list[int]], tokens: int) -> float:
+    """Seconds until every request of `ps` (sent at once, `tokens` sampled tokens each) is answered, on the
+    keep-alive session `s` (as the orchestrator's client sends them)."""
+
+    async def one(p: list[int], i: int) -> None:
+        body = {"token_ids": p, "sampling_params": {"temperature": 1.0, "max_tokens": tokens, "ignore_eos": True,
+                                                   "logprobs": 0, "detokenize": False, "seed": i}}  # fmt: skip
+        async with s.post(base_url + "/inference/v1/generate", json=body) as r:
+            if r.status != 200:
+                raise RuntimeError(f"vLLM answered {r.status}: {(await r.text())[:2000]}")
+            await r.read()
+
+    t = time.perf_counter()
+    await asyncio.gather(*(one(p, i) for i, p in enumerate(ps)))
+    return time.perf_counter() - t
+
+
+async def _rounds(base_url: str, short: list[list[int]], longp: list[list[int]], long: int,
+                  rounds: int) -> dict[str, list[float]]:  # fmt: skip
     import aiohttp
 
-    async with aiohttp.ClientSession() as s:
-
-        async def one(p: list[int], i: int) -> None:
-            body = {"token_ids": p, "sampling_params": {"temperature": 1.0, "max_tokens": tokens, "ignore_eos": True,
-                                                       "logprobs": 0, "detokenize": False, "seed": i}}  # fmt: skip
-            async with s.post(base_url + "/inference/v1/generate", json=body) as r:
-                if r.status != 200:
-                    raise RuntimeError(f"vLLM answered {r.status}: {(await r.text())[:2000]}")
-                await r.read()
-
-        t = time.perf_counter()
-        await asyncio.gather(*(one(p, i) for i, p in enumerate(ps)))
-        return time.perf_counter() - t
+    t: dict[str, list[float]] = {k: [] for k in ("1x2", "1xL", "Bx2", "BxL", "BxP")}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        await _round(s, base_url, short, 4)  # warm-up: opens one connection per concurrent request
+        for _ in range(rounds):
+            t["1x2"].append(await _round(s, base_url, short[:1], 2))
+            t["1xL"].append(await _round(s, base_url, short[:1], long))
+            t["Bx2"].append(await _round(s, base_url, short, 2))
+            t["BxL"].append(await _round(s, base_url, short, long))
+            t["BxP"].append(await _round(s, base_url, longp, 2))
+    return t
 
 
 def measure(model_dir: Path, batch: int, long: int, prompt: int, rounds: int) -> dict[str, float]:
@@ -58,15 +73,8 @@ def measure(model_dir: Path, batch: int, long: int, prompt: int, rounds: int) ->
     base = sum(map(len, short)) / len(short)
     filler = tok.encode("the grid operator buys power at the hub every hour of the day. " * (prompt // 16 + 1))
     longp = [filler[i : i + prompt - len(p)] + p for i, p in enumerate(short)]
-    t: dict[str, list[float]] = {k: [] for k in ("1x2", "1xL", "Bx2", "BxL", "BxP")}
     with start_server(model_dir, max_num_seqs=max(64, batch)) as srv:
-        asyncio.run(_round(srv.base_url, short[:4], 4))  # warm-up
-        for _ in range(rounds):
-            t["1x2"].append(asyncio.run(_round(srv.base_url, short[:1], 2)))
-            t["1xL"].append(asyncio.run(_round(srv.base_url, short[:1], long)))
-            t["Bx2"].append(asyncio.run(_round(srv.base_url, short, 2)))
-            t["BxL"].append(asyncio.run(_round(srv.base_url, short, long)))
-            t["BxP"].append(asyncio.run(_round(srv.base_url, longp, 2)))
+        t = asyncio.run(_rounds(srv.base_url, short, longp, long, rounds))
     m = {k: statistics.median(v) for k, v in t.items()}
     t1 = (m["1xL"] - m["1x2"]) / (long - 2)
     tb = (m["BxL"] - m["Bx2"]) / (long - 2)
