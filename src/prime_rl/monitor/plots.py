@@ -286,13 +286,21 @@ def plot_run(run_dir: Path, out_dir: Path | None = None, references: dict[str, f
     return written
 
 
-def plot_rewards(run_dir: Path, out: Path, references: dict[str, float] | None = None) -> Path:
-    """The reward panel alone (train and eval reward by step, references) written to `out` (PNG); an empty run
-    gives empty axes. Returns `out`."""
+def plot_rewards(run_dir: Path, out: Path, references: dict[str, float] | None = None,
+                 title: str | None = None) -> Path:  # fmt: skip
+    """The reward panel alone (train and eval reward by step, references) written to `out` (PNG), titled `title`
+    (default `RUN: reward by step`); a run without rewards gives the references alone as horizontal lines (empty
+    axes without references either). Returns `out`."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    draw_reward(ax, Path(run_dir), read_metrics(Path(run_dir), "orchestrator"), references)
-    _style(ax, f"{Path(run_dir).name}: reward by step", "reward")
+    if not draw_reward(ax, Path(run_dir), read_metrics(Path(run_dir), "orchestrator"), references) and references:
+        colors = iter(COLORS[2:])
+        for name, v in references.items():
+            ax.axhline(v, linestyle="--", linewidth=1, color=next(colors, "k"), label=f"{name} {v:.3f}")
+        lo, hi = min(references.values()), max(references.values())
+        pad = max(0.05 * (hi - lo), 0.01)
+        ax.set_ylim(lo - pad, hi + pad)
+    _style(ax, title or f"{Path(run_dir).name}: reward by step", "reward")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best")
     out = Path(out)

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 from prime_rl.config.utilities import SummaryConfig
-from prime_rl.monitor.plots import plot_rewards
+from prime_rl.monitor.metrics import read_metrics
+from prime_rl.monitor.plots import eval_curve, plot_rewards, train_reward_band
 from prime_rl.monitor.stats import mean_se, paired
 
 
@@ -79,7 +81,10 @@ def table(entries: list[tuple[str, dict[str, float]]], compare: list[tuple[str, 
 
 def run(cfg: SummaryConfig) -> None:
     """`prime-rl summary`: print the table, write it to `cfg.out` (default RUN/eval/summary.md) and, with a run
-    directory, the reward plot. Raises FileNotFoundError / ValueError for an unreadable entry file."""
+    directory, the reward plot (titled `--title` when given). A run directory without rewards (no orchestrator
+    reward in metrics.jsonl, no eval/step_N.jsonl) gets a warning on stderr and a plot of the reference entries
+    alone as horizontal lines, or no plot when no entry is a reference. Raises FileNotFoundError / ValueError for an
+    unreadable entry file."""
     entries = []
     for e in cfg.entry:
         name, _, path = e.partition("=")
@@ -96,7 +101,15 @@ def run(cfg: SummaryConfig) -> None:
     if cfg.run is not None:
         ref_names = {r.lower() for r in (cfg.reference or ("idle", "greedy", "optimum", "optimal"))}
         refs = {name: mean_se(list(s.values())).mean for name, s in entries if name.lower() in ref_names}
-        png = plot_rewards(cfg.run, cfg.plot or cfg.run / "plots" / "reward.png", references=refs)
+        if not (train_reward_band(read_metrics(cfg.run, "orchestrator")) or eval_curve(cfg.run)):
+            what = (f"the plot shows the reference entries ({', '.join(refs)}) alone as horizontal lines" if refs
+                    else "no plot written (no entry is a reference either: --reference NAME ...)")  # fmt: skip
+            print(f"warning: {cfg.run} has no run metrics (no reward in metrics.jsonl, no eval/step_N.jsonl): {what}",
+                  file=sys.stderr)  # fmt: skip
+            if not refs:
+                return
+        title = cfg.title if "title" in cfg.model_fields_set else None
+        png = plot_rewards(cfg.run, cfg.plot or cfg.run / "plots" / "reward.png", references=refs, title=title)
         print(f"plot written to {png}")
 
 
