@@ -22,9 +22,11 @@ bodies are in `prime_rl.envs.nemo_gym.protocol`, the sessions in `prime_rl.envs.
   session state), `GET /health` (`live_sessions`, `active_episodes`, `max_concurrent`; no token needed).
 
 An episode that cannot be measured (no/unknown/expired/closed session, crashed or unmeasurable episode, a reward
-that is not a finite number, no capacity slot) is masked: `200 {reward: 0, mask_sample: true, failure_kind,
+that fails the one reward check `envs.base.reward_problem`: a bool, not a number, not finite or outside
+`ServerState.reward_range`; no capacity slot) is masked: `200 {reward: 0, mask_sample: true, failure_kind,
 failure_reason}` with NeMo Gym's registered failure kinds, or with `masked_as_error` a `503` carrying the same
-`failure_kind` (clients must not retry those: only a 503 without `failure_kind` is back-pressure). A malformed
+`failure_kind` (clients must not retry those: only a 503 without `failure_kind` is back-pressure). A metric that is
+not a finite number is dropped alone (`envs.base.finite_metrics`). A malformed
 body gets FastAPI's `422` naming the field. With a token, requests without `Authorization: Bearer <token>` get 401.
 """
 
