@@ -180,9 +180,11 @@ class Scheduler:
         return dropped
 
     async def next_batch(self, step: int) -> CutBatch:
-        """Wait until `batch_size` rollouts for `step` are ready and take them.
+        """Wait until `batch_size` rollouts for `step` are ready, take them and admit them (`admission.admit`).
 
         Raises:
+            AdmissionError: a group's collection failed (raised at once, whatever group it was) or its admission
+                did (an estimator or filter raised); names the group and its rollout ids, the cause kept.
             TimeoutError: no group finished and no policy version arrived for `weights_timeout_s` seconds.
         """
         t0 = time.monotonic()
