@@ -254,8 +254,9 @@ def test_resources_url_of_another_environment_is_refused(tmp_path):
 
 def test_a_written_rl_toml_resolves_again_on_the_node(tmp_path, tiny):
     """What a Slurm job's nodes read is the `configs/rl.toml` written at submission, where every field is explicit
-    (base_url too, at its default): resolving it on the node points the orchestrator at the replicas rl starts there
-    (before this was handled, a multi-node node 0 refused its own replicas' ports)."""
+    (base_url too): resolving it on the node points the orchestrator at the replicas rl starts there (before this
+    was handled, node 0 refused its own replicas' ports: multi-node always, single-node with a non-default
+    inference.server.port)."""
     from prime_rl.config.loader import write_config
     from prime_rl.launcher.plan import launch_config
 

@@ -27,7 +27,7 @@ from prime_rl.launcher.dtype import run_dtypes
 from prime_rl.launcher.envserver import EnvServerPlan
 from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.evolve import evolve
-from prime_rl.launcher.layout import Layout, NodeRoles, Replica, node_roles, run_replicas
+from prime_rl.launcher.layout import Layout, NodeRoles, Replica, local_replicas, node_roles, run_replicas
 from prime_rl.launcher.placement import place
 from prime_rl.launcher.replicas import replica_config
 from prime_rl.monitor.rundir import RunDir
@@ -155,7 +155,8 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
     checks.run("renderer", preflight.check_renderer, cfg)
     nodes = node_roles(cfg, where)
     replicas = run_replicas(cfg, where)
-    cfg = evolve(cfg, {"orchestrator.client.base_url": checks.run("inference client", preflight.check_client, cfg, replicas)})
+    urls = checks.run("inference client", preflight.check_client, cfg, replicas, multi=where.multi)
+    cfg = evolve(cfg, {"orchestrator.client.base_url": urls})
 
     remote_only = not where.here  # submitting: local URLs are on the nodes, not on this machine
 
@@ -277,9 +278,13 @@ def processes(cfg: RLConfig, run: RunDir, nodes: list[NodeRoles], replicas: list
 
 def launch_config(cfg: RLConfig) -> RLConfig:
     """The `rl.toml` a run reads back (a Slurm job's nodes, `rl @ configs/rl.toml`): the run's config with its
-    run directory and without `dry_run`."""
+    run directory, without `dry_run`, and (single-node) the orchestrator pointed at the replicas the node starts,
+    since the written file sets `base_url` explicitly."""
     root = preflight.check_run_dirs(cfg)
-    return evolve(cfg, {"output_dir": root, "dry_run": False, **{f"{s}.output_dir": root for s in SECTIONS}})
+    changes: dict[str, Any] = {"output_dir": root, "dry_run": False, **{f"{s}.output_dir": root for s in SECTIONS}}
+    if cfg.deployment.type == "single-node":
+        changes["orchestrator.client.base_url"] = preflight.check_client(cfg, local_replicas(cfg))
+    return evolve(cfg, changes)
 
 
 def configs(cfg: RLConfig, run: RunDir, replicas: list[Replica], where: Layout) -> dict[str, Any]:

@@ -182,17 +182,17 @@ def check_urls(cfg: RLConfig) -> None:
             )
 
 
-def check_client(cfg: RLConfig, replicas: list[Replica]) -> list[str]:
+def check_client(cfg: RLConfig, replicas: list[Replica], multi: bool = False) -> list[str]:
     """The inference URLs the orchestrator uses: those of the replicas rl starts when `orchestrator.client.base_url`
-    is its default (unset, or read back at its default value from a written `configs/rl.toml`; a multi-node run
-    refuses any other value when the config is parsed); another base_url must name the same ports. Returns the URLs
-    (the caller sets them on a copy of the config).
+    was left unset, and always in a multi-node run (whose config refuses any base_url but the default when it is
+    parsed, and whose `configs/rl.toml` carries that default explicitly); an explicit base_url must name the same
+    ports. Returns the URLs (the caller sets them on a copy of the config).
 
     Raises:
         PreflightError: an explicit base_url names a port rl does not serve."""
     urls = [r.url for r in replicas]
     client = cfg.orchestrator.client
-    if "base_url" not in client.model_fields_set or client.base_url == type(client)().base_url:
+    if multi or "base_url" not in client.model_fields_set:
         return urls
     ports = {r.port for r in replicas}
     for u in client.base_url:
