@@ -97,9 +97,9 @@ def test_sft_in_a_pseudo_terminal_shows_rendering_and_step_bars(tiny_model_dir, 
     plain = ANSI.sub("", out)
     assert "rendering" in plain and "4/4" in plain and "conversations" in plain
     assert "sft" in plain and "3/3" in plain and "steps" in plain and "eta" in plain
-    assert re.search(r"step 3/3 \| loss \d", plain), plain[-2000:]
+    assert re.search(r"Step 3/3 \| Loss \d", plain), plain[-2000:]
     log = (tmp_path / "run" / "logs" / "sft.log").read_text()
-    assert "step 1/3 | loss" in log and "━" not in log  # the log file gets lines, never the bar
+    assert "Step 1/3 | Loss" in log and "━" not in log  # the log file gets lines, never the bar
     assert (tmp_path / "run" / "plots" / "loss.png").is_file() and "plots in" in plain  # plotted at the end
 
 
@@ -124,3 +124,15 @@ def test_eval_server_wait_shows_seconds_and_passes_results_and_errors_through():
     assert 1.1 < time.monotonic() - t0 < 5
     with pytest.raises(TimeoutError, match="did not answer"):
         asyncio.run(wait_with_progress(down(), "waiting for inference"))
+
+
+def test_trainer_and_orchestrator_step_lines_share_one_format():
+    """`Step N/M | Title value | ...` from both processes (the trainer printed `step N/M | loss ...`)."""
+    from prime_rl.monitor.progress import metric_title, step_line
+    from prime_rl.orchestrator.stats import step_line as orchestrator_line
+
+    m = {"reward": 0.75, "step_time_s": 83.0, "trainable": 32, "num_rollouts": 32, "trainable_pct": 100.0,
+         "turns": 3.9, "max_off_policy": 1, "error_pct": 0.0, "truncated_pct": 12.5}  # fmt: skip
+    assert orchestrator_line(12, m, 50).startswith("Step 12/50 | 1m 23s | Reward 0.7500 | Trainable 32/32 (100.0%)")
+    assert step_line(4, 10, ["Loss 0.1000"]) == "Step 4/10 | Loss 0.1000" and step_line(4, None, []) == "Step 4"
+    assert [metric_title(k) for k in ("grad_norm", "mismatch_kl", "epoch")] == ["Grad Norm", "Mismatch KL", "Epoch"]

@@ -91,7 +91,7 @@ def test_training_diverged_stops_after_max_nonfinite_steps(tiny_model_dir, sampl
     rows = read_metrics(run, "trainer")
     assert [r["step"] for r in rows] == [1, 2] and rows[1]["nonfinite"] == 1.0
     assert sorted(p.name for p in (run / "weights").iterdir() if not p.name.startswith(".")) == ["step_1", "step_2"]
-    assert "update skipped: non-finite loss or gradient" in (run / "logs" / "trainer.log").read_text()
+    assert "Update skipped: non-finite loss or gradient" in (run / "logs" / "trainer.log").read_text()
 
 
 @pytest.mark.parametrize("fsdp", [True, False])
@@ -167,9 +167,9 @@ def test_step_without_loss_tokens_says_the_update_was_skipped(tiny_model_dir, sa
     masked = [{**s, "loss_mask": np.zeros_like(s["loss_mask"])} for s in samples]
     write_stream(run, {1: samples, 2: masked})
     rl.run(trainer_config(tiny_model_dir, run, max_steps=2))
-    lines = [ln for ln in (run / "logs" / "trainer.log").read_text().splitlines() if "step 2/2" in ln]
-    assert len(lines) == 1 and "update skipped: no loss tokens" in lines[0] and "loss 0.0000" not in lines[0]
-    assert "grad_norm" not in lines[0], lines[0]
+    lines = [ln for ln in (run / "logs" / "trainer.log").read_text().splitlines() if "Step 2/2" in ln]
+    assert len(lines) == 1 and "Update skipped: no loss tokens" in lines[0] and "Loss 0.0000" not in lines[0]
+    assert "Grad Norm" not in lines[0], lines[0]
 
 
 def test_step_without_a_nonzero_advantage_skips_the_update(tiny_model_dir, samples, tmp_path):
@@ -189,8 +189,8 @@ def test_step_without_a_nonzero_advantage_skips_the_update(tiny_model_dir, sampl
     assert [r["skipped_update"] for r in rows] == [0.0, 1.0, 0.0] and rows[1]["no_signal"] == 1.0
     assert "no_signal" not in rows[0] and "no_signal" not in rows[2]
     assert rows[1]["loss_tokens"] == rows[0]["loss_tokens"] > 0 and rows[1]["grad_norm"] > 0  # a gradient was left
-    line = [ln for ln in (run / "logs" / "trainer.log").read_text().splitlines() if "step 2/3" in ln]
-    assert len(line) == 1 and "update skipped: every loss token's advantage is 0" in line[0], line
+    line = [ln for ln in (run / "logs" / "trainer.log").read_text().splitlines() if "Step 2/3" in ln]
+    assert len(line) == 1 and "Update skipped: every loss token's advantage is 0" in line[0], line
 
 
 @pytest.mark.slow

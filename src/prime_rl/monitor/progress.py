@@ -35,6 +35,22 @@ def format_duration(seconds: float) -> str:
     return f"{s}s"
 
 
+def step_line(step: int, max_steps: int | None, parts: list[str]) -> str:
+    """The one console line of a training step, trainer and orchestrator alike: `Step 12/50 | Part | Part`
+    (`Step 12 | ...` without `max_steps`). Each part reads `Title value` (`Reward 0.7508`, `Loss 0.0123`)."""
+    of = f"/{max_steps}" if max_steps else ""
+    return " | ".join([f"Step {step}{of}", *parts])
+
+
+_ACRONYMS = {"kl": "KL", "lr": "LR", "se": "SE", "tis": "TIS"}
+
+
+def metric_title(key: str) -> str:
+    """A metric's name as a step line's label: `grad_norm` -> `Grad Norm`, `mismatch_kl` -> `Mismatch KL`."""
+    words = key.replace("/", " ").replace("_", " ").split()
+    return " ".join(_ACRONYMS.get(w, w.capitalize()) for w in words)
+
+
 def eta_seconds(done: float, total: float | None, elapsed: float) -> float | None:
     """Remaining seconds at the mean rate so far (`elapsed / done * (total - done)`), or None when unknown."""
     if total is None or done <= 0 or elapsed <= 0:

@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from prime_rl.monitor.progress import step_line as progress_step_line
 from prime_rl.orchestrator.admission import CutBatch
 
 
@@ -83,12 +84,11 @@ def step_line(step: int, m: dict[str, Any], max_steps: int | None = None) -> str
     Truncated 12.5%` (`Step 12 | ...` without `max_steps`)."""
     reward = m["reward"]
     rtxt = "nan" if reward is None or (isinstance(reward, float) and math.isnan(reward)) else _number(reward)
-    of = f"/{max_steps}" if max_steps else ""
-    return (
-        f"Step {step}{of} | {format_duration(m['step_time_s'])} | Reward {rtxt} | "
-        f"Trainable {m['trainable']}/{m['num_rollouts']} ({m['trainable_pct']:.1f}%) | Turns {m['turns']:.1f} | "
-        f"Max Off-Policy {m['max_off_policy']} | Error {m['error_pct']:.1f}% | Truncated {m['truncated_pct']:.1f}%"
-    )
+    return progress_step_line(step, max_steps, [
+        format_duration(m["step_time_s"]), f"Reward {rtxt}",
+        f"Trainable {m['trainable']}/{m['num_rollouts']} ({m['trainable_pct']:.1f}%)", f"Turns {m['turns']:.1f}",
+        f"Max Off-Policy {m['max_off_policy']}", f"Error {m['error_pct']:.1f}%", f"Truncated {m['truncated_pct']:.1f}%",
+    ])  # fmt: skip
 
 
 def _number(x: float) -> str:

@@ -34,6 +34,7 @@ from prime_rl.config.base import CheckpointConfig
 from prime_rl.config.trainer import OptimizerConfig, SchedulerConfig, TrainerModelConfig, WeightsConfig
 from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.metrics import MetricsWriter
+from prime_rl.monitor.progress import metric_title, step_line
 from prime_rl.monitor.rundir import RunDir
 from prime_rl.trainer import logprobs as _packed_forward  # noqa: F401  (registers the packed micro-batch forward)
 from prime_rl.trainer import shared_prefix as _shared_prefix_forward  # noqa: F401  (registers its forward)
@@ -352,23 +353,23 @@ class Engine:
         if not self.dist.is_main:
             return
         self.metrics.log(step, m)
-        of = f"/{self.cfg.max_steps}" if self.cfg.max_steps else ""
-        tail = [f"lr {m['lr']:.2e}", f"{m['tokens_per_s']:.0f} tok/s", f"mem {m['peak_mem_gib']:.2f} GiB"]
+        n = self.cfg.max_steps
+        tail = [f"LR {m['lr']:.2e}", f"{m['tokens_per_s']:.0f} tok/s", f"Mem {m['peak_mem_gib']:.2f} GiB"]
         if m.get("nonfinite"):
             why = f"non-finite loss or gradient (loss {m['loss']:.4g}, grad_norm {m['grad_norm']:.4g})"
-            self.log.info(" | ".join([f"step {step}{of}", f"update skipped: {why}", *tail]))
+            self.log.info(step_line(step, n, [f"Update skipped: {why}", *tail]))
             return
         if m.get("skipped_update"):
             why = "no loss tokens in this step's batch (every sample masked or filtered)"
             if m.get("no_signal"):
                 why = "every loss token's advantage is 0 (equal rewards in every group: no learning signal)"
-            self.log.info(" | ".join([f"step {step}{of}", f"update skipped: {why}", *tail]))
+            self.log.info(step_line(step, n, [f"Update skipped: {why}", *tail]))
             return
-        parts = [f"step {step}{of}", f"loss {m['loss']:.4f}"]
+        parts = [f"Loss {m['loss']:.4f}"]
         for k in ("entropy", *console):
             if k in m:
-                parts.append(f"{k} {m[k]:.4g}")
-        self.log.info(" | ".join([*parts, f"grad_norm {m['grad_norm']:.3g}", *tail]))
+                parts.append(f"{metric_title(k)} {m[k]:.4g}")
+        self.log.info(step_line(step, n, [*parts, f"Grad Norm {m['grad_norm']:.3g}", *tail]))
 
     def close(self) -> None:
         close_distributed(self.dist)
