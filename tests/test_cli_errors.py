@@ -32,8 +32,8 @@ def test_a_key_of_another_advantage_type_names_the_type_the_file_and_the_fix(tmp
 
     err = _fails(main, ["@", RL_TOML, "--orchestrator.advantage.type", "rloo", "--dry-run",
                         "--output-dir", str(tmp_path)], capsys)  # fmt: skip
-    assert "orchestrator.advantage.std_normalize: not a setting of orchestrator.advantage.type = 'rloo' " \
-           "(from --orchestrator.advantage.type)" in err, err
+    assert f"orchestrator.advantage.std_normalize (set in {RL_TOML}): not a setting of orchestrator.advantage.type " \
+           "= 'rloo' (from --orchestrator.advantage.type); std_normalize is a setting of type 'grpo'" in err, err
     assert f"remove std_normalize from [orchestrator.advantage] in {RL_TOML}, or choose type 'grpo'" in err, err
     assert ".rloo." not in err  # pydantic's union tag is not part of the field's name
 

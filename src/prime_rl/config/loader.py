@@ -179,7 +179,8 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
         got = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
         where = _origin(loc, argv, positional) if argv else ""
         if e.get("type") == "extra_forbidden" and tag is not None and len(loc) == len(tag[0]) + 1:
-            lines.append(f"  {path}: {_wrong_variant(loc, tag, where, argv or [], positional)}")
+            lines.append(f"  {path}{where.replace(' (', ' (set ', 1)}: "
+                         f"{_wrong_variant(loc, tag, where, argv or [], positional)}")
         elif e.get("type") == "extra_forbidden":
             hint = ""
             siblings = _field_names_at(cls, loc[:-1])
@@ -253,7 +254,7 @@ def _wrong_variant(loc: tuple, tag: tuple, where: str, argv: list[str], position
         fix = f"remove {key} from [{_dotted(section)}] in {where[5:-1]}"
     else:
         fix = f"remove {key}"
-    return f"{text}{where.replace(' (', ' (set ', 1) if where else ''}; {fix}" + (
+    return f"{text}; {fix}" + (
         f", or choose {field} {' or '.join(repr(h) for h in having)}" if having else "")
 
 
