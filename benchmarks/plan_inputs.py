@@ -60,7 +60,7 @@ async def _rounds(base_url: str, short: list[list[int]], longp: list[list[int]],
     return t
 
 
-def measure(model_dir: Path, batch: int, long: int, prompt: int, rounds: int) -> dict[str, float]:
+def measure(model_dir: Path, batch: int, long: int, prompt: int, rounds: int, dtype: str = "float32") -> dict[str, float]:
     """The `[inference]` fields for `model_dir` at `batch` concurrent requests (see the module docstring)."""
     from transformers import AutoTokenizer
 
@@ -73,7 +73,7 @@ def measure(model_dir: Path, batch: int, long: int, prompt: int, rounds: int) ->
     base = sum(map(len, short)) / len(short)
     filler = tok.encode("the grid operator buys power at the hub every hour of the day. " * (prompt // 16 + 1))
     longp = [filler[i : i + prompt - len(p)] + p for i, p in enumerate(short)]
-    with start_server(model_dir, max_num_seqs=max(64, batch)) as srv:
+    with start_server(model_dir, max_num_seqs=max(64, batch), dtype=dtype) as srv:
         t = asyncio.run(_rounds(srv.base_url, short, longp, long, rounds))
     m = {k: statistics.median(v) for k, v in t.items()}
     t1 = (m["1xL"] - m["1x2"]) / (long - 2)
@@ -94,14 +94,15 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=130, help="sampled tokens of the long requests")
     ap.add_argument("--prompt", type=int, default=1024, help="prompt tokens of the prefill requests")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dtype", default="float32", help="vLLM dtype (the example configs pin float32)")
     args = ap.parse_args()
     from prime_rl.models.tiny import build_tiny_model
 
     model_dir = args.model_dir or build_tiny_model(
         Path(tempfile.mkdtemp(prefix="plan-tiny-")), hidden=args.hidden, layers=args.layers
     )
-    print(f"model {model_dir}, {args.batch} concurrent requests, {args.rounds} rounds")
-    fields = measure(model_dir, args.batch, args.long, args.prompt, args.rounds)
+    print(f"model {model_dir}, {args.dtype}, {args.batch} concurrent requests, {args.rounds} rounds")
+    fields = measure(model_dir, args.batch, args.long, args.prompt, args.rounds, args.dtype)
     print("[inference]")
     for k, v in fields.items():
         print(f"{k} = {v:.6g}")
