@@ -24,6 +24,17 @@ def is_indexed(flag: str) -> bool:
     return flag.startswith("--") and any(s.isdigit() for s in flag[2:].split("=", 1)[0].split("."))
 
 
+def config_files(argv: list[str]) -> list[str]:
+    """The files given as `@ FILE` (root level) or `--section @ FILE` / `--section @FILE`, in order."""
+    out = []
+    for i, a in enumerate(argv):
+        if a == "@" and i + 1 < len(argv):
+            out.append(argv[i + 1])
+        elif a.startswith("@") and len(a) > 1 and i > 0 and argv[i - 1].startswith("--"):
+            out.append(a[1:])
+    return out
+
+
 def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
     """`args` with each `--LIST.N.FIELD VALUE` replaced by one `--LIST JSON` flag holding the whole list (the `@`
     files' items with every indexed change applied); `args` unchanged when it has no indexed flag.
@@ -36,7 +47,6 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
         return args
     from pydantic_config.cli import _deep_merge, _find_json_value_field_paths, _nest_config, _process_args
 
-    from prime_rl.config.loader import config_files
 
     _, merged, nested = _process_args(args)
     for key_path, loaded in nested.items():

@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from prime_rl.config.list_flags import config_files
+
 T = TypeVar("T", bound=BaseModel)
 
 
@@ -256,17 +258,6 @@ def _wrong_variant(loc: tuple, tag: tuple, where: str, argv: list[str], position
         fix = f"remove {key}"
     return f"{text}; {fix}" + (
         f", or choose {field} {' or '.join(repr(h) for h in having)}" if having else "")
-
-
-def config_files(argv: list[str]) -> list[str]:
-    """The files given as `@ FILE` (root level) or `--section @ FILE` / `--section @FILE`, in order."""
-    out = []
-    for i, a in enumerate(argv):
-        if a == "@" and i + 1 < len(argv):
-            out.append(argv[i + 1])
-        elif a.startswith("@") and len(a) > 1 and i > 0 and argv[i - 1].startswith("--"):
-            out.append(a[1:])
-    return out
 
 
 def _flag(loc: tuple) -> str:
