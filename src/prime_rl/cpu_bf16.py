@@ -4,8 +4,8 @@
 
 1. the CPU has native bf16 matmul instructions: `avx512_bf16` or `amx_bf16` among the flags of `/proc/cpuinfo`
    (without them torch emulates bf16 matmuls through fp32 and they are slower, not faster);
-2. a side-by-side timing of square matmuls (`matmul_gflops`: n = 768, fp32 and bf16 interleaved, best of 5 rounds,
-   about 0.1-0.3 s on 2 cores) measures bf16 at least `THRESHOLD` (1.3) times fp32's GFLOP/s.
+2. a side-by-side timing of square matmuls (`matmul_gflops`: n = 512, fp32 and bf16 interleaved, best of 5 rounds,
+   about 0.1-0.3 s on 2 busy cores) measures bf16 at least `THRESHOLD` (1.3) times fp32's GFLOP/s.
 
 The check runs at most once per process (`cpu_check`, cached) and logs the decision and the measured ratio once.
 `rl` runs it once in the launcher and writes the resulting explicit dtype into the trainer's and the inference
@@ -92,7 +92,7 @@ def cpu_flags(path: Path = CPUINFO) -> set[str]:
     return flags
 
 
-def matmul_gflops(n: int = 768, rounds: int = 5) -> tuple[float, float]:
+def matmul_gflops(n: int = 512, rounds: int = 5) -> tuple[float, float]:
     """`(fp32, bf16)` GFLOP/s of an `n x n` by `n x n` matmul (2 n^3 flops) on this CPU with torch's current thread
     count: one warm-up each, then `rounds` rounds timing one fp32 and one bf16 matmul back to back; each dtype's best
     round counts (the least disturbed by other processes)."""
