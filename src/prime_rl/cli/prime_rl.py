@@ -40,6 +40,16 @@ main = Group(
             positional=("run",), user_errors=(FileNotFoundError, "prime_rl.extras:MissingExtraError"),
         ),
         "dashboard": dashboard_command,
+        "rollouts": Command(
+            "rollouts", "prime_rl.config.archive:RolloutsConfig", "prime_rl.monitor.archive:run",
+            "a run's archived rollouts: steps and counts (--list-steps), or filtered records as text or JSON lines",
+            positional=("run",), user_errors=(FileNotFoundError,),
+        ),
+        "export-sft": Command(
+            "export-sft", "prime_rl.config.archive:ExportSFTConfig", "prime_rl.monitor.export_sft:run",
+            "archived rollouts as SFT data (sft data.path): reward threshold, top-k per task, deduplicated",
+            positional=("run", "out"), user_errors=(FileNotFoundError, "prime_rl.monitor.export_sft:ExportError"),
+        ),
         "plan": Command(
             "plan", "prime_rl.config.plan:PlanConfig", "prime_rl.simulate.cli:run",
             "simulate a deployment: step time, throughput, GPU idle, off-policy steps; --capacity: the capacity table",

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from prime_rl.config.archive import ArchiveConfig
 from prime_rl.config.base import BaseConfig, CheckpointConfig, DatasetSource, LogConfig, ModelConfig, WandbConfig
 
 
@@ -329,6 +330,7 @@ class OrchestratorConfig(BaseConfig):
     max_off_policy_steps: int = Field(8, ge=0, description="Drop rollouts (and their group) older than this.")
     num_train_ranks: int = Field(1, gt=0, description="Trainer data-parallel ranks (one rank_R.bin each).")
     traces_per_step: int = Field(4, ge=0, description="Readable rollouts written to traces.jsonl per step.")
+    archive: ArchiveConfig = Field(ArchiveConfig(), description="Every train and eval rollout, readable (archive/).")
     weights_timeout_s: float = Field(1800.0, gt=0, description="How long to wait for a policy version.")
     max_empty_steps: int | None = Field(
         5, gt=0,

@@ -16,7 +16,7 @@ all masked is left out of the three (its row's `avg` is null) and counted in `ta
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prime_rl.config.orchestrator import SamplingConfig, repeated_greedy_problem
@@ -33,6 +33,7 @@ class EvalResult:
     rows: list[dict[str, Any]]  # one per task
     metrics: dict[str, float]  # eval/<source>/avg@k ... and eval/avg@k over all sources
     by_source: dict[str, dict[str, float]]
+    rollouts: list[Rollout] = field(default_factory=list)  # every eval rollout, source by source, task by task
 
 
 def eval_due(version: int, interval: int | None, max_steps: int | None, evaluated: list[int]) -> bool:
@@ -153,4 +154,5 @@ async def run_eval(
     else:
         for name, v in by_source[sources[0].name].items():
             metrics[f"eval/{name}"] = v
-    return EvalResult(rows=rows, metrics=metrics, by_source=by_source)
+    rollouts = [f.result() for _, _, futs in per_source for fs in futs for f in fs]
+    return EvalResult(rows=rows, metrics=metrics, by_source=by_source, rollouts=rollouts)

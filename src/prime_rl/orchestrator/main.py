@@ -2,7 +2,8 @@
 follows its policy versions, evaluates, checkpoints.
 
 Per step N (from 1, or from a checkpoint's step + 1): wait for `batch_size` rollouts (scheduler), pack their
-samples (masked rollouts carry no tokens; zero-advantage groups too with `advantage.filter_zero`), write
+samples (masked rollouts carry no tokens; zero-advantage groups too with `advantage.filter_zero`), append every
+rollout to the archive (`archive/step_N/train.jsonl.gz`, prime_rl.orchestrator.archive), write
 `traces.jsonl` then every `rank_R.bin` atomically, log metrics and print the step line; checkpoint every
 `ckpt.interval` steps. A weight watcher loads every new `weights/step_N/STABLE` into the inference server and
 evaluates the policy on version 0, every `eval.interval` versions and the final one (`eval/step_N.jsonl`).
@@ -37,6 +38,7 @@ from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.rundir import RunDir
 from prime_rl.orchestrator.admission import CutBatch
 from prime_rl.orchestrator.agent import AgentLimits
+from prime_rl.orchestrator.archive import ArchiveWriter
 from prime_rl.orchestrator.checkpoint import load_orchestrator_checkpoint, save_orchestrator_checkpoint
 from prime_rl.orchestrator.eval import eval_due, run_eval
 from prime_rl.orchestrator.lengths import check_prompt_lengths
@@ -118,6 +120,7 @@ class Orchestrator:
         self.run_dir = RunDir(Path(cfg.output_dir))
         self.metrics = MetricsWriter(self.run_dir.root, "orchestrator")
         self.eval_metrics = MetricsWriter(self.run_dir.root, "eval")
+        self.archive = ArchiveWriter(self.run_dir.root, cfg.archive)
         self.policy = PolicyVersion(0)
         self.gate = CapacityGate()
         self.sched: Scheduler | None = None  # built in `run`, once the sources are started
@@ -149,6 +152,7 @@ class Orchestrator:
             max_inflight=self.cfg.concurrency.max_inflight,
         )
         write_eval_rows(self.run_dir.eval / f"step_{version}.jsonl", version, res.rows)
+        await asyncio.to_thread(self.archive.write, version, "eval", res.rollouts)
         res.metrics["eval/time_s"] = time.monotonic() - t0
         self.eval_metrics.log(version, res.metrics)
         self.evaluated.append(version)
@@ -200,6 +204,7 @@ class Orchestrator:
             pack_items(batch.rollouts, self.cfg.loss_aggregation), step=step, seq_len=self.cfg.seq_len, num_ranks=self.cfg.num_train_ranks,
             pad_id=self.pad_id, metrics={k: v for k, v in m.items() if isinstance(v, int | float)},
         )
+        await asyncio.to_thread(self.archive.write, step, "train", batch.rollouts)
         await asyncio.to_thread(_write_files, step_dir, traces, batches)
         m["micro_batches_per_rank"] = len(batches[0].micro_batches)
         self.metrics.log(step, m)

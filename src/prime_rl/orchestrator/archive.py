@@ -1,0 +1,111 @@
+"""The rollout archive's writer (`orchestrator.archive`): every train rollout of every step, after admission, and
+every eval rollout, as records in `RUN/archive/step_N/{train,eval}.jsonl.gz` (layout and reading:
+prime_rl.monitor.archive).
+
+A write appends whole gzip members (at most `flush_rollouts` records each) to the step's file and fsyncs it, so a
+killed orchestrator leaves every earlier member readable and at most one torn member, which readers skip with a
+warning. The first write of a (step, split) in a process replaces an existing file: a resumed run plays again the
+steps after its checkpoint, and their archive is what that run trains. With `keep_last = K`, writing the train
+records of step N deletes the archive folders of steps <= N - K.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prime_rl.config.archive import ArchiveConfig
+from prime_rl.monitor.archive import archive_dir, archived_steps, split_file
+from prime_rl.orchestrator.types import Rollout
+
+
+def rollout_record(r: Rollout, step: int, split: str, *, logprobs: bool = False) -> dict[str, Any]:
+    """One rollout as a JSON-ready record.
+
+    Fields: `step`, `split` (train/eval), `rollout_id`, `source`, `task_id`, `group_id`, `messages` (the whole
+    conversation in OpenAI chat format: the task's prompt, assistant turns with their `tool_calls`, tool results),
+    `prompt_messages` (how many of `messages` are the task's prompt), `tools` (the task's function schemas),
+    `reward`, `advantage` (the estimator's, before `loss_aggregation` scaling), `env_metrics`, `policy_versions`
+    (one per model turn), `masked`, `filtered`, `trained` (its samples went to the packer: neither masked nor
+    filtered), `error_kind`, `error_message`, `num_turns`, `truncated`, `temperature`, `duration_s` (seconds), and
+    `samples`: per sample `token_ids` [T], `loss_mask` [T] (1 = sampled by the policy) and, with `logprobs`, the
+    inference `logprobs` [T] (0.0 off the loss mask).
+    """
+    samples = []
+    for s in r.samples:
+        d: dict[str, Any] = {"token_ids": list(s.token_ids), "loss_mask": [int(b) for b in s.loss_mask]}
+        if logprobs:
+            d["logprobs"] = list(s.logprobs)
+        samples.append(d)
+    return {
+        "step": step,
+        "split": split,
+        "rollout_id": r.rollout_id,
+        "source": r.source,
+        "task_id": r.task.task_id,
+        "group_id": r.group_id,
+        "messages": r.messages,
+        "prompt_messages": len(r.task.messages),
+        "tools": r.task.tools,
+        "reward": r.reward,
+        "advantage": r.advantage,
+        "env_metrics": r.env_metrics,
+        "policy_versions": r.policy_versions,
+        "masked": r.masked,
+        "filtered": r.filtered,
+        "trained": not r.masked and not r.filtered,
+        "error_kind": r.error_kind,
+        "error_message": r.error_message,
+        "num_turns": r.num_turns,
+        "truncated": r.truncated,
+        "temperature": r.temperature,
+        "duration_s": r.duration_s,
+        "samples": samples,
+    }
+
+
+def append_members(path: Path, records: Sequence[dict[str, Any]], per_member: int, *, replace: bool = False) -> None:
+    """Append `records` to `path` as gzip members of at most `per_member` JSON lines each, one write and one fsync
+    per member (`replace`: truncate the file first). Values JSON cannot hold are written as text."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb" if replace else "ab") as f:
+        for i in range(0, len(records), per_member):
+            text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in records[i : i + per_member])
+            f.write(gzip.compress(text.encode(), compresslevel=6, mtime=0))
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class ArchiveWriter:
+    """Writes one run's archive (`cfg`: orchestrator.archive) under `run/archive`."""
+
+    def __init__(self, run: Path, cfg: ArchiveConfig):
+        self.run, self.cfg = Path(run), cfg
+        self.written: set[tuple[int, str]] = set()
+
+    def write(self, step: int, split: str, rollouts: Sequence[Rollout]) -> Path | None:
+        """Archive `rollouts` as step `step`'s `split` records (blocking file I/O: call it in a worker thread), then
+        apply retention after a train write. Returns the file, None when the archive is off."""
+        if not self.cfg.enabled:
+            return None
+        path = split_file(self.run, step, split)
+        records = [rollout_record(r, step, split, logprobs=self.cfg.logprobs) for r in rollouts]
+        key = (step, split)
+        append_members(path, records, self.cfg.flush_rollouts, replace=key not in self.written)
+        self.written.add(key)
+        if split == "train" and self.cfg.keep_last is not None:
+            prune(self.run, keep_from=step - self.cfg.keep_last + 1)
+        return path
+
+
+def prune(run: Path, keep_from: int) -> list[int]:
+    """Delete the archive folders of steps below `keep_from`; returns the steps deleted."""
+    gone = [n for n in archived_steps(run) if n < keep_from]
+    for n in gone:
+        shutil.rmtree(archive_dir(run) / f"step_{n}", ignore_errors=True)
+    return gone
