@@ -8,8 +8,9 @@ and works for a finished one):
 - the panels of `prime-rl plot` (`monitor.plots.PANELS`, the reward with its SE band and the evals' task mean ±
   SE) as series for the page's charts;
 - the eval tables: per eval step and source, tasks, avg, pass, errors (from `eval/step_N.jsonl`);
-- the recent rollouts (`rollouts/step_N/traces.jsonl` of the last steps): reward, advantage, turns and the
-  conversation with its tool calls;
+- the recent rollouts (the rollout archive's last steps, `archive/step_N/train.jsonl.gz`, up to
+  `ROLLOUTS_PER_STEP` a step, one per group first; `rollouts/step_N/traces.jsonl` for a run without an archive):
+  reward, advantage, turns and the conversation with its tool calls;
 - the processes: each log file's age and last line, and a `GET /health` of the servers the configs name
   (inference, resources servers; 1 s timeout each).
 
@@ -31,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.http import is_loopback
+from prime_rl.monitor.archive import archived_steps, read_records, split_file
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.monitor.plots import PANELS, eval_curve, series, train_reward_band
 from prime_rl.monitor.rundir import RunDir, step_dirs
 
 PAGE = Path(__file__).with_name("dashboard_page.html")
 RECENT_STEPS = 3
+ROLLOUTS_PER_STEP = 8
 
 
 def _finite(v: Any) -> Any:
@@ -146,8 +149,29 @@ def eval_tables(run: RunDir) -> list[dict[str, Any]]:
     return out
 
 
+def archived_rollouts(run: RunDir, n_steps: int = RECENT_STEPS, per_step: int = ROLLOUTS_PER_STEP) -> list[dict[str, Any]]:
+    """Up to `per_step` train rollouts (one per group first) of each of the last `n_steps` archived steps, newest
+    first, in the fields `recent_rollouts` gives."""
+    out = []
+    for step in reversed(archived_steps(run.root)[-n_steps:]):
+        recs = read_records(split_file(run.root, step, "train"))
+        groups: set = set()
+        firsts = [r for r in recs if r.get("group_id") not in groups and not groups.add(r.get("group_id"))]
+        picked = (firsts + [r for r in recs if all(r is not f for f in firsts)])[:per_step]
+        out += [{"task_id": r.get("task_id"), "source": r.get("source"), "reward": r.get("reward"),
+                 "advantage": r.get("advantage"), "masked": r.get("masked"),
+                 "error": f"{r['error_kind']}: {r.get('error_message')}" if r.get("error_kind") else None,
+                 "turns": r.get("num_turns"), "truncated": r.get("truncated"),
+                 "policy_versions": r.get("policy_versions"), "messages": r.get("messages"), "step": step}
+                for r in picked]  # fmt: skip
+    return out
+
+
 def recent_rollouts(run: RunDir, n_steps: int = RECENT_STEPS) -> list[dict[str, Any]]:
-    """The traced rollouts of the last `n_steps` steps, newest first (step, task, reward, ..., messages)."""
+    """The rollouts of the last `n_steps` steps, newest first (step, task, reward, ..., messages): from the rollout
+    archive (`archived_rollouts`), else the traced ones (`rollouts/step_N/traces.jsonl`)."""
+    if archived_steps(run.root):
+        return archived_rollouts(run, n_steps)
     out = []
     for step, d in reversed(step_dirs(run.rollouts)[-n_steps:]):
         for r in _read_jsonl(d / "traces.jsonl"):
