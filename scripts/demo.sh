@@ -47,7 +47,7 @@ if [ -n "$FORWARD_FROM" ]; then
   DATA_ARGS+=(--forward-from "$FORWARD_FROM")
   ENV_ARGS+=(--env-server.forward-from "$FORWARD_FROM")
   RL_FILES+=(@ examples/gridsim/rl_forward.toml)
-  echo "demo: forward split: training and eval days before $FORWARD_FROM, forward days from it on (FORWARD_FROM= for none)"
+  echo "demo: forward split: train and eval days before $FORWARD_FROM, forward days from it on (FORWARD_FROM= for none)"
 fi
 # The rl configs name their rows under outputs/demo/gym-root; every source reads $OUT/gym-root instead.
 ROWS=$(python - "$OUT/gym-root" "${RL_FILES[@]}" <<'PY'
@@ -121,9 +121,8 @@ summary() {  # summary TITLE EVAL_SOURCE BASELINE_SUFFIX [more prime-rl summary 
     --compare "RL (step $LAST):SFT (step $FIRST)" --compare "RL (step $LAST):greedy" "$@"
 }
 if [ -n "$FORWARD_FROM" ]; then
-  summary "GridSim eval: held-out days before $FORWARD_FROM, among the training days (interpolation; $WHAT)" \
-    gridsim "" --run "$OUT/rl"
-  summary "GridSim forward eval: days from $FORWARD_FROM on, after every training day ($WHAT)" \
+  summary "GridSim eval, held-out days before $FORWARD_FROM ($WHAT)" gridsim "" --run "$OUT/rl"
+  summary "GridSim forward eval, days from $FORWARD_FROM on, after every training day ($WHAT)" \
     gridsim-forward -forward --out "$OUT/rl/eval/summary-forward.md"
   TABLES="$OUT/rl/eval/summary.md, $OUT/rl/eval/summary-forward.md"
 else
