@@ -10,7 +10,8 @@ evaluates the policy on version 0, every `eval.interval` versions and the final 
 After `max_empty_steps` consecutive steps with nothing to train (every rollout masked, never sampled or filtered, or
 every group with equal rewards, i.e. no nonzero advantage; the trainer then skips its update) the run stops with
 `NoProgressError` (exit 1), naming what masked the rollouts or the mean reward; so does a run that reaches
-`max_steps` having trained nothing at all, with the masked rollouts counted by reason.
+`max_steps` having trained nothing at all, with the masked rollouts counted by reason. A streak of masked rollouts
+(`max_consecutive_errors`, `max_error_rate`) stops it earlier with `ErrorStreakError` (exit 1).
 
 The main loop and the weight watcher run in one `asyncio.TaskGroup`: an error in either (an `AdmissionError` from
 the scheduler, a failed weight load) stops the other at once and ends the run with the original exception. Exit
@@ -40,6 +41,7 @@ from prime_rl.orchestrator.admission import CutBatch
 from prime_rl.orchestrator.agent import AgentLimits
 from prime_rl.orchestrator.archive import ArchiveWriter
 from prime_rl.orchestrator.checkpoint import load_orchestrator_checkpoint, save_orchestrator_checkpoint
+from prime_rl.orchestrator.error_streak import ErrorStreakError
 from prime_rl.orchestrator.eval import eval_due, run_eval
 from prime_rl.orchestrator.lengths import check_prompt_lengths
 from prime_rl.orchestrator.outputs import trace_rows, write_eval_rows, write_step, write_traces
@@ -434,7 +436,7 @@ def orchestrate(cfg: OrchestratorConfig) -> None:
     except user_errors() as e:
         log.error("%s", e)
         sys.exit(2)
-    except (NoProgressError, TimeoutError) as e:
+    except (NoProgressError, ErrorStreakError, TimeoutError) as e:
         log.error("%s", e)
         sys.exit(1)
     except Exception as e:

@@ -14,6 +14,9 @@
   sums, do not depend on which group finished first (a seeded synchronous run is reproducible bit for bit under
   any load). The cut groups go through admission (`prime_rl.orchestrator.admission.admit`: advantages, filters,
   truncation mask); the masked rollouts' reasons are logged, a few per kind.
+- Errored rollouts are counted as their groups finish (`prime_rl.orchestrator.error_streak`): a streak of
+  `max_consecutive_errors` masked rollouts, or more than `max_error_rate` of the last `error_rate_window`, makes the
+  next `next_batch` raise `ErrorStreakError`.
 - Every task the scheduler starts is kept (a group's rollout tasks and its collector). A collector that fails (a
   rollout task raised instead of masking its rollout) makes the next `next_batch` raise `AdmissionError` naming
   the group, at once; so does an estimator or filter that raises in admission.
@@ -33,6 +36,7 @@ from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.admission import AdmissionError, CutBatch, admit, log_masked, off_policy
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
+from prime_rl.orchestrator.error_streak import ErrorStreak, ErrorStreakError
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.stream import TaskStream
 from prime_rl.orchestrator.types import PolicyVersion, Rollout
@@ -116,6 +120,7 @@ class Scheduler:
         policy.listeners.append(self._wake)
         self.total_dropped = 0
         self.failure: BaseException | None = None  # the first collector failure, raised by next_batch
+        self.errors = ErrorStreak(cfg.max_consecutive_errors, cfg.max_error_rate, cfg.error_rate_window)
 
     # ---- launching ----
     def _allowed_groups(self, step: int) -> int:
@@ -158,6 +163,8 @@ class Scheduler:
             raise AdmissionError(f"collection of {_pending_label(g)} failed: {type(e).__name__}: {e}") from e
         self.running.pop(g.gid, None)
         self.ready.append(g)
+        if self.errors.enabled and (stop := self.errors.observe(g.rollouts)) is not None and self.failure is None:
+            self.failure = ErrorStreakError(stop)
         self._wake.set()
 
     def _collected(self, task: asyncio.Task) -> None:
@@ -185,6 +192,7 @@ class Scheduler:
         Raises:
             AdmissionError: a group's collection failed (raised at once, whatever group it was) or its admission
                 did (an estimator or filter raised); names the group and its rollout ids, the cause kept.
+            ErrorStreakError: too many collected rollouts in a row (or of the recent ones) were masked.
             TimeoutError: no group finished and no policy version arrived for `weights_timeout_s` seconds.
         """
         t0 = time.monotonic()
