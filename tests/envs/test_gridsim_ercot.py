@@ -116,3 +116,14 @@ def test_default_env_matches_the_xlsx_env(real_env):
         assert [t.messages for t in a[:50]] == [t.messages for t in b[:50]]
     for policy in ("greedy", "random"):
         assert run_baseline(default, policy, "eval") == run_baseline(real_env, policy, "eval")
+
+
+def test_forward_split_from_the_xlsx_files_equals_the_packaged_one(ercot_dir_shared, cache_dir):
+    """`forward_from` on ERCOT's own workbooks gives the packaged file's forward split, day for day and price for
+    price, and its forward days all come after its training days."""
+    xlsx = GridSimEnv(data_dir=ercot_dir_shared, cache_dir=cache_dir, forward_from="2024-01-01")
+    packaged = GridSimEnv(forward_from="2024-01-01")
+    for split in ("train", "eval", "forward"):
+        a, b = packaged.tasks(split), xlsx.tasks(split)
+        assert [(t.task_id, t.info["prices"]) for t in a] == [(t.task_id, t.info["prices"]) for t in b], split
+    assert max(t.info["date"] for t in xlsx.tasks("train")) < min(t.info["date"] for t in xlsx.tasks("forward"))
