@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ from prime_rl.envs.base import Task
 from prime_rl.monitor.archive import ArchiveTornTail, archived_steps, read_records, split_file
 from prime_rl.orchestrator.archive import ArchiveWriter, append_members
 from prime_rl.orchestrator.types import Rollout, Sample
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +134,35 @@ def test_archive_is_readable_after_sigkill_of_its_writer(tmp_path):
         recs = read_records(path)
     assert len(recs) >= 50 and len(recs) % 50 == 0
     assert [r["k"] for r in recs] == list(range(len(recs)))
+
+
+def test_archive_is_readable_after_sigkill_of_the_orchestrator(tmp_path):
+    """A running orchestrator (fake inference and trainer, one member per rollout) killed by SIGKILL while it
+    archives step 4 or later: every step before the last is complete, the last one holds whole records."""
+    run = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.orchestrator.archive_kill_child", str(run)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240  # imports transformers: slow on a loaded machine
+        while not split_file(run, 4, "train").exists():
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no step 4 archived in 240 s"
+            time.sleep(0.002)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    steps = archived_steps(run)
+    assert steps[:4] == [0, 1, 2, 3] or steps[:4] == [1, 2, 3, 4], steps
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ArchiveTornTail)  # the kill may or may not land inside a member
+        per_step = {n: read_records(split_file(run, n, "train")) for n in steps}
+    for n in steps[:-1]:
+        assert len(per_step[n]) == 16 and {r["step"] for r in per_step[n]} == {n}, n
+    last = per_step[steps[-1]]
+    assert len(last) <= 16 and all(r["step"] == steps[-1] and r["messages"] for r in last)
 
 
 def test_retention_keeps_the_last_steps(tmp_path):
