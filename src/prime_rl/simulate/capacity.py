@@ -33,7 +33,7 @@ class CapacityInputs:
     inference_peak_tokens_per_s: float = 6_595.66 / 2 * 14.8 / 4.0
     inference_peak_batch: int = 256
     inference_single_seq_tokens_per_s: float = 290.0
-    prefill_tokens_per_s: float = 100_000.0
+    prefill_tokens_per_s: float = 50_000.0
     weight_gb: float = 8.0
     broadcast_gb_per_s: float = 25.0
     filesystem_gb_per_s: float = 2.0
