@@ -35,7 +35,7 @@ async def test_eval_metrics_and_table(tmp_path):
     m = res.by_source["counter"]
     # rewards per task: [1,1], [1,1], [1,0], [0,0] -> avg@2 = 5/8, pass@2 = 3/4, pass@1 = (1 + 1 + 0.5 + 0) / 4
     assert m["avg@2"] == pytest.approx(5 / 8) and m["pass@2"] == pytest.approx(3 / 4) and m["pass@1"] == pytest.approx(2.5 / 4)
-    rows = [json.loads(x) for x in (tmp_path / "out" / "eval" / "step_0.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / "out" / "eval" / "outputs--tiny-model" / "step_0.jsonl").read_text().splitlines()]
     assert [sorted(r["rewards"]) for r in rows] == [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [0.0, 0.0]]
     console = Console(record=True, width=140)
     console.print(results_table(res, 2))

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.archive import ArchiveConfig
 from prime_rl.config.base import BaseConfig, CheckpointConfig, DatasetSource, LogConfig, ModelConfig, WandbConfig
+from prime_rl.config.eval_sweep import EvalCheckpointsConfig
 
 
 class ClientConfig(BaseConfig):
@@ -404,6 +405,9 @@ class EvalCommandConfig(BaseConfig):
     renderer: RendererConfig = Field(RendererConfig(), description="Chat format.")
     concurrency: ConcurrencyConfig = Field(ConcurrencyConfig(), description="Rollouts in flight.")
     eval: EvalConfig = Field(EvalConfig(source=[SourceConfig()]), description="What to evaluate and how.")
+    checkpoints: EvalCheckpointsConfig = Field(
+        EvalCheckpointsConfig(), description="A run's checkpoints to evaluate (sweep or watch) instead of one model."
+    )
     log: LogConfig = Field(LogConfig(), description="Logging.")
     output_dir: Path = Field(Path("outputs/eval"), description="Where results, the table and logs go.")
     seq_len: int = Field(2048, gt=0, description="Max tokens per rollout.")

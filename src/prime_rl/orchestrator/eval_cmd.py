@@ -4,9 +4,12 @@ The model is sampled by the inference backend `backend` names (`prime_rl.inferen
 server(s) at `client.base_url` (`server`, the default) or transformers in this process (`transformers`: no server
 needed).
 
-Same machinery as the orchestrator's eval (agent loop, sources, avg@k / pass@k); writes
-`output_dir/eval/step_0.jsonl` (per-task rows) and an `eval` row in `output_dir/metrics.jsonl`, then prints one
-table row per source.
+Same machinery as the orchestrator's eval (agent loop, sources, avg@k / pass@k). Scores `model.name` once (as step
+0), or with `[checkpoints]` a run's `weights/step_N`: a sweep (every N-th, or listed steps) or a watch of a running
+run (`prime_rl.orchestrator.eval_sweep`). Each step's result goes to `output_dir/eval/<model>/step_N.jsonl`
+(per-task rows) and `step_N.json` (scores; marks the step done, so an interrupted sweep resumes), never
+overwritten, plus an `eval` row in `output_dir/metrics.jsonl`; then prints one table (one row per source, and per
+step for a sweep) and, for a sweep, draws `eval/<model>/sweep.png`.
 """
 
 from __future__ import annotations
@@ -19,13 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.config.orchestrator import EvalCommandConfig
-from prime_rl.inference.backend import InferenceBackend, InferenceError, build_backend
+from prime_rl.inference.backend import BACKENDS, InferenceBackend, InferenceError, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.orchestrator.agent import AgentLimits
 from prime_rl.orchestrator.eval import EvalResult, run_eval
+from prime_rl.orchestrator.eval_sweep import (
+    NoCheckpoints,
+    ResultExists,
+    ResultStore,
+    model_key,
+    score_step,
+    settings_key,
+    sweep,
+    sweep_plot,
+    sweep_table,
+    watch,
+)
 from prime_rl.orchestrator.main import user_errors
-from prime_rl.orchestrator.outputs import write_eval_rows
 from prime_rl.orchestrator.sources import CapacityGate, build_source
 
 log = get_logger("eval")
@@ -70,49 +84,91 @@ async def wait_with_progress(wait: Any, what: str) -> Any:
     return task.result()
 
 
-async def evaluate(
+async def _open_backend(cfg: EvalCommandConfig) -> InferenceBackend:
+    """The backend `cfg` names, healthy and serving `cfg.model.name` (closed again when either check fails)."""
+    client = build_backend(cfg)
+    try:
+        await wait_with_progress(client.wait_healthy(), f"waiting for inference ({cfg.backend})")
+        await client.check_model(cfg.model.name)
+    except BaseException:
+        await client.aclose()
+        raise
+    return client
+
+
+async def evaluate_steps(
     cfg: EvalCommandConfig, client: InferenceBackend | None = None, renderer=None, sources=None
-) -> EvalResult:
-    """Run the eval; client (the `backend`), renderer and sources are built from `cfg` unless given (tests)."""
+) -> dict[int, EvalResult]:
+    """Evaluate `model.name` once (step 0), or the run's checkpoints `cfg.checkpoints` selects (sweep or watch);
+    results by step, each stored under `output_dir/eval/<model>/` (`prime_rl.orchestrator.eval_sweep`; done steps
+    are read back, not evaluated again). client (the `backend`), renderer and sources are built from `cfg` unless
+    given (tests). A checkpoint is loaded into a backend that can load weights (`update_weights`: the inference
+    server, which must allow loading from the run's weights folder), else the backend is built anew on the
+    checkpoint's folder (`backend = transformers`).
+
+    Raises:
+        ValueError: no eval source.
+        ResultExists: a stored result of a step was made with other settings.
+        NoCheckpoints: the sweep found none of the requested stable checkpoints.
+    """
     src_cfgs = cfg.eval.source or []
     if not src_cfgs and sources is None:
         raise ValueError("eval.source is empty: name at least one environment ([[eval.source]] env.id = ...)")
+    ck = cfg.checkpoints
+    store = ResultStore(Path(cfg.output_dir), model_key(cfg.model.name, ck.run_dir), settings_key(cfg))
     sources = sources if sources is not None else [build_source(s) for s in src_cfgs]
     own = client is None
-    if client is None:
-        client = build_backend(cfg)
-        try:
-            await wait_with_progress(client.wait_healthy(), f"waiting for inference ({cfg.backend})")
-            await client.check_model(cfg.model.name)
-        except BaseException:
-            await client.aclose()
-            raise
+    per_checkpoint = own and ck.run_dir is not None and not BACKENDS.get(cfg.backend).loads_weights
+    if own and not per_checkpoint:
+        client = await _open_backend(cfg)
     if renderer is None:  # after the server check: a wrong model.name is named there, not in a hub download
         from prime_rl.models.renderer import load_tokenizer, make_renderer
 
         try:
             renderer = make_renderer(load_tokenizer(cfg.model.name, cfg.model.chat_template), cfg.renderer)
         except BaseException:
-            if own:
+            if client is not None and own:
                 await client.aclose()
             raise
+    metrics = MetricsWriter(Path(cfg.output_dir), "eval")
+
+    async def one(step: int, path: Path | None) -> EvalResult:
+        backend = client
+        if per_checkpoint:
+            backend = await _open_backend(cfg.model_copy(update={"model": cfg.model.model_copy(update={"name": str(path)})}))
+        elif path is not None:
+            await backend.update_weights(str(path), step)
+        try:
+            res = await run_eval(
+                sources, backend, renderer, cfg.eval.sampling,
+                AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens),
+                num_examples=cfg.eval.num_examples, rollouts_per_example=cfg.eval.rollouts_per_example,
+                pass_threshold=cfg.eval.pass_threshold, max_inflight=cfg.concurrency.max_inflight, gate=CapacityGate(),
+            )
+        finally:
+            if per_checkpoint:
+                await backend.aclose()
+        metrics.log(step, res.metrics)
+        return res
+
     try:
         for s in sources:
             await s.start()
-        res = await run_eval(
-            sources, client, renderer, cfg.eval.sampling, AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens),
-            num_examples=cfg.eval.num_examples, rollouts_per_example=cfg.eval.rollouts_per_example,
-            pass_threshold=cfg.eval.pass_threshold, max_inflight=cfg.concurrency.max_inflight, gate=CapacityGate(),
-        )
+        if ck.run_dir is None:
+            return {0: await score_step(store, 0, None, one)}
+        return await (watch if ck.watch else sweep)(ck, store, one)
     finally:
         for s in sources:
             await s.aclose()
-        if own:
+        if own and client is not None:
             await client.aclose()
-    out = Path(cfg.output_dir)
-    write_eval_rows(out / "eval" / "step_0.jsonl", 0, res.rows)
-    MetricsWriter(out, "eval").log(0, res.metrics)
-    return res
+
+
+async def evaluate(
+    cfg: EvalCommandConfig, client: InferenceBackend | None = None, renderer=None, sources=None
+) -> EvalResult:
+    """Evaluate `model.name` once (step 0; `evaluate_steps`): the result, stored under `output_dir/eval/<model>/`."""
+    return (await evaluate_steps(cfg, client, renderer, sources))[0]
 
 
 def run(cfg: EvalCommandConfig) -> None:
@@ -121,10 +177,10 @@ def run(cfg: EvalCommandConfig) -> None:
 
     setup_logging("eval", Path(cfg.output_dir), cfg.log.level)
     try:
-        res = asyncio.run(evaluate(cfg))
+        results = asyncio.run(evaluate_steps(cfg))
     except KeyboardInterrupt:
         sys.exit(130)
-    except user_errors() as e:
+    except (*user_errors(), ResultExists, NoCheckpoints) as e:
         log.error("%s", e)
         sys.exit(2)
     except (TimeoutError, InferenceError) as e:  # the server is not there or refuses: the message says which
@@ -134,5 +190,20 @@ def run(cfg: EvalCommandConfig) -> None:
         log.error("eval stopped: %s: %s", type(e).__name__, e, exc_info=e)
         sys.exit(1)
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes get the whole table
-    console.print(results_table(res, cfg.eval.rollouts_per_example, title=f"Eval of {cfg.model.name}"))
-    print(f"per-task results: {Path(cfg.output_dir) / 'eval' / 'step_0.jsonl'}")
+    k = cfg.eval.rollouts_per_example
+    key = model_key(cfg.model.name, cfg.checkpoints.run_dir)
+    folder = Path(cfg.output_dir) / "eval" / key
+    if cfg.checkpoints.run_dir is None:
+        console.print(results_table(results[0], k, title=f"Eval of {cfg.model.name}"))
+        print(f"per-task results: {folder / 'step_0.jsonl'}")
+        return
+    if not results:
+        log.warning("no checkpoint evaluated (see the log above)")
+        return
+    console.print(sweep_table(results, k, title=f"Eval of {key} across steps"))
+    if cfg.checkpoints.plot and len(results) > 1:
+        try:
+            print(f"plot: {sweep_plot(results, k, folder / 'sweep.png', f'{key}: avg@{k} and pass@{k} by step')}")
+        except ImportError as e:  # matplotlib is an optional dependency
+            log.warning("no plot (checkpoints.plot): %s; pip install matplotlib", e)
+    print(f"per-task results: {folder}/step_N.jsonl")

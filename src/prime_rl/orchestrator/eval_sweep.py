@@ -1,0 +1,229 @@
+"""Eval results keyed by model and step, and the sweep over a run's checkpoints (`evals` with `[checkpoints]`).
+
+Layout under the eval command's `output_dir`:
+
+    eval/<model>/step_N.jsonl   one row per task (as the orchestrator's eval rows)
+    eval/<model>/step_N.json    {"model", "step", "settings", "metrics", "by_source"}: written last, it marks step N done
+    eval/<model>/sweep.png      avg@k and pass@k across the steps (sweep and watch)
+
+`<model>` is the run directory's name for a sweep (`checkpoints.run_dir`), else `model.name` made file-safe. A result
+is never overwritten: a step whose `step_N.json` exists with the same settings (`settings_key`: model, eval
+section, seq_len, seed) is skipped and read back (so an interrupted sweep resumes where it stopped); one with other
+settings is refused (`ResultExists`, exit 2) naming the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from prime_rl.config.eval_sweep import EvalCheckpointsConfig
+from prime_rl.monitor.logger import get_logger
+from prime_rl.monitor.rundir import step_dirs
+from prime_rl.orchestrator.eval import EvalResult
+from prime_rl.orchestrator.outputs import write_eval_rows
+from prime_rl.transport.atomic import STABLE, atomic_write_text
+
+log = get_logger("eval")
+
+Evaluate = Callable[[int, Path | None], Awaitable[EvalResult]]  # (step, weights folder or None) -> result
+
+
+class ResultExists(ValueError):
+    """The output folder holds a result for this model and step made with other settings."""
+
+
+class NoCheckpoints(FileNotFoundError):
+    """The run has none of the requested stable checkpoints."""
+
+
+def model_key(name: str, run_dir: Path | None = None) -> str:
+    """The folder name results are keyed by: the run directory's name for a sweep; for a local model folder its
+    name (`<run>--step_N` for a run's `weights/step_N`); else `name` file-safe (`Qwen/Qwen3-0.6B` ->
+    `Qwen--Qwen3-0.6B`)."""
+    if run_dir is not None:
+        raw = Path(os.path.abspath(run_dir)).name
+    elif Path(name).is_dir():
+        p = Path(os.path.abspath(name))  # the name as given (a symbolic link is not followed)
+        raw = f"{p.parent.parent.name}--{p.name}" if p.parent.name == "weights" else p.name
+    else:
+        raw = name
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", raw).strip("-.") or "model"
+
+
+def settings_key(cfg: Any) -> str:
+    """12 hex digits of the settings that decide a result: model name, the `eval` section, seq_len, seed, run_dir."""
+    data = {"model": cfg.model.name, "eval": cfg.eval.model_dump(mode="json"), "seq_len": cfg.seq_len,
+            "seed": cfg.seed, "run_dir": str(cfg.checkpoints.run_dir or "")}  # fmt: skip
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class ResultStore:
+    """The results of one model (`eval/<key>/`), by step."""
+
+    def __init__(self, output_dir: Path, key: str, settings: str):
+        self.dir = Path(output_dir) / "eval" / key
+        self.key, self.settings = key, settings
+
+    def rows_file(self, step: int) -> Path:
+        return self.dir / f"step_{step}.jsonl"
+
+    def summary_file(self, step: int) -> Path:
+        return self.dir / f"step_{step}.json"
+
+    def load(self, step: int) -> EvalResult | None:
+        """The stored result of `step`, or None when it is not done. Raises ResultExists when it was made with other
+        settings."""
+        f = self.summary_file(step)
+        if not f.is_file():
+            return None
+        s = json.loads(f.read_text())
+        if s.get("settings") != self.settings:
+            raise ResultExists(
+                f"{f} holds an eval of {self.key} step {step} made with other settings (eval section, seq_len, seed or "
+                "model differ); results are never overwritten: choose another output_dir or delete that file"
+            )
+        rows = [json.loads(x) for x in self.rows_file(step).read_text().splitlines() if x.strip()]
+        return EvalResult(rows=rows, metrics=s["metrics"], by_source=s["by_source"])
+
+    def save(self, step: int, res: EvalResult) -> None:
+        """Write the rows, then the summary that marks the step done (each atomically)."""
+        write_eval_rows(self.rows_file(step), step, res.rows)
+        summary = {"model": self.key, "step": step, "settings": self.settings, "metrics": res.metrics,
+                   "by_source": res.by_source}  # fmt: skip
+        atomic_write_text(self.summary_file(step), json.dumps(summary, allow_nan=True) + "\n")
+
+    def done(self) -> dict[int, EvalResult]:
+        """Every stored step's result, by step."""
+        out = {}
+        for f in sorted(self.dir.glob("step_*.json")):
+            if f.stem[5:].isdigit() and (r := self.load(int(f.stem[5:]))) is not None:
+                out[int(f.stem[5:])] = r
+        return dict(sorted(out.items()))
+
+
+def wanted(step: int, ck: EvalCheckpointsConfig, last: int | None = None) -> bool:
+    """Whether `step` is evaluated: listed in `steps`, else a multiple of `every` or the last one (`last`: the
+    newest stable step of a finished sweep, `until_step` when watching)."""
+    if ck.steps is not None:
+        return step in ck.steps
+    return step % ck.every == 0 or step == last
+
+
+def stable_steps(run_dir: Path) -> list[tuple[int, Path]]:
+    """`(N, run_dir/weights/step_N)` of every stable policy version, by N."""
+    return step_dirs(Path(run_dir) / "weights", STABLE)
+
+
+async def score_step(store: ResultStore, step: int, path: Path | None, evaluate: Evaluate) -> EvalResult:
+    """The result of `step`: read back when done, else evaluated (`evaluate(step, path)`) and stored."""
+    done = store.load(step)
+    if done is not None:
+        log.info("%s step %d: already evaluated (%s), skipped", store.key, step, store.summary_file(step))
+        return done
+    t0 = time.monotonic()
+    res = await evaluate(step, path)
+    store.save(step, res)
+    log.info("%s step %d evaluated in %.1f s: %s", store.key, step, time.monotonic() - t0, store.rows_file(step))
+    return res
+
+
+async def sweep(ck: EvalCheckpointsConfig, store: ResultStore, evaluate: Evaluate) -> dict[int, EvalResult]:
+    """Evaluate the run's stable checkpoints `ck` selects (skipping done ones); results by step.
+
+    Raises:
+        NoCheckpoints: a listed step has no stable checkpoint, or none is selected (names what the run has).
+    """
+    have = stable_steps(ck.run_dir)
+    last = have[-1][0] if have else None
+    chosen = [(n, p) for n, p in have if wanted(n, ck, last)]
+    missing = sorted(set(ck.steps or []) - {n for n, _ in have})
+    if missing or not chosen:
+        raise NoCheckpoints(
+            f"checkpoints.run_dir = {str(ck.run_dir)!r}: no stable weights/step_N for step(s) "
+            f"{missing or ck.steps or f'every {ck.every}'} (stable steps there: {[n for n, _ in have] or 'none'})"
+        )
+    return {n: await score_step(store, n, p, evaluate) for n, p in chosen}
+
+
+async def watch(ck: EvalCheckpointsConfig, store: ResultStore, evaluate: Evaluate,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> dict[int, EvalResult]:
+    """Evaluate each selected stable checkpoint as the run publishes it, until `until_step` is reached or no new
+    version came for `timeout_s` (a warning then); done steps are skipped. Results by step. `clock` (seconds) and
+    `sleep` pace the polls (tests pass fakes)."""
+    results: dict[int, EvalResult] = {}
+    seen: set[int] = set()
+    last_new = clock()
+    while True:
+        new = [(n, p) for n, p in stable_steps(ck.run_dir) if n not in seen]
+        for n, p in new:
+            seen.add(n)
+            last_new = clock()
+            if wanted(n, ck, ck.until_step):
+                results[n] = await score_step(store, n, p, evaluate)
+                last_new = clock()
+        if ck.until_step is not None and seen and max(seen) >= ck.until_step:
+            log.info("%s: step %d reached (checkpoints.until_step = %d): watch ends", store.key, max(seen), ck.until_step)
+            break
+        if clock() - last_new > ck.timeout_s:
+            log.warning("%s: no new stable version in %s for %.0f s (checkpoints.timeout_s): watch ends after %d "
+                        "evaluated step(s)", store.key, Path(ck.run_dir) / "weights", ck.timeout_s, len(results))  # fmt: skip
+            break
+        await sleep(ck.poll_s)
+    return dict(sorted(results.items()))
+
+
+def sweep_table(results: dict[int, EvalResult], k: int, title: str):
+    """A rich Table across steps: one row per (step, source) with tasks, avg@k, pass@k, pass@1 and error %."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    cols = ["Step", "Source", "Tasks", f"avg@{k}", f"pass@{k}", "pass@1", "Error"]
+    if k == 1:
+        cols.remove("pass@1")  # the same column twice otherwise
+    for col in cols:
+        t.add_column(col, justify="left" if col == "Source" else "right")
+
+    def f(x: Any, d: int) -> str:
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+    for step, res in results.items():
+        for name, m in res.by_source.items():
+            row = [str(step), name, str(int(m["tasks"])), f(m[f"avg@{k}"], 4), f(m[f"pass@{k}"], 3)]
+            t.add_row(*row, *([f(m["pass@1"], 3)] if k != 1 else []), f"{m['error_pct']:.1f}%")
+    return t
+
+
+def sweep_plot(results: dict[int, EvalResult], k: int, path: Path, title: str) -> Path:
+    """avg@k (solid) and pass@k (dashed) of each source against the step, saved to `path` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sources = sorted({s for r in results.values() for s in r.by_source})
+    for s in sources:
+        pts = [(n, r.by_source[s]) for n, r in results.items() if s in r.by_source]
+        line = ax.plot([n for n, _ in pts], [m[f"avg@{k}"] for _, m in pts], marker="o", label=f"{s} avg@{k}")[0]
+        ax.plot([n for n, _ in pts], [m[f"pass@{k}"] for _, m in pts], marker="x", linestyle="--",
+                color=line.get_color(), label=f"{s} pass@{k}")  # fmt: skip
+    ax.set_xlabel("step (policy version)")
+    ax.set_ylabel("score")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
