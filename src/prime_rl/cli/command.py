@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from prime_rl.diskfull import exit_on_disk_full
 from prime_rl.registry import Registry, RegistryError, import_path
 
 
@@ -47,7 +48,8 @@ class Command:
     when the config has a `dry_run` field. `user_errors`: exceptions of `run` (classes or import paths) that are the
     user's input (a missing file, a bad value), printed as `PROG: error: ...` with exit 2 instead of a traceback.
     `failures`: exceptions of `run` that stop a run for a stated reason (training diverged, a corrupt checkpoint),
-    printed the same way with exit 1. `common`: dotted fields the short `--help` lists as the most used.
+    printed the same way with exit 1. A full disk (`prime_rl.diskfull`) ends any command with one line, `no space
+    left on device under PATH (F free of T)`, and exit code 28. `common`: dotted fields the short `--help` lists as the most used.
     """
 
     def __init__(self, name: str, config: str, run: str, help: str, *, positional: tuple[str, ...] = (),
@@ -84,7 +86,9 @@ class Command:
         errors = tuple(import_path(e, "user_errors") if isinstance(e, str) else e for e in self.user_errors)
         failures = tuple(import_path(e, "failures") if isinstance(e, str) else e for e in self.failures)
         try:
-            return fn(cfg)
+            where = getattr(cfg, "output_dir", None) or getattr(cfg, "out", None)  # named when the error names no file
+            with exit_on_disk_full(where, prog or self.name):
+                return fn(cfg)
         except errors as e:
             print(f"{prog or self.name}: error: {e}", file=sys.stderr)
             raise SystemExit(2) from None

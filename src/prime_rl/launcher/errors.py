@@ -20,11 +20,18 @@ class PreflightError(LaunchError):
 
 
 class ChildFailed(LaunchError):
-    """A child process exited when it should not have."""
+    """A child process exited when it should not have. With `reason` (a full disk: `prime_rl.diskfull`), the
+    message is that reason instead of the log's tail, and the exit status is the reason's (`exit_code`)."""
 
-    def __init__(self, name: str, code: int | None, log: Path, tail: str, when: str = ""):
-        self.name, self.code, self.log, self.tail = name, code, log, tail
+    def __init__(self, name: str, code: int | None, log: Path, tail: str, when: str = "",
+                 reason: str | None = None, exit_code: int | None = None):  # fmt: skip
+        self.name, self.code, self.log, self.tail, self.reason = name, code, log, tail, reason
+        if exit_code is not None:
+            self.exit_code = exit_code
         when = f" {when}" if when else ""
+        if reason is not None:
+            super().__init__(f"{name} stopped: {reason} ({describe_exit(code)}); its log: {log}")
+            return
         indented = "\n".join("    " + line for line in tail.splitlines()) or "    (log is empty)"
         super().__init__(f"{name} died ({describe_exit(code)}){when}. Last lines of {log}:\n{indented}")
 

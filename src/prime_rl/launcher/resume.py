@@ -40,13 +40,18 @@ def latest_checkpoint(run: RunDir) -> int:
 
 
 def drop_steps_after(run: RunDir, step: int) -> list[Path]:
-    """Delete `rollouts/step_M` and `weights/step_M` for M > step, and incomplete checkpoints; return what went."""
+    """Delete `rollouts/step_M` and `weights/step_M` for M > step, and incomplete checkpoints (later steps, and the
+    temporary `.trainer.tmp/`-style folders a writer left, e.g. on a full disk); return what went."""
     gone = []
     for parent in (run.rollouts, run.weights, run.checkpoints):
         for n, d in step_dirs(parent):
             if n > step:
                 shutil.rmtree(d, ignore_errors=True)
                 gone.append(d)
+            else:
+                for tmp in d.glob(".*.tmp*"):
+                    shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+                    gone.append(tmp)
     return gone
 
 

@@ -2,7 +2,9 @@
 
 The supervision rule of `rl`: the run is done when every *finisher* (trainer and orchestrator) has exited 0. Any
 other exit (a finisher with a non-zero code, or a server exiting at all) is a failure naming the child and the
-tail of its log. SIGINT/SIGTERM stop everything. In every case all children are stopped, orchestrator first,
+tail of its log; a child stopped by a full disk is named with its one-line reason instead (`prime_rl.diskfull`:
+read from the reason file each child gets through `$PRIME_RL_REASON_FILE`, outside the run directory), and `rl`
+exits 28. SIGINT/SIGTERM stop everything. In every case all children are stopped, orchestrator first,
 env-server last, each whole process group SIGTERMed then SIGKILLed after a grace period.
 """
 
@@ -10,12 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psutil
 
+from prime_rl import diskfull
 from prime_rl.launcher.errors import ChildFailed, Interrupted, LaunchError
 from prime_rl.process import Child, ChildSpec, become_subreaper, describe_exit
 
@@ -35,11 +41,18 @@ class Supervisor:
         self.finished: set[str] = set()
         self.expendable: set[str] = set()  # e.g. inference replicas: one may die while another of them runs
         self.lost: set[str] = set()
+        # each child writes why it stopped on a full disk here, outside the run directory (prime_rl.diskfull)
+        self.reasons = Path(tempfile.mkdtemp(prefix="prime-rl-reasons-"))
         become_subreaper()
+
+    def reason_file(self, name: str) -> Path:
+        """Where child `name` writes its disk-full reason (`$PRIME_RL_REASON_FILE`)."""
+        return self.reasons / f"{name}.reason"
 
     def start(self, spec: ChildSpec) -> Child:
         if spec.name in self.children:
             raise ValueError(f"child {spec.name!r} already started")
+        spec.env = {**spec.env, diskfull.REASON_ENV: str(self.reason_file(spec.name))}
         child = Child(spec)
         self.children[spec.name] = child
         log.info(f"started {spec.name} (pid {child.pid}), log: {spec.log}")
@@ -70,7 +83,10 @@ class Supervisor:
                             f"(the orchestrator stops sending it requests). Last lines of {child.log}:\n{child.tail(10)}")
                 continue
             when = "unexpectedly" if code == 0 else ""
-            raise ChildFailed(name, code, child.log, child.tail(), when)
+            tail = child.tail()
+            full = diskfull.child_reason(self.reason_file(name), tail, code, child.log.parent)
+            raise ChildFailed(name, code, child.log, tail, when, reason=full,
+                              exit_code=diskfull.EXIT_CODE if full else None)  # fmt: skip
 
     def refresh(self) -> None:
         for child in self.children.values():
@@ -92,6 +108,7 @@ class Supervisor:
             survivors = [p for c in self.children.values() for p in c.alive_processes()]
         for p in survivors:
             log.error(f"process {p.pid} survived the stop of the run")
+        shutil.rmtree(self.reasons, ignore_errors=True)
         return survivors
 
     def wait_done(

@@ -6,6 +6,8 @@ import logging
 import sys
 from pathlib import Path
 
+from prime_rl.diskfull import DiskFullFileHandler
+
 _FMT = "%(asctime)s %(levelname)-7s [%(name)s] %(message)s"
 _DATEFMT = "%H:%M:%S"
 
@@ -26,7 +28,7 @@ def setup_logging(process: str, run_dir: Path | None = None, level: str = "info"
     if run_dir is not None:
         log_dir = Path(run_dir) / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        fh = logging.FileHandler(log_dir / f"{process}.log")
+        fh = DiskFullFileHandler(log_dir / f"{process}.log")  # a full disk is reported, not a traceback per record
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s [%(name)s] %(message)s"))
         root.addHandler(fh)
     root.propagate = False

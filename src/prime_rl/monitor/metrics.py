@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prime_rl.diskfull import guard
+
 
 class MetricsWriter:
     """Append metric rows to `run_dir/metrics.jsonl` (one line per call, under an exclusive file lock).
@@ -26,7 +28,7 @@ class MetricsWriter:
         row = {"process": self.process, "step": int(step), "time": time.time()}
         row.update({k: _clean(v) for k, v in metrics.items()})
         line = json.dumps(row, sort_keys=False) + "\n"
-        with open(self.path, "a") as f:
+        with guard(self.path.parent), open(self.path, "a") as f:  # a full disk: DiskFullError
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 f.write(line)

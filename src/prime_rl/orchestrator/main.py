@@ -36,6 +36,7 @@ from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.inference.backend import InferenceBackend, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
+from prime_rl.monitor.prometheus import OperatorMetrics, start_metrics_server
 from prime_rl.monitor.rundir import RunDir
 from prime_rl.orchestrator.admission import CutBatch
 from prime_rl.orchestrator.agent import AgentLimits
@@ -126,6 +127,7 @@ class Orchestrator:
         self.policy = PolicyVersion(0)
         self.gate = CapacityGate()
         self.sched: Scheduler | None = None  # built in `run`, once the sources are started
+        self.prom: OperatorMetrics | None = None  # the metrics_server endpoint, started in `run`
         self.stream = TaskStream(train_sources, seed=cfg.seed)
         self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens, cfg.reward_range)
         self.watcher = WeightWatcher(self.run_dir.weights, client.update_weights, self.policy, poll_s=poll_s,
@@ -210,6 +212,9 @@ class Orchestrator:
         await asyncio.to_thread(_write_files, step_dir, traces, batches)
         m["micro_batches_per_rank"] = len(batches[0].micro_batches)
         self.metrics.log(step, m)
+        if self.prom is not None:
+            self.prom.orchestrator_step(step, m, running=self.sched.inflight if self.sched else 0,
+                                        ready=len(self.sched.ready) if self.sched else 0)  # fmt: skip
         line = step_line(step, m, self.cfg.max_steps)
         log.info(line)
         if self.echo:
@@ -225,6 +230,7 @@ class Orchestrator:
             TimeoutError: no policy version came for `weights_timeout_s`.
         """
         self._resume()
+        self.prom = start_metrics_server("orchestrator", self.cfg.metrics_server)
         for s in {id(x): x for x in self.train_sources + self.eval_sources}.values():
             await s.start()
         pairs = [(s, "train") for s in self.train_sources]
@@ -252,6 +258,8 @@ class Orchestrator:
         finally:
             await sched.aclose()
             gc.unfreeze()  # collectable again at exit (extension modules report frozen objects as leaks)
+            if self.prom is not None:
+                self.prom.close()
         if error is not None:
             raise error
         return out
@@ -440,5 +448,10 @@ def orchestrate(cfg: OrchestratorConfig) -> None:
         log.error("%s", e)
         sys.exit(1)
     except Exception as e:
+        from prime_rl.diskfull import EXIT_CODE, reason, report
+
+        if (line := reason(e, run_dir)) is not None:  # a full disk: one line, on stderr too (the log may be cut)
+            report(line, "orchestrator")
+            sys.exit(EXIT_CODE)
         log.error("the orchestrator stopped: %s: %s", type(e).__name__, e, exc_info=e)
         sys.exit(1)

@@ -11,6 +11,7 @@ one `CheckpointError` naming the step, the file and the earlier complete checkpo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -22,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from prime_rl.diskfull import guard
 from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.rundir import step_dirs
 from prime_rl.trainer.dist import DistInfo, barrier
@@ -121,6 +123,10 @@ def save_checkpoint(
     """Save everything needed to continue after optimizer step `step` (collective: call on all ranks).
 
     `progress` is JSON-able (e.g. {"step": N, "total_tokens": ...}). Returns `ckpt_root/step_N/trainer`.
+
+    Raises:
+        DiskFullError: a write failed on a full disk (names `step_N`); the temporary `.trainer.tmp/` is removed, so
+            no half checkpoint is left for a resume to find.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -132,15 +138,23 @@ def save_checkpoint(
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
     barrier()
-    msd, osd = get_state_dict(model, optimizer)
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"))
-    meta, tensors = _rng_state()
-    meta.update({"scheduler": scheduler.state_dict(), "progress": progress, "world_size": dist_info.world_size})
-    atomic_write_bytes(tmp / f"rank_{dist_info.rank}.json", json.dumps(meta).encode())
-    save_file(tensors, str(tmp / f"rank_{dist_info.rank}.safetensors"))
-    barrier()
+    try:
+        with guard(step_dir):
+            msd, osd = get_state_dict(model, optimizer)
+            dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"))
+            meta, tensors = _rng_state()
+            meta.update({"scheduler": scheduler.state_dict(), "progress": progress, "world_size": dist_info.world_size})
+            atomic_write_bytes(tmp / f"rank_{dist_info.rank}.json", json.dumps(meta).encode())
+            save_file(tensors, str(tmp / f"rank_{dist_info.rank}.safetensors"))
+            barrier()
+            if dist_info.is_main:
+                publish_filled_dir(tmp, final, STABLE)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # never leave a half checkpoint (a full disk: DiskFullError)
+        with contextlib.suppress(OSError):
+            step_dir.rmdir()  # when nothing else (the orchestrator's part) is in it
+        raise
     if dist_info.is_main:
-        publish_filled_dir(tmp, final, STABLE)
         prune_step_dirs(Path(ckpt_root), keep_last, subdir=SUBDIR)
     barrier()
     return final

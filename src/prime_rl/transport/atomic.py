@@ -7,6 +7,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from prime_rl.diskfull import guard
+
 STABLE = "STABLE"
 
 
@@ -24,14 +26,19 @@ def _fsync_dir(path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that a reader sees either nothing or the whole file."""
+    """Write `data` to `path` so that a reader sees either nothing or the whole file. On a full disk the temporary
+    file is removed and `prime_rl.diskfull.DiskFullError` names `path`'s folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with guard(path.parent), open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written stays behind (a full disk: DiskFullError)
+        raise
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 
@@ -44,7 +51,8 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None], marker: str | Non
     """Create directory `path` atomically: `fill(tmpdir)` writes into a temporary sibling, which is renamed.
 
     When `marker` is given, an empty file of that name is written last (after the rename) so that readers that
-    wait for the marker never see a partial directory. An existing `path` is replaced.
+    wait for the marker never see a partial directory. An existing `path` is replaced. On any error the temporary
+    directory is removed; a full disk raises `prime_rl.diskfull.DiskFullError` naming `path`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,8 +61,9 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None], marker: str | Non
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        fill(tmp)
-        publish_filled_dir(tmp, path, marker)
+        with guard(path):
+            fill(tmp)
+            publish_filled_dir(tmp, path, marker)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
