@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,8 +18,9 @@ from prime_rl.config.base import (
     WandbConfig,
 )
 from prime_rl.config.deployment import SFTDeploymentConfig, SlurmConfig, check_sft_deployment, check_slurm_nodes
+from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.orchestrator import RendererConfig
-from prime_rl.monitor.logger import get_logger
+from prime_rl.config.sft import LossMaskConfig, SFTSourceConfig, SFTValConfig
 
 
 class TrainerModelConfig(ModelConfig):
@@ -110,7 +112,7 @@ def legacy_loss_type(value: Any) -> Any:
     t = value["type"]
     if t in DEPRECATED_LOSS_TYPES:
         new = DEPRECATED_LOSS_TYPES[t]
-        get_logger("config").warning(
+        logging.getLogger("prime_rl.config").warning(
             f"loss.type = {t!r} is deprecated: the loss is named {new!r} (a trust-region policy gradient with a KL "
             f"term; GRPO is the advantage estimator, `orchestrator.advantage.type`); write type = {new!r}"
         )
@@ -165,6 +167,9 @@ class TrainerConfig(BaseConfig):
     weights: WeightsConfig = Field(WeightsConfig(), description="Publishing policy versions to weights/step_N/.")
     ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
     diagnostics: DiagnosticsConfig = Field(DiagnosticsConfig(), description="Extra learning diagnostics per step.")
+    metrics_server: MetricsServerConfig | None = Field(
+        None, description="Prometheus /metrics endpoint on rank 0 for operators (loopback by default); None = off."
+    )
     wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
     log: LogConfig = Field(LogConfig(), description="Logging.")
 
@@ -222,9 +227,23 @@ class SFTDataConfig(DatasetSource):
         "instead of packing: same loss, faster when a long system prompt + tools block repeats in every sample.",
     )
     micro_batch_size: int = Field(16, gt=0, description="Samples per micro-batch with shared_prefix.")
+    loss_mask: LossMaskConfig = Field(LossMaskConfig(), description="Which messages' tokens carry loss, per role.")
+    source: list[SFTSourceConfig] = Field(
+        default_factory=list,
+        description="Several datasets mixed: each sample of a step is drawn from a source with probability "
+        "weight / sum(weights) by a generator seeded with `seed` (replaces path/name; [[data.source]] tables).",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> SFTDataConfig:
+        if self.source:
+            if self.name is not None or ("path" in self.model_fields_set and self.path is not None):
+                raise ValueError("data.source lists the datasets: unset data.path and data.name")
+            labels = [s.resolved_label() for s in self.source]
+            if len(set(labels)) != len(labels):
+                raise ValueError(f"data.source labels must differ (got {labels}): set label in each [[data.source]]")
+            self.path = None
+            return self
         if self.name is not None:
             if "path" in self.model_fields_set and self.path is not None:
                 raise ValueError("data.path and data.name both set: rows come from one of them")
@@ -245,6 +264,7 @@ class SFTConfig(BaseConfig):
     ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
     wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
     log: LogConfig = Field(LogConfig(), description="Logging.")
+    val: SFTValConfig | None = Field(None, description="Validation loss on held-out conversations; None = off.")
 
     renderer: RendererConfig = Field(
         RendererConfig(), description="Chat renderer; use the orchestrator's so SFT trains on what RL samples."

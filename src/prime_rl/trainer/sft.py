@@ -1,27 +1,34 @@
-"""SFT (`sft @ config`): supervised fine-tuning on chat JSONL with the RL trainer's engine.
+"""SFT (`sft @ config`): supervised fine-tuning on chat data with the RL trainer's engine.
 
-Step N (1-based) trains on dataset positions (N-1)*batch_size ... N*batch_size-1 of the epoch-permuted stream
-(`sft_data.step_indices`), packed into micro-batches of at most `seq_len` tokens (or, with `data.shared_prefix`,
-grouped `micro_batch_size` at a time so their common prefix runs once) and dealt across ranks; the loss is the
-NLL of assistant tokens divided by the step's assistant-token count (all ranks). Same model / LoRA / FSDP2 /
-optimizer / checkpoint / publishing code as RL (`engine.Engine`). Publishes `weights/step_N/` at the last step
-and every `publish_interval` steps.
+With one dataset (`data.path`/`data.name`), step N (1-based) trains on dataset positions (N-1)*batch_size ...
+N*batch_size-1 of the epoch-permuted stream (`sft_data.step_indices`); with `[[data.source]]`, each sample is
+drawn from a source by weight (`sft_mix.Mixture`). The batch is packed into micro-batches of at most `seq_len`
+tokens (or, with `data.shared_prefix`, grouped `micro_batch_size` at a time so their common prefix runs once) and
+dealt across ranks; the loss is the NLL of the loss tokens (`data.loss_mask`: assistant tokens by default)
+divided by the step's loss-token count (all ranks). `[val]` adds `val/loss` every `val.interval` steps
+(`sft_val`). Same model / LoRA / FSDP2 / optimizer / checkpoint / publishing code as RL (`engine.Engine`).
+Publishes `weights/step_N/` at the last step and every `publish_interval` steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
+
+import numpy as np
+import torch
 
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.models.renderer import load_tokenizer, make_renderer
 from prime_rl.monitor.logger import setup_logging
 from prime_rl.monitor.plots import plot_at_end
-from prime_rl.monitor.progress import Progress
+from prime_rl.monitor.progress import Progress, step_line
 from prime_rl.trainer.dist import node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import sft_loss
 from prime_rl.trainer.sft_data import (
+    SFTSample,
     load_chat_rows,
     pack_samples,
     render_dataset,
@@ -29,6 +36,8 @@ from prime_rl.trainer.sft_data import (
     shared_prefix_micro_batches,
     step_indices,
 )
+from prime_rl.trainer.sft_mix import Mixture, held_out_split
+from prime_rl.trainer.sft_val import validation_loss
 
 
 def total_steps(cfg: SFTConfig, n: int) -> int:
@@ -55,49 +64,136 @@ def run(cfg: SFTConfig) -> dict[str, float] | None:
     return run_with_wandb(train, cfg, "sft", {"sft"})
 
 
+def _source_desc(path: Any, name: str | None, split: str, field: str) -> str:
+    return f"{field}.path = {str(path)!r}" if path is not None else f"{field}.name = {name!r} (split {split})"
+
+
+def load_rows(cfg: SFTConfig) -> tuple[list[str], list[list[dict]], list[float], list[dict], list[str]]:
+    """(labels, train rows per source, weights, validation rows, descriptions per source) of `data` and `val`.
+    One dataset (`data.path`/`data.name`) is the single source `data`; `val.fraction` holds out that share of
+    each source's rows (`sft_mix.held_out_split`, seeded with `seed`)."""
+    d = cfg.data
+    if d.source:
+        specs = [(s.resolved_label(), s, s.weight, f"data.source[{i}]") for i, s in enumerate(d.source)]
+    else:
+        specs = [("data", d, 1.0, "data")]
+    labels, rows, weights, descs, val_rows = [], [], [], [], []
+    for label, s, w, field in specs:
+        r = load_chat_rows(path=s.path, name=s.name, subset=s.subset, split=s.split, columns=s.columns)
+        desc = _source_desc(s.path, s.name, s.split, field)
+        if cfg.val is not None and cfg.val.fraction is not None:
+            train_idx, val_idx = held_out_split(len(r), cfg.val.fraction, cfg.seed)
+            val_rows += [r[i] for i in val_idx]
+            r = [r[i] for i in train_idx]
+        labels.append(label), rows.append(r), weights.append(w), descs.append(desc)
+    if cfg.val is not None and cfg.val.data is not None:
+        v = cfg.val.data
+        val_rows = load_chat_rows(path=v.path, name=v.name, subset=v.subset, split=v.split, columns=v.columns)
+    return labels, rows, weights, val_rows, descs
+
+
+def _source_probe(batch_sources: list[int], batch: list[Any], mbs: list[Any], labels: list[str]):
+    """A metric probe giving `source/<label>/nll` (mean NLL per loss token of that source's samples) for packed
+    micro-batches (`pack_samples` keeps samples in order, so each micro-batch is a run of consecutive samples)."""
+    tok_src: dict[int, np.ndarray] = {}
+    j = 0
+    for mb in mbs:
+        parts, n = [], 0
+        while n < len(mb) and j < len(batch):
+            parts.append(np.full(len(batch[j]), batch_sources[j]))
+            n += len(batch[j])
+            j += 1
+        tok_src[id(mb)] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def probe(fwd: Any, mb: Any) -> dict[str, tuple[float, float]]:
+        src = tok_src.get(id(mb))
+        lp, mask = fwd.inputs.trainer_logprobs.detach().double(), fwd.inputs.loss_mask.bool()
+        out = {f"source/{lab}/nll": (0.0, 0.0) for lab in labels}
+        if src is None or len(src) != lp.shape[0]:
+            return out
+        src_t = torch.as_tensor(src, device=lp.device)
+        for k, lab in enumerate(labels):
+            sel = mask & (src_t == k)
+            out[f"source/{lab}/nll"] = (float(-lp[sel].sum()), float(sel.sum()))
+        return out
+
+    return probe
+
+
 def train(cfg: SFTConfig) -> dict[str, float] | None:
     """Train; returns the last step's metrics."""
     from prime_rl.trainer.model import model_dir
 
     log = setup_logging("sft", cfg.output_dir, cfg.log.level)
     model_dir(cfg.model.name)  # before the tokenizer: a missing folder or hub id fails here, naming model.name
-    d = cfg.data
-    rows = load_chat_rows(path=d.path, name=d.name, subset=d.subset, split=d.split, columns=d.columns)
-    source = f"data.path = {str(d.path)!r}" if d.path is not None else f"data.name = {d.name!r} (split {d.split})"
+    labels, rows, weights, val_rows, descs = load_rows(cfg)
     tokenizer = load_tokenizer(cfg.model.name, cfg.model.chat_template)
     renderer = make_renderer(tokenizer, cfg.renderer)
-    with Progress("rendering", total=len(rows), unit="conversations", log=log) as p:
-        samples, truncated = render_dataset(rows, renderer, cfg.seq_len, on_row=p.advance)
-    n_loss = sum(int(s.loss_mask.sum()) for s in samples)
-    log.info(
-        f"{len(samples)} conversations from {source}: {sum(len(s) for s in samples)} tokens, "
-        f"{n_loss} assistant tokens, {truncated} truncated to seq_len={cfg.seq_len}"
-    )
-    if n_loss == 0:
-        raise ValueError(f"{source}: no assistant tokens to train on after rendering")
-    steps = total_steps(cfg, len(samples))
+    roles = cfg.data.loss_mask.roles()
+    per_source: list[list[SFTSample]] = []
+    for label, r, desc in zip(labels, rows, descs, strict=True):
+        with Progress(f"rendering {label}", total=len(r), unit="conversations", log=log) as p:
+            samples, truncated = render_dataset(r, renderer, cfg.seq_len, on_row=p.advance, roles=roles)
+        n_loss = sum(int(s.loss_mask.sum()) for s in samples)
+        log.info(
+            f"{len(samples)} conversations from {desc}: {sum(len(s) for s in samples)} tokens, "
+            f"{n_loss} loss tokens ({', '.join(sorted(roles))}), {truncated} truncated to seq_len={cfg.seq_len}"
+        )
+        if n_loss == 0:
+            raise ValueError(f"{desc}: no loss tokens to train on after rendering (data.loss_mask: {sorted(roles)})")
+        per_source.append(samples)
+    val_samples: list[SFTSample] = []
+    if cfg.val is not None:
+        val_samples, _ = render_dataset(val_rows, renderer, cfg.seq_len, roles=roles)
+        log.info(f"{len(val_samples)} validation conversations, {sum(int(s.loss_mask.sum()) for s in val_samples)} "
+                 f"loss tokens")  # fmt: skip
+    mixture = Mixture([len(s) for s in per_source], weights, cfg.seed, cfg.data.shuffle) if cfg.data.source else None
+    n_total = sum(len(s) for s in per_source)
+    steps = total_steps(cfg, n_total)
     engine = Engine(dataclasses.replace(EngineConfig.from_config(cfg), max_steps=steps), process="sft")
     pad_id = tokenizer.pad_token_id or 0
+    val_bs = (cfg.val.batch_size or cfg.data.batch_size) if cfg.val is not None else 0
+
+    def validate() -> dict[str, float]:
+        return validation_loss(engine, val_samples, val_bs, cfg.val.num_batches, cfg.seq_len, pad_id)
+
     last = None
     try:
         engine.maybe_resume()
         log.info(f"sft rank {engine.dist.rank}/{engine.dist.world_size} on {engine.dist.device}, node {node_name()}")
+        if cfg.val is not None and cfg.val.eval_on_start and engine.step == 0:
+            v = validate()
+            if engine.dist.is_main:
+                engine.metrics.log(0, v)
+                log.info(step_line(0, steps, [f"Val Loss {v['val/loss']:.4f}"]))
         with Progress("sft", total=steps, unit="steps", start=engine.step, log=log, log_every_s=60.0) as bar:
             for step in range(engine.step + 1, steps + 1):
-                idx = step_indices(step, cfg.data.batch_size, len(samples), cfg.seed, cfg.data.shuffle)
-                batch = [samples[i] for i in idx]
+                if mixture is None:
+                    picks = [(0, i) for i in step_indices(step, cfg.data.batch_size, n_total, cfg.seed,
+                                                          cfg.data.shuffle)]  # fmt: skip
+                else:
+                    picks = mixture.step(step, cfg.data.batch_size)
+                batch = [per_source[s][i] for s, i in picks]
                 total = sum(int(s.loss_mask.sum()) for s in batch)
                 if cfg.data.shared_prefix:
                     mbs = shared_prefix_micro_batches(batch, cfg.data.micro_batch_size, cfg.seq_len, pad_id)
+                    probe = None
                 else:
                     mbs = pack_samples(batch, cfg.seq_len)
+                    probe = _source_probe([s for s, _ in picks], batch, mbs, labels) if mixture else None
                 mbs = shard_micro_batches(mbs, engine.dist.rank, engine.dist.world_size, pad_id)
-                m = engine.train_step(mbs, total, sft_loss, None)
-                m["epoch"] = (step * cfg.data.batch_size) / len(samples)
+                m = engine.train_step(mbs, total, sft_loss, None, probe=probe)
+                m["epoch"] = (step * cfg.data.batch_size) / n_total
+                if mixture is not None:
+                    counts = np.bincount([s for s, _ in picks], minlength=len(labels))
+                    for k, lab in enumerate(labels):
+                        m[f"source/{lab}/samples"] = float(counts[k])
+                if cfg.val is not None and (step % cfg.val.interval == 0 or step == steps):
+                    m.update(validate())
                 if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0):
                     engine.publish(step)
                 engine.maybe_checkpoint(step)
-                engine.log_step(step, m, console=("epoch",))
+                engine.log_step(step, m, console=("epoch", "val/loss"))
                 bar.advance()
                 last = m
     finally:

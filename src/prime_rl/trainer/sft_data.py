@@ -7,9 +7,9 @@ columns (`prime_rl.hf_data`). A row is `{"messages": [...], "tools": [...] (opti
 (assistant `tool_calls` allowed, `tool` role for results), or TRL's prompt-completion form `{"prompt": ...,
 "completion": ...}` (each a string or a list of messages), which becomes the messages prompt + completion. A sample is rendered with the same `renderers` renderer the
 orchestrator samples with (so SFT trains on exactly the token sequences RL later samples), and its loss mask
-selects the tokens the model itself would emit in each assistant turn: the assistant's content, reasoning and
-tool calls, and its closing `<|im_end|>`. Excluded: system/user/tool messages (tool results included), role
-headers, and whatever the generation prompt pre-fills (e.g. the empty `<think>\\n\\n</think>\\n\\n` block with
+selects (by default, `data.loss_mask`) the tokens the model itself would emit in each assistant turn: the
+assistant's content, reasoning and tool calls, and its closing `<|im_end|>`. Excluded: system/user/tool messages
+(tool results included; each role can be switched on in `data.loss_mask`), the assistant's role headers, and whatever the generation prompt pre-fills (e.g. the empty `<think>\\n\\n</think>\\n\\n` block with
 `enable_thinking = false`). The pre-filled part is found by rendering the conversation up to each assistant
 turn with `add_generation_prompt=True` and diffing token ids against the full rendering.
 """
@@ -116,30 +116,40 @@ def load_chat_rows(*, path: str | Path | None = None, name: str | None = None, s
     return [to_chat_row(r, f"{src}, row {i + 1}") for i, r in enumerate(rows)]
 
 
-def render_sample(renderer: Any, messages: list[dict], tools: list[dict] | None = None) -> SFTSample:
-    """Render one conversation and mask everything but the assistant's own tokens (see module docstring)."""
+def render_sample(
+    renderer: Any, messages: list[dict], tools: list[dict] | None = None, roles: frozenset[str] = frozenset({"assistant"})
+) -> SFTSample:
+    """Render one conversation; the loss mask covers the messages whose role is in `roles` (`data.loss_mask`): an
+    assistant message's own emitted tokens (see module docstring), every token the renderer attributes to any
+    other message. Position 0 never carries loss (nothing predicts it)."""
     full = renderer.render(messages, tools=tools)
     ids = list(full.token_ids)
     idx = list(full.message_indices)
     sampled = list(full.sampled_mask) if len(full.sampled_mask) == len(ids) else None
     mask = np.zeros(len(ids), bool)
     for i, m in enumerate(messages):
-        if m.get("role") != "assistant":
+        role = m.get("role")
+        if role not in roles:
             continue
-        prompt = renderer.render_ids(messages[:i], tools=tools, add_generation_prompt=True)
-        start = len(prompt) if ids[: len(prompt)] == list(prompt) else 0
+        start = 0
+        if role == "assistant":
+            prompt = renderer.render_ids(messages[:i], tools=tools, add_generation_prompt=True)
+            start = len(prompt) if ids[: len(prompt)] == list(prompt) else 0
         for k in range(start, len(ids)):
-            if idx[k] == i and (sampled is None or sampled[k]):
+            if idx[k] == i and (role != "assistant" or sampled is None or sampled[k]):
                 mask[k] = True
+    mask[:1] = False
     return SFTSample(np.asarray(ids, dtype=np.int64), mask)
 
 
-def render_dataset(rows: list[dict], renderer: Any, seq_len: int, on_row: Any = None) -> tuple[list[SFTSample], int]:
-    """Render every row; samples longer than `seq_len` are truncated. Returns (samples, number truncated).
-    `on_row()` is called after each row (progress)."""
+def render_dataset(
+    rows: list[dict], renderer: Any, seq_len: int, on_row: Any = None, roles: frozenset[str] = frozenset({"assistant"})
+) -> tuple[list[SFTSample], int]:
+    """Render every row (loss on the messages of `roles`); samples longer than `seq_len` are truncated. Returns
+    (samples, number truncated). `on_row()` is called after each row (progress)."""
     out, truncated = [], 0
     for row in rows:
-        s = render_sample(renderer, row["messages"], row.get("tools"))
+        s = render_sample(renderer, row["messages"], row.get("tools"), roles)
         if len(s) > seq_len:
             s = SFTSample(s.input_ids[:seq_len], s.loss_mask[:seq_len])
             truncated += 1

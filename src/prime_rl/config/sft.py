@@ -1,0 +1,81 @@
+"""SFT-only settings: per-role loss masks (`data.loss_mask`), weighted dataset mixing (`[[data.source]]`) and the
+validation split (`[val]`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from prime_rl.config.base import BaseConfig, DatasetSource
+
+
+class LossMaskConfig(BaseConfig):
+    """Which messages' tokens carry loss (the reference's `data.loss_mask`). An assistant message contributes the
+    tokens the model emits itself (content, reasoning, tool calls, its end-of-turn token); any other message
+    contributes every token the renderer attributes to it (role header, content, end-of-turn). The first token of
+    a conversation never carries loss (nothing predicts it)."""
+
+    system: bool = Field(False, description="System messages carry loss.")
+    user: bool = Field(False, description="User messages carry loss.")
+    assistant: bool = Field(True, description="Assistant messages carry loss (their sampled tokens).")
+    tool: bool = Field(False, description="Tool-result messages carry loss.")
+
+    def roles(self) -> frozenset[str]:
+        """The roles whose tokens carry loss."""
+        return frozenset(r for r in ("system", "user", "assistant", "tool") if getattr(self, r))
+
+
+class SFTSourceConfig(DatasetSource):
+    """One dataset of a mixture: rows from `path` or a Hugging Face dataset `name`, drawn with relative `weight`."""
+
+    path: Path | None = Field(None, description="Local rows (.jsonl, .parquet, ...); unset when `name` is given.")
+    weight: float = Field(
+        1.0, gt=0, description="Relative probability of drawing a sample from this source (weights are normalised)."
+    )
+    label: str | None = Field(
+        None, description="Name in metrics (`source/<label>/...`); default: the file's stem or the dataset name."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SFTSourceConfig:
+        if (self.path is None) == (self.name is None):
+            raise ValueError("each [[data.source]] needs exactly one of path (a local file) or name (a HF dataset)")
+        return self
+
+    def resolved_label(self) -> str:
+        """`label`, else the file's stem, else the dataset name."""
+        if self.label:
+            return self.label
+        return self.path.stem if self.path is not None else str(self.name)
+
+
+class SFTValDataConfig(DatasetSource):
+    """Validation rows from a file or a Hugging Face dataset (same row formats as `data`)."""
+
+    path: Path | None = Field(None, description="Local rows (.jsonl, .parquet, ...); unset when `name` is given.")
+
+
+class SFTValConfig(BaseConfig):
+    """Validation loss on held-out conversations, without gradients, in a fixed order (deterministic): the NLL of
+    the loss tokens (same `data.loss_mask`) summed over the first `num_batches` batches of `batch_size`
+    conversations, divided by their loss-token count. Reported as `val/loss` and `val/perplexity`."""
+
+    data: SFTValDataConfig | None = Field(None, description="Validation rows; unset: hold out `fraction` of data.")
+    fraction: float | None = Field(
+        None, gt=0, lt=1,
+        description="Hold out this fraction of the training rows (of each [[data.source]]), chosen by a "
+        "permutation seeded with `seed`; those rows are never trained on.",
+    )  # fmt: skip
+    interval: int = Field(50, gt=0, description="Validate every N optimizer steps (and at the last step).")
+    eval_on_start: bool = Field(False, description="Also validate the initial weights (logged as step 0).")
+    num_batches: int | None = Field(None, gt=0, description="Batches per validation; None: the whole split.")
+    batch_size: int | None = Field(None, gt=0, description="Conversations per validation batch; None: data.batch_size.")
+
+    @model_validator(mode="after")
+    def _one_split(self) -> SFTValConfig:
+        if (self.data is None) == (self.fraction is None):
+            raise ValueError("[val] needs exactly one of val.data (a path or name) or val.fraction (held-out share)")
+        if self.data is not None and (self.data.path is None) == (self.data.name is None):
+            raise ValueError("val.data needs exactly one of path (a local file) or name (a Hugging Face dataset)")
+        return self

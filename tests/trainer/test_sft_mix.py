@@ -1,0 +1,74 @@
+"""SFT dataset mixing (`[[data.source]]`) and the held-out validation split: proportions over many draws within
+binomial bounds, determinism, resume, and per-epoch coverage within a source."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from prime_rl.config.trainer import SFTConfig
+from prime_rl.trainer.sft_mix import Mixture, held_out_split
+
+
+def test_proportions_within_binomial_bounds():
+    weights = [1.0, 2.0, 5.0]
+    mix = Mixture([5, 7, 3], weights, seed=3)
+    n = 40_000
+    counts = np.bincount(mix.sources(n), minlength=3)
+    for c, w in zip(counts, weights, strict=True):
+        p = w / 8.0
+        sd = math.sqrt(n * p * (1 - p))
+        assert abs(c - n * p) < 4 * sd, (counts, p)
+    # each step's batch is drawn per sample, so single steps vary around the mean
+    per_step = [sum(s == 2 for s, _ in mix.step(k, 8)) for k in range(1, 200)]
+    assert len(set(per_step)) > 3
+
+
+def test_hand_worked_draws():
+    mix = Mixture([4, 4], [1.0, 3.0], seed=0)  # p = (0.25, 0.75): source 0 exactly when u < 0.25
+    u = np.random.default_rng(0).random(6)
+    assert mix.sources(6).tolist() == [int(x >= 0.25) for x in u]
+
+
+def test_deterministic_and_resumable():
+    a = Mixture([5, 9], [1.0, 1.0], seed=1)
+    b = Mixture([5, 9], [1.0, 1.0], seed=1)
+    seq = [a.step(k, 4) for k in range(1, 9)]
+    assert b.step(8, 4) == seq[-1]  # a resumed run (no earlier steps drawn) draws the same samples
+    assert [b.step(k, 4) for k in range(1, 9)] == seq
+    assert [Mixture([5, 9], [1.0, 1.0], seed=2).step(k, 4) for k in range(1, 9)] != seq
+
+
+def test_each_source_visits_every_row_once_per_epoch():
+    mix = Mixture([3, 5], [1.0, 1.0], seed=4)
+    picks = [p for k in range(1, 51) for p in mix.step(k, 4)]
+    for s, n in ((0, 3), (1, 5)):
+        rows = [i for src, i in picks if src == s]
+        for e in range(len(rows) // n):
+            assert sorted(rows[e * n : (e + 1) * n]) == list(range(n))
+
+
+def test_held_out_split():
+    train, val = held_out_split(10, 0.25, seed=0)
+    assert len(val) == 2 and len(train) == 8 and sorted(train + val) == list(range(10))  # round(2.5) = 2
+    assert held_out_split(10, 0.25, seed=0) == (train, val)
+    with pytest.raises(ValueError, match="val.fraction"):
+        held_out_split(1, 0.5, seed=0)
+
+
+def test_config_checks(tmp_path):
+    src = [{"path": "a.jsonl", "weight": 1}, {"path": "b.jsonl", "weight": 3}]
+    cfg = SFTConfig(data={"source": src})
+    assert cfg.data.path is None and [s.resolved_label() for s in cfg.data.source] == ["a", "b"]
+    with pytest.raises(ValueError, match="unset data.path"):
+        SFTConfig(data={"source": src, "path": "c.jsonl"})
+    with pytest.raises(ValueError, match="labels must differ"):
+        SFTConfig(data={"source": [{"path": "x/a.jsonl"}, {"path": "y/a.jsonl"}]})
+    with pytest.raises(ValueError, match="exactly one of path"):
+        SFTConfig(data={"source": [{"weight": 1}]})
+    with pytest.raises(ValueError, match="exactly one of val.data"):
+        SFTConfig(val={"interval": 5})
+    with pytest.raises(ValueError, match="weight"):
+        SFTConfig(data={"source": [{"path": "a.jsonl", "weight": 0}]})
