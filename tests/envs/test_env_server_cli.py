@@ -23,11 +23,19 @@ def _parse(argv: list[str]):
 def test_the_launchers_serve_argv_parses(tmp_path):
     cfg = nemo_cfg(tmp_path, "--env-server.token", "s3cret")
     (plan,) = envserver.plan_env_servers(cfg, probe=lambda url: False)
-    spec = envserver.serve_spec(cfg, plan, tmp_path / "log")
+    spec = envserver.serve_spec(cfg, plan, tmp_path / "log", token=cfg.env_server.token)
     got = _parse(spec.argv[spec.argv.index("serve"):])
     want = EnvServerServeConfig(dir=plan.serve_dir, host="127.0.0.1", port=9100, max_concurrent=96,
-                                masked_as_error=True, idle_timeout=120.0, token="s3cret")  # fmt: skip
+                                masked_as_error=True, idle_timeout_s=120.0, token="s3cret")  # fmt: skip
     assert got == want
+
+
+def test_seconds_end_in_s_and_the_reference_spellings_parse(tmp_path):
+    """`--idle-timeout-s`/`--seed-wait-s` and the reference's `--idle-timeout`/`--seed-wait` set the same fields."""
+    new = _parse(["serve", str(tmp_path), "--idle-timeout-s", "7", "--seed-wait-s", "3"])
+    old = _parse(["serve", str(tmp_path), "--idle-timeout", "7", "--seed-wait", "3"])
+    assert new == old
+    assert (old.idle_timeout_s, old.seed_wait_s) == (7.0, 3.0)
 
 
 def test_write_spellings(tmp_path):

@@ -7,7 +7,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig
 
@@ -88,13 +88,19 @@ class EnvServerServeConfig(BaseConfig):
     port: int = Field(9100, ge=0, le=65535, description="Port to bind.")
     host: str = Field("127.0.0.1", description="Bind address (default 127.0.0.1: this machine only).")
     masked_as_error: bool = Field(False, description="Answer unmeasurable episodes with 503, not 200.")
-    idle_timeout: float = Field(120.0, gt=0, description="End sessions idle this many seconds.")
+    idle_timeout_s: float = Field(
+        120.0, gt=0, validation_alias=AliasChoices("idle_timeout_s", "idle_timeout"),
+        description="End sessions idle this many seconds (also accepted as `idle_timeout`).",
+    )
     max_concurrent: int = Field(96, ge=1, description="Episodes (seeded, not verified) at once.")
     at_capacity: Literal["queue", "reject"] = Field(
-        "queue", description="queue: a seed waits up to --seed-wait s for a free slot, then its verify answers masked "
+        "queue", description="queue: a seed waits up to --seed-wait-s seconds for a free slot, then its verify answers masked "
         "(works with clients that never retry); reject: answer 503 + Retry-After."
     )
-    seed_wait: float = Field(30.0, gt=0, description="Seconds a queued seed waits for a slot.")
+    seed_wait_s: float = Field(
+        30.0, gt=0, validation_alias=AliasChoices("seed_wait_s", "seed_wait"),
+        description="Seconds a queued seed waits for a slot (also accepted as `seed_wait`).",
+    )
     token: str | None = Field(None, description="Require `Authorization: Bearer TOKEN` (except GET /health).")
     log_level: LogLevel = Field("warning", description="uvicorn's log level.")
 

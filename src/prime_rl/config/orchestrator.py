@@ -6,11 +6,12 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from prime_rl.config.archive import ArchiveConfig
 from prime_rl.config.base import BaseConfig, CheckpointConfig, DatasetSource, LogConfig, ModelConfig, WandbConfig
 from prime_rl.config.eval_sweep import EvalCheckpointsConfig
+from prime_rl.config.metrics_server import MetricsServerConfig
 
 
 class ClientConfig(BaseConfig):
@@ -78,8 +79,14 @@ class ResourcesTaskConfig(BaseConfig):
     """A NeMo Gym resources server the rows are played against."""
 
     resources_url: str = Field("http://127.0.0.1:9100", description="Base URL of the resources server.")
-    request_timeout: float = Field(600.0, gt=0, description="Seconds per request (separate from connect).")
-    connect_timeout: float = Field(10.0, gt=0, description="TCP connect timeout per request, seconds.")
+    request_timeout_s: float = Field(
+        600.0, gt=0, validation_alias=AliasChoices("request_timeout_s", "request_timeout"),
+        description="Seconds per request, separate from connect (also accepted as `request_timeout`).",
+    )
+    connect_timeout_s: float = Field(
+        10.0, gt=0, validation_alias=AliasChoices("connect_timeout_s", "connect_timeout"),
+        description="TCP connect timeout per request, seconds (also accepted as `connect_timeout`).",
+    )
     retry_deadline_s: float = Field(120.0, gt=0, description="Retry 503 / transport errors with backoff up to this.")
     token: str | None = Field(None, description="Bearer token when the server was started with --token.")
 
@@ -332,6 +339,9 @@ class OrchestratorConfig(BaseConfig):
     num_train_ranks: int = Field(1, gt=0, description="Trainer data-parallel ranks (one rank_R.bin each).")
     traces_per_step: int = Field(4, ge=0, description="Readable rollouts written to traces.jsonl per step.")
     archive: ArchiveConfig = Field(ArchiveConfig(), description="Every train and eval rollout, readable (archive/).")
+    metrics_server: MetricsServerConfig | None = Field(
+        None, description="Prometheus /metrics endpoint for operators (loopback by default); None = off."
+    )
     weights_timeout_s: float = Field(1800.0, gt=0, description="How long to wait for a policy version.")
     max_empty_steps: int | None = Field(
         5, gt=0,

@@ -49,13 +49,13 @@ def serve(cfg: EnvServerServeConfig) -> None:
     root, server_cfg = load_server_config(cfg.dir)
     env = load_env(server_cfg["env"], **server_cfg.get("env_args", {}))
     state = ServerState(env=env, name=root.name, masked_as_error=cfg.masked_as_error,
-                        idle_timeout_s=cfg.idle_timeout, max_concurrent=cfg.max_concurrent,
-                        at_capacity=cfg.at_capacity, seed_wait_s=cfg.seed_wait, token=cfg.token)  # fmt: skip
+                        idle_timeout_s=cfg.idle_timeout_s, max_concurrent=cfg.max_concurrent,
+                        at_capacity=cfg.at_capacity, seed_wait_s=cfg.seed_wait_s, token=cfg.token)  # fmt: skip
     if cfg.token is None and cfg.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: binding {cfg.host} without --token: anyone who reaches the port can seed, play and verify "
               "sessions; pass --token (clients send it as a bearer token)", file=sys.stderr)  # fmt: skip
     print(f"serving {server_cfg['env']} from {root} on http://{cfg.host}:{cfg.port} "
-          f"(max_concurrent {cfg.max_concurrent}, at capacity: {cfg.at_capacity}, idle_timeout {cfg.idle_timeout})",
+          f"(max_concurrent {cfg.max_concurrent}, at capacity: {cfg.at_capacity}, idle_timeout_s {cfg.idle_timeout_s})",
           flush=True)  # fmt: skip
     uvicorn.run(create_app(state), host=cfg.host, port=cfg.port, log_level=cfg.log_level, access_log=False,
                 timeout_keep_alive=30)  # fmt: skip

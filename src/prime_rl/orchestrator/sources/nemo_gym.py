@@ -107,7 +107,7 @@ class NemoGymSource(TaskSource):
         self.capacity: int | None = None
         t = cfg.task
         self.client = NemoGymClient(
-            t.resources_url, request_timeout=t.request_timeout, connect_timeout=t.connect_timeout,
+            t.resources_url, request_timeout=t.request_timeout_s, connect_timeout=t.connect_timeout_s,
             retry_deadline_s=t.retry_deadline_s, token=t.token, max_connections=max_connections,
         )
         self._tasks: dict[str, list[Task]] = {}
