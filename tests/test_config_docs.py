@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from prime_rl.config import fast_help, reference
+from prime_rl.cli import config_docs as reference
+from prime_rl.config import fast_help
 from prime_rl.config.base import BaseConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ def test_every_field_of_every_command_has_a_description():
 def test_docs_config_md_is_generated_and_current():
     page = (REPO / "docs" / "config.md").read_text()
     assert page == reference.render(), (
-        "docs/config.md is stale: run `python -m prime_rl.config.reference --write docs/config.md`"
+        "docs/config.md is stale: run `python -m prime_rl.cli.config_docs --write docs/config.md`"
     )
     for field in ("`optim.lr`", "`scheduler.type`", "`train.sampling.temperature`", "`renderer.enable_thinking`",
                   "`env_server.synthetic`", "`wandb.offline`"):  # fmt: skip
@@ -122,7 +123,7 @@ def test_fast_help_prints_what_the_library_prints():
 def test_class_summaries_are_whole_sentences():
     """A class docstring's first paragraph wraps over several source lines: the page shows all of it (before: only
     its first line, e.g. `prime-rl summary`'s cut at "mean ±")."""
-    from prime_rl.config.reference import _first_paragraph
+    from prime_rl.cli.config_docs import _first_paragraph
     from prime_rl.config.utilities import SummaryConfig
 
     text = _first_paragraph(SummaryConfig.__doc__)

@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "prime_rl"
 FORBIDDEN = {
     "trainer": {"orchestrator", "launcher", "inference", "envs"},
     "orchestrator": {"trainer", "launcher"},
-    "config": {"trainer", "orchestrator", "inference", "envs", "launcher", "models"},
+    "config": {"trainer", "orchestrator", "inference", "envs", "launcher", "models", "cli", "monitor"},
     "envs": {"trainer", "orchestrator", "inference", "launcher"},
     "transport": {"trainer", "orchestrator", "inference", "envs", "launcher"},
     "models": {"trainer", "orchestrator", "inference", "envs", "launcher"},
@@ -49,6 +49,35 @@ def test_parts_do_not_import_forbidden_parts():
             if bits[0] == "prime_rl" and len(bits) > 1 and bits[1] in FORBIDDEN.get(part, set()):
                 bad.append(f"{rel} imports {mod}")
     assert not bad, "\n".join(bad)
+
+
+def _dynamic_imports(path: Path) -> set[str]:
+    """Module names passed as text to `importlib.import_module` / `import_path` (an f-string's leading text)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if func not in ("import_module", "import_path"):
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+            arg = arg.values[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            out.add(arg.value.split(":")[0])
+    return out
+
+
+def test_config_imports_neither_entry_points_nor_monitor(tmp_path):
+    """config/ sits below every process: it imports no `cli` (entry points) or `monitor` module, statically or by
+    import path; a tool that walks the commands (the docs/config.md generator) lives in cli/."""
+    bad = [f"{p.relative_to(SRC)} imports {mod}" for p in (SRC / "config").rglob("*.py")
+           for mod in _imports(p) | _dynamic_imports(p)
+           if mod.startswith(("prime_rl.cli", "prime_rl.monitor"))]  # fmt: skip
+    assert not bad, "\n".join(bad)
+    probe = tmp_path / "probe.py"  # the checker sees an import hidden in an f-string
+    probe.write_text('import importlib\nimportlib.import_module(f"prime_rl.cli.{1}")\n')
+    assert _dynamic_imports(probe) == {"prime_rl.cli."}
 
 
 def test_config_and_cli_import_nothing_heavy_at_module_level():

@@ -1,6 +1,6 @@
 """The configuration reference (`docs/config.md`), generated from the pydantic models.
 
-`python -m prime_rl.config.reference --write docs/config.md` rewrites the page; `tests/test_config_docs.py` fails
+`python -m prime_rl.cli.config_docs --write docs/config.md` rewrites the page; `tests/test_config_docs.py` fails
 when the committed page differs from what the models give (a field added, a default or description changed).
 """
 
@@ -18,7 +18,7 @@ from pydantic.fields import PydanticUndefined
 
 HEADER = """# Configuration reference
 
-Generated from the config models by `python -m prime_rl.config.reference --write docs/config.md`; do not edit by
+Generated from the config models by `python -m prime_rl.cli.config_docs --write docs/config.md`; do not edit by
 hand (`tests/test_config_docs.py` fails when this page is stale). Every field can be set in a TOML file passed with
 `@ file.toml` (the dotted name is the TOML table and key) or on the command line as `--dotted.name value` (dashes or
 underscores); precedence is defaults < files (left to right) < flags. `None` in a file or on the command line
@@ -152,7 +152,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m prime_rl.config.reference", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m prime_rl.cli.config_docs", description=__doc__.split("\n")[0])
     p.add_argument("--write", type=Path, default=None, help="write the page to this file (default: print it)")
     args = p.parse_args(argv)
     text = render()
