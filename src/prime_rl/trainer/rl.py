@@ -18,6 +18,7 @@ import torch
 
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.monitor.logger import setup_logging
+from prime_rl.monitor.prometheus import start_metrics_server
 from prime_rl.trainer.diagnostics import build_probe
 from prime_rl.trainer.dist import all_reduce_max, all_reduce_sum, node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
@@ -67,7 +68,9 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
     reference = build_reference(cfg, engine.dist.device)
     ref_kl = has_ref_kl(cfg)
     last: dict[str, float] | None = None
+    prom = None
     try:
+        prom = start_metrics_server("trainer", cfg.metrics_server) if engine.dist.is_main else None
         engine.maybe_resume()
         rank, world = engine.dist.rank, engine.dist.world_size
         engine.log.info(
@@ -106,8 +109,12 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
             engine.maybe_checkpoint(step)
             m["data_wait_s"] = wait_s
             engine.log_step(step, m, console=loss.console)
+            if prom is not None:
+                prom.trainer_step(step, m)
             last = m
             step += 1
     finally:
+        if prom is not None:
+            prom.close()
         engine.close()
     return last
