@@ -12,7 +12,6 @@ from prime_rl.config.archive import ArchiveConfig
 from prime_rl.config.base import BaseConfig, CheckpointConfig, DatasetSource, LogConfig, ModelConfig, WandbConfig
 from prime_rl.config.eval_sweep import EvalCheckpointsConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
-from prime_rl.config.metrics_server import MetricsServerConfig
 
 
 class ClientConfig(BaseConfig):
@@ -340,9 +339,6 @@ class OrchestratorConfig(BaseConfig):
     num_train_ranks: int = Field(1, gt=0, description="Trainer data-parallel ranks (one rank_R.bin each).")
     traces_per_step: int = Field(4, ge=0, description="Readable rollouts written to traces.jsonl per step.")
     archive: ArchiveConfig = Field(ArchiveConfig(), description="Every train and eval rollout, readable (archive/).")
-    metrics_server: MetricsServerConfig | None = Field(
-        None, description="Prometheus /metrics endpoint for operators (loopback by default); None = off."
-    )
     metrics_server: MetricsServerConfig | None = Field(
         None, description="Prometheus /metrics endpoint for operators (loopback by default); None = off."
     )

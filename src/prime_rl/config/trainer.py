@@ -19,7 +19,6 @@ from prime_rl.config.base import (
 )
 from prime_rl.config.deployment import SFTDeploymentConfig, SlurmConfig, check_sft_deployment, check_slurm_nodes
 from prime_rl.config.metrics_server import MetricsServerConfig
-from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.orchestrator import RendererConfig
 from prime_rl.config.sft import LossMaskConfig, SFTSourceConfig, SFTValConfig
 
@@ -168,9 +167,6 @@ class TrainerConfig(BaseConfig):
     weights: WeightsConfig = Field(WeightsConfig(), description="Publishing policy versions to weights/step_N/.")
     ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
     diagnostics: DiagnosticsConfig = Field(DiagnosticsConfig(), description="Extra learning diagnostics per step.")
-    metrics_server: MetricsServerConfig | None = Field(
-        None, description="Prometheus /metrics endpoint on rank 0 for operators (loopback by default); None = off."
-    )
     metrics_server: MetricsServerConfig | None = Field(
         None, description="Prometheus /metrics endpoint on rank 0 for operators (loopback by default); None = off."
     )

@@ -37,7 +37,6 @@ from prime_rl.inference.backend import InferenceBackend, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.prometheus import OperatorMetrics, start_metrics_server
-from prime_rl.monitor.prometheus import OperatorMetrics, start_metrics_server
 from prime_rl.monitor.rundir import RunDir
 from prime_rl.orchestrator.admission import CutBatch
 from prime_rl.orchestrator.agent import AgentLimits
@@ -129,7 +128,6 @@ class Orchestrator:
         self.gate = CapacityGate()
         self.sched: Scheduler | None = None  # built in `run`, once the sources are started
         self.prom: OperatorMetrics | None = None  # the metrics_server endpoint, started in `run`
-        self.prom: OperatorMetrics | None = None  # the metrics_server endpoint, started in `run`
         self.stream = TaskStream(train_sources, seed=cfg.seed)
         self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens, cfg.reward_range)
         self.watcher = WeightWatcher(self.run_dir.weights, client.update_weights, self.policy, poll_s=poll_s,
@@ -217,9 +215,6 @@ class Orchestrator:
         if self.prom is not None:
             self.prom.orchestrator_step(step, m, running=self.sched.inflight if self.sched else 0,
                                         ready=len(self.sched.ready) if self.sched else 0)  # fmt: skip
-        if self.prom is not None:
-            self.prom.orchestrator_step(step, m, running=self.sched.inflight if self.sched else 0,
-                                        ready=len(self.sched.ready) if self.sched else 0)  # fmt: skip
         line = step_line(step, m, self.cfg.max_steps)
         log.info(line)
         if self.echo:
@@ -235,7 +230,6 @@ class Orchestrator:
             TimeoutError: no policy version came for `weights_timeout_s`.
         """
         self._resume()
-        self.prom = start_metrics_server("orchestrator", self.cfg.metrics_server)
         self.prom = start_metrics_server("orchestrator", self.cfg.metrics_server)
         for s in {id(x): x for x in self.train_sources + self.eval_sources}.values():
             await s.start()
@@ -264,8 +258,6 @@ class Orchestrator:
         finally:
             await sched.aclose()
             gc.unfreeze()  # collectable again at exit (extension modules report frozen objects as leaks)
-            if self.prom is not None:
-                self.prom.close()
             if self.prom is not None:
                 self.prom.close()
         if error is not None:
