@@ -363,8 +363,8 @@ async def test_seq_len_above_the_servers_context_is_refused_at_start():
     try:
         assert await client.context_length() == 512
         assert [(h, p) for h, p, _ in fake.calls] == [("a", "/v1/models"), ("b", "/v1/models")]
-        with pytest.raises(ValueError, match=r"seq_len = 2048 is above the inference server's context length "
-                                             r"\(max_model_len 512\)"):  # fmt: skip
+        with pytest.raises(ValueError, match=r"seq_len = 2048 \(orchestrator.seq_len\) is above the inference "
+                                             r"server's context length \(max_model_len\) = 512"):  # fmt: skip
             await check_context_length(client, 2048)
         await check_context_length(client, 512)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from pathlib import Path
@@ -89,9 +90,47 @@ class CheckpointConfig(BaseConfig):
 
     interval: int | None = Field(None, gt=0, description="Save every N steps; None disables checkpoints.")
     keep_last: int | None = Field(2, gt=0, description="Keep this many newest checkpoints; None keeps all.")
+    keep_interval: int | None = Field(
+        None, gt=0, description="Also keep every checkpoint whose step is a multiple of this, besides the newest "
+        "keep_last; None = none kept for their step.",
+    )
     resume_step: int | None = Field(
         None, description="Resume from this step's checkpoint; -1 = newest complete one; None = start fresh."
     )
+    resume_dir: Path | None = Field(
+        None, description="Resume from another run's checkpoint folder (.../checkpoints/step_N): the run forks it "
+        "into its own output_dir. Excludes resume_step.",
+    )
+    skip_optimizer: bool = Field(False, description="On resume, start AdamW's moments afresh (zero, step 0).")
+    skip_scheduler: bool = Field(False, description="On resume, start the learning-rate schedule afresh (warmup again).")
+    skip_progress: bool = Field(
+        False, description="On resume, start counting steps at 1 again (weights, optimizer and schedule still load).",
+    )
+    skip_dataloader: bool = Field(
+        False, description="Orchestrator: on resume, start the task stream afresh from `seed` (order, epochs, "
+        "tasks drawn but not trained). The trainers' data order has no state to skip.",
+    )
+
+    @model_validator(mode="after")
+    def _one_resume(self) -> CheckpointConfig:
+        if self.resume_dir is not None:
+            if self.resume_step is not None:
+                raise ValueError("ckpt.resume_dir and ckpt.resume_step both set: the step is taken from resume_dir's "
+                                 "name (.../checkpoints/step_N); unset one")
+            if not re.fullmatch(r"step_\d+", Path(self.resume_dir).name):
+                raise ValueError(f"ckpt.resume_dir = {str(self.resume_dir)!r}: not a checkpoint folder (its name must "
+                                 "be step_N, e.g. outputs/run-a/checkpoints/step_50)")
+        return self
+
+    @property
+    def resuming(self) -> bool:
+        """Whether a checkpoint is loaded (resume_step or resume_dir set)."""
+        return self.resume_step is not None or self.resume_dir is not None
+
+    @property
+    def skips(self) -> list[str]:
+        """The skip_* flags set, by name."""
+        return [n for n in ("skip_optimizer", "skip_scheduler", "skip_progress", "skip_dataloader") if getattr(self, n)]
 
 
 class WandbConfig(BaseConfig):
@@ -120,8 +159,3 @@ class LogConfig(BaseConfig):
     """Console and log-file verbosity."""
 
     level: Literal["debug", "info", "warning", "error"] = Field("info", description="Lowest level printed and logged.")
-
-
-def resolve_path(p: str | Path) -> Path:
-    """Expand `~` and make a path absolute (relative to the current directory)."""
-    return Path(p).expanduser().resolve()

@@ -23,7 +23,6 @@ request) and deserialises JSON and TOML only.
 from __future__ import annotations
 
 import hmac
-import json
 import math
 import sys
 import time
@@ -35,7 +34,7 @@ from prime_rl.http import is_loopback
 from prime_rl.monitor.archive import archived_steps, read_records, split_file
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.monitor.plots import PANELS, eval_curve, series, train_reward_band
-from prime_rl.monitor.rundir import RunDir, step_dirs
+from prime_rl.monitor.rundir import RunDir, read_jsonl_rows, step_dirs
 
 PAGE = Path(__file__).with_name("dashboard_page.html")
 RECENT_STEPS = 3
@@ -123,20 +122,13 @@ def processes(run: RunDir, configs: dict[str, dict[str, Any]], probe=_probe) -> 
     return rows
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    except (OSError, json.JSONDecodeError):
-        return []
-
-
 def eval_tables(run: RunDir) -> list[dict[str, Any]]:
     """Per eval step and source: tasks, avg (mean of the per-task avg), pass rate, rollouts with errors."""
     out = []
     files = sorted((int(p.stem[5:]), p) for p in run.eval.glob("step_*.jsonl") if p.stem[5:].isdigit()) if run.eval.is_dir() else []
     for step, p in files:
         by_src: dict[str, list[dict[str, Any]]] = {}
-        for r in _read_jsonl(p):
+        for r in read_jsonl_rows(p):
             by_src.setdefault(str(r.get("source", "")), []).append(r)
         for src, rows in sorted(by_src.items()):
             avgs = [r["avg"] for r in rows if isinstance(r.get("avg"), int | float)]
@@ -174,7 +166,7 @@ def recent_rollouts(run: RunDir, n_steps: int = RECENT_STEPS) -> list[dict[str, 
         return archived_rollouts(run, n_steps)
     out = []
     for step, d in reversed(step_dirs(run.rollouts)[-n_steps:]):
-        for r in _read_jsonl(d / "traces.jsonl"):
+        for r in read_jsonl_rows(d / "traces.jsonl"):
             out.append({k: r.get(k) for k in ("task_id", "source", "reward", "advantage", "masked", "error", "turns",
                                                "truncated", "policy_versions", "messages")} | {"step": step})  # fmt: skip
     return out

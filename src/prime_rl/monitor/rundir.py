@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -88,3 +90,12 @@ def newest_step_dir(parent: Path, marker: str, above: int = -1) -> tuple[int, Pa
         if os.path.isfile(os.path.join(p, marker)):
             return n, Path(p)
     return None
+
+
+def read_jsonl_rows(path: Path) -> list[dict[str, Any]]:
+    """The JSON rows of a run-directory file (traces.jsonl, eval/step_N.jsonl), or [] when it is missing or has a
+    line that is not JSON yet (a writer mid-line): readers that poll show the rows on their next look."""
+    try:
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    except (OSError, json.JSONDecodeError):
+        return []

@@ -27,7 +27,7 @@ from typing import Any
 
 from prime_rl.config.base import WandbConfig
 from prime_rl.monitor.logger import get_logger
-from prime_rl.monitor.rundir import RunDir
+from prime_rl.monitor.rundir import RunDir, read_jsonl_rows
 
 log = get_logger("wandb")
 
@@ -64,13 +64,6 @@ def read_configs(run_dir: Path) -> dict[str, Any]:
         except (OSError, tomllib.TOMLDecodeError):
             continue
     return out
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    except (OSError, json.JSONDecodeError):
-        return []
 
 
 class WandbForwarder:
@@ -231,13 +224,13 @@ class WandbForwarder:
         import wandb
 
         if process == "orchestrator":
-            rows = _read_jsonl(self.run_dir.rollout_step(step) / "traces.jsonl")
+            rows = read_jsonl_rows(self.run_dir.rollout_step(step) / "traces.jsonl")
             if rows:
                 data = [[*(_cell(r.get(c)) for c in TRACE_COLUMNS[:-1]), render_conversation(r.get("messages"))]
                         for r in rows]  # fmt: skip
                 return {"orchestrator/rollouts": wandb.Table(columns=list(TRACE_COLUMNS), data=data)}
         if process == "eval":
-            rows = _read_jsonl(self.run_dir.eval / f"step_{step}.jsonl")
+            rows = read_jsonl_rows(self.run_dir.eval / f"step_{step}.jsonl")
             if rows:
                 cols = list(dict.fromkeys(k for r in rows for k in r))
                 return {"eval/results": wandb.Table(columns=cols, data=[[_cell(r.get(c)) for c in cols] for r in rows])}

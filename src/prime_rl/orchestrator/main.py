@@ -371,12 +371,12 @@ async def _main(cfg: OrchestratorConfig) -> None:
 async def check_context_length(client: InferenceBackend, seq_len: int) -> None:
     """Refuse a `seq_len` above the context length the inference server reports (a backend that reports none is
     not checked): every rollout reaching it would be refused by vLLM. Raises ContextTooShort naming both."""
+    from prime_rl.config.rl import check_seq_len_fits
+
     ctx = await client.context_length()
-    if ctx is not None and seq_len > ctx:
-        raise ContextTooShort(
-            f"seq_len = {seq_len} is above the inference server's context length (max_model_len {ctx}): rollouts "
-            f"reaching it would be refused; lower seq_len or restart inference with --vllm.max-model-len {seq_len}"
-        )
+    if ctx is not None:
+        check_seq_len_fits(seq_len, ctx, "the inference server's context length (max_model_len)",
+                           f"restart inference with --vllm.max-model-len {seq_len}", error=ContextTooShort)  # fmt: skip
 
 
 def run_until_terminated(main: Any) -> bool:

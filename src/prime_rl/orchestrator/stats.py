@@ -6,20 +6,9 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from prime_rl.monitor.progress import format_duration
 from prime_rl.monitor.progress import step_line as progress_step_line
 from prime_rl.orchestrator.admission import CutBatch
-
-
-def format_duration(seconds: float) -> str:
-    """`1h 2m 3s`, `1m 23s`, `42s` (whole seconds)."""
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    if h:
-        return f"{h}h {m}m {s}s"
-    if m:
-        return f"{m}m {s}s"
-    return f"{s}s"
 
 
 def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> dict[str, Any]:

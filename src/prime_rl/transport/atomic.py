@@ -85,8 +85,3 @@ def publish_filled_dir(tmp: Path, path: Path, marker: str | None = STABLE) -> Pa
     if marker:
         atomic_write_bytes(path / marker, b"")
     return path
-
-
-def is_stable(path: Path, marker: str = STABLE) -> bool:
-    """True when directory `path` carries its completion marker."""
-    return (Path(path) / marker).is_file()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any
 
+from prime_rl.envs.nemo_gym.protocol import masked_result
 from prime_rl.http import (
     JSON_HEADERS,
     TRANSPORT_ERRORS,
@@ -175,8 +176,7 @@ class NemoGymClient:
         kind = _failure_kind(resp) if resp.status == 503 else None
         if kind is not None:
             reason = resp.json().get("failure_reason", "")
-            return {**row, "reward": 0.0, "mask_sample": True, "failure_kind": kind, "failure_reason": reason,
-                    "metrics": {}}  # fmt: skip
+            return {**row, **masked_result(kind, reason)}
         _raise_for(resp, "/verify")
         try:
             out = resp.json()

@@ -105,3 +105,9 @@ class AggregateBody(BaseModel):
     """`/aggregate_metrics`: verify answers, each with `reward` and (optionally) `_ng_task_index`, `mask_sample`."""
 
     verify_responses: list[dict[str, Any]]
+
+
+def masked_result(kind: str, reason: str) -> dict[str, Any]:
+    """A verify answer for an episode that could not be measured: reward 0 with `mask_sample` (the sample is left
+    out of training), NeMo Gym's `failure_kind` (e.g. `verifier_error`) and a readable `failure_reason`."""
+    return {"reward": 0.0, "mask_sample": True, "failure_kind": kind, "failure_reason": reason, "metrics": {}}

@@ -58,6 +58,7 @@ from prime_rl.envs.nemo_gym.protocol import (
     Row,
     SessionSeed,
     VerifyBody,
+    masked_result,
 )  # fmt: skip
 from prime_rl.envs.nemo_gym.responses import final_text
 from prime_rl.envs.nemo_gym.rows import to_chat_tool
@@ -145,11 +146,7 @@ def _task(row: Row) -> Task:
 def _masked(state: ServerState, kind: str, reason: str, row: dict[str, Any] | None = None) -> Response:
     if state.masked_as_error:
         return _json({"detail": reason, "failure_kind": kind, "failure_reason": reason}, 503)
-    return _json({**(row or {}), **_masked_result(kind, reason)})
-
-
-def _masked_result(kind: str, reason: str) -> dict[str, Any]:
-    return {"reward": 0.0, "mask_sample": True, "failure_kind": kind, "failure_reason": reason, "metrics": {}}
+    return _json({**(row or {}), **masked_result(kind, reason)})
 
 
 def _verdict(sess: Session, text: str | None,
@@ -158,20 +155,20 @@ def _verdict(sess: Session, text: str | None,
     one reward check (`envs.base.reward_problem`: a bool, a non-number, non-finite or outside `reward_range`).
     Metrics that are not finite numbers are dropped (`envs.base.finite_metrics`), the episode is kept."""
     if sess.unavailable is not None:
-        return _masked_result(PROVIDER_QUOTA_EXHAUSTED, sess.unavailable)
+        return masked_result(PROVIDER_QUOTA_EXHAUSTED, sess.unavailable)
     if sess.crashed is not None:
-        return _masked_result(VERIFIER_ERROR, sess.crashed)
+        return masked_result(VERIFIER_ERROR, sess.crashed)
     try:
         res = sess.episode.verify(text)
     except Exception as e:  # noqa: BLE001 - a crashed episode is masked, never a 500
-        return _masked_result(VERIFIER_ERROR, f"verify raised {type(e).__name__}: {e}")
+        return masked_result(VERIFIER_ERROR, f"verify raised {type(e).__name__}: {e}")
     if not isinstance(res, VerifyResult):
-        return _masked_result(VERIFIER_ERROR, f"verify returned {type(res).__name__}, not a VerifyResult")
+        return masked_result(VERIFIER_ERROR, f"verify returned {type(res).__name__}, not a VerifyResult")
     if res.masked:
-        return _masked_result(VERIFIER_ERROR, res.reason or "the environment could not measure this episode")
+        return masked_result(VERIFIER_ERROR, res.reason or "the environment could not measure this episode")
     bad = reward_problem(res.reward, reward_range)
     if bad is not None:
-        return _masked_result(VERIFIER_ERROR, f"the environment returned {bad}")
+        return masked_result(VERIFIER_ERROR, f"the environment returned {bad}")
     return {"reward": float(res.reward), "mask_sample": False, "failure_kind": None, "failure_reason": None,
             "metrics": finite_metrics(res.metrics)}  # fmt: skip
 
