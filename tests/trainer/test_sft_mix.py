@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from prime_rl.config.trainer import SFTConfig
+from prime_rl.trainer.sft_data import SFTDataError
 from prime_rl.trainer.sft_mix import Mixture, held_out_split
 
 
@@ -54,7 +55,7 @@ def test_held_out_split():
     train, val = held_out_split(10, 0.25, seed=0)
     assert len(val) == 2 and len(train) == 8 and sorted(train + val) == list(range(10))  # round(2.5) = 2
     assert held_out_split(10, 0.25, seed=0) == (train, val)
-    with pytest.raises(ValueError, match="val.fraction"):
+    with pytest.raises(SFTDataError, match="val.fraction"):
         held_out_split(1, 0.5, seed=0)
 
 
@@ -72,3 +73,18 @@ def test_config_checks(tmp_path):
         SFTConfig(val={"interval": 5})
     with pytest.raises(ValueError, match="weight"):
         SFTConfig(data={"source": [{"path": "a.jsonl", "weight": 0}]})
+
+
+def test_sft_cli_fraction_leaving_no_training_rows_exits_2(tiny_model_dir, tmp_path):
+    """A held-out fraction that leaves no training rows is a user error: one line naming val.fraction, exit 2."""
+    import json
+    import subprocess
+    import sys
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}) + "\n")
+    r = subprocess.run([sys.executable, "-m", "prime_rl.cli.sft", "--model.name", str(tiny_model_dir),
+                        "--data.path", str(data), "--val.fraction", "0.5", "--max-steps", "1",
+                        "--output-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "val.fraction = 0.5 of 1 rows leaves no training rows" in r.stderr and "Traceback" not in r.stderr

@@ -68,7 +68,7 @@ class SFTValConfig(BaseConfig):
         "permutation seeded with `seed`; those rows are never trained on.",
     )  # fmt: skip
     interval: int = Field(50, gt=0, description="Validate every N optimizer steps (and at the last step).")
-    eval_on_start: bool = Field(False, description="Also validate the initial weights (logged as step 0).")
+    eval_on_start: bool = Field(False, description="Also validate the initial weights (logged as step 0; not on resume).")
     num_batches: int | None = Field(None, gt=0, description="Batches per validation; None: the whole split.")
     batch_size: int | None = Field(None, gt=0, description="Conversations per validation batch; None: data.batch_size.")
 

@@ -28,6 +28,7 @@ from prime_rl.trainer.dist import node_name
 from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import sft_loss
 from prime_rl.trainer.sft_data import (
+    SFTDataError,
     SFTSample,
     load_chat_rows,
     pack_samples,
@@ -140,7 +141,7 @@ def train(cfg: SFTConfig) -> dict[str, float] | None:
             f"{n_loss} loss tokens ({', '.join(sorted(roles))}), {truncated} truncated to seq_len={cfg.seq_len}"
         )
         if n_loss == 0:
-            raise ValueError(f"{desc}: no loss tokens to train on after rendering (data.loss_mask: {sorted(roles)})")
+            raise SFTDataError(f"{desc}: no loss tokens to train on after rendering (data.loss_mask: {sorted(roles)})")
         per_source.append(samples)
     val_samples: list[SFTSample] = []
     if cfg.val is not None:

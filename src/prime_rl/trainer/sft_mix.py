@@ -14,17 +14,19 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from prime_rl.trainer.sft_data import SFTDataError
+
 
 def held_out_split(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """(train rows, validation rows) of `n` rows: the first max(1, round(fraction * n)) rows of a permutation
     seeded with `seed` are held out; both lists ascending.
 
     Raises:
-        ValueError: fewer than 2 rows, so one side would be empty.
+        SFTDataError: fewer than 2 rows, so one side would be empty (names val.fraction).
     """
     k = max(1, round(fraction * n))
     if n - k < 1:
-        raise ValueError(f"val.fraction = {fraction} of {n} rows leaves no training rows: add rows or lower it")
+        raise SFTDataError(f"val.fraction = {fraction} of {n} rows leaves no training rows: add rows or lower it")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     return sorted(perm[k:]), sorted(perm[:k])
 

@@ -16,7 +16,7 @@ import torch
 from prime_rl.trainer.dist import all_reduce_sum
 from prime_rl.trainer.forward import forward_micro_batch
 from prime_rl.trainer.loss import sft_loss
-from prime_rl.trainer.sft_data import SFTSample, pack_samples, shard_micro_batches
+from prime_rl.trainer.sft_data import SFTDataError, SFTSample, pack_samples, shard_micro_batches
 
 
 def validation_batches(samples: list[SFTSample], batch_size: int, num_batches: int | None) -> list[SFTSample]:
@@ -50,6 +50,6 @@ def validation_loss(
     vec = all_reduce_sum(torch.tensor([nll, tokens], dtype=torch.float64))
     nll, tokens = vec[0].item(), vec[1].item()
     if tokens == 0:
-        raise ValueError("the validation split has no loss tokens (check data.loss_mask and val.data)")
+        raise SFTDataError("the validation split has no loss tokens (check data.loss_mask and val.data)")
     loss = nll / tokens
     return {"val/loss": loss, "val/perplexity": math.exp(min(loss, 20.0)), "val/loss_tokens": tokens}
