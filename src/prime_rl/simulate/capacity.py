@@ -85,7 +85,7 @@ def balanced_split(gpus: int, x: CapacityInputs) -> int:
 
 
 def plan_config(gpus: int, n_inf: int, level: int, workers: int, x: CapacityInputs, *, transport: str = "broadcast",
-                seed: int = 0, steps: int = 8, warmup: int = 3) -> PlanConfig:  # fmt: skip
+                seed: int = 0, steps: int = 12, warmup: int = 4) -> PlanConfig:  # fmt: skip
     """The simulator config of one layout."""
     batch = x.rollouts_per_gpu_per_step * gpus
     gb = x.broadcast_gb_per_s if transport == "broadcast" else x.filesystem_gb_per_s
