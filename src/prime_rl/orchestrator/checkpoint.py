@@ -18,13 +18,17 @@ SUBDIR = "orchestrator"
 FORMAT = "prime-rl/orchestrator-ckpt"
 
 
-def save_orchestrator_checkpoint(ckpt_root: Path, step: int, state: dict[str, Any], keep_last: int | None) -> Path:
-    """Write the state atomically and prune this part's checkpoints older than the newest `keep_last`."""
+def save_orchestrator_checkpoint(ckpt_root: Path, step: int, state: dict[str, Any], keep_last: int | None,
+                                 keep_interval: int | None = None) -> Path:
+    """Write the state atomically and prune this part's checkpoints older than the newest `keep_last`, except those
+    whose step is a multiple of `keep_interval`."""
     payload = json.dumps({"format": FORMAT, "version": 1, "step": step, **state}, indent=1)
     path = atomic_write_dir(Path(ckpt_root) / f"step_{step}" / SUBDIR, lambda d: (d / "state.json").write_text(payload))
     if keep_last is not None:
         mine = [(n, p) for n, p in step_dirs(Path(ckpt_root)) if (p / SUBDIR / STABLE).is_file()]
-        for _, p in mine[:-keep_last]:
+        for n, p in mine[:-keep_last]:
+            if keep_interval is not None and n % keep_interval == 0:
+                continue
             shutil.rmtree(p / SUBDIR, ignore_errors=True)
             if p.is_dir() and not any(p.iterdir()):
                 p.rmdir()

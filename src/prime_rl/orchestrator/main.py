@@ -169,15 +169,27 @@ class Orchestrator:
 
     # ---- resume / checkpoint ----
     def _resume(self) -> None:
-        rs = self.cfg.ckpt.resume_step
-        if rs is None:
+        """Load `ckpt.resume_step` (this run's) or `ckpt.resume_dir` (another run's `checkpoints/step_N`), leaving
+        the task stream fresh with `ckpt.skip_dataloader` and counting from step 1 with `ckpt.skip_progress`."""
+        ck = self.cfg.ckpt
+        if not ck.resuming:
+            if ck.skips:
+                log.warning("ckpt.%s set, but neither ckpt.resume_step nor ckpt.resume_dir: nothing is resumed, so "
+                            "nothing is skipped", ", ckpt.".join(ck.skips))  # fmt: skip
             return
-        n, state = load_orchestrator_checkpoint(self.run_dir.checkpoints, rs)
-        self.stream.load_state_dict(state["stream"])
-        random.setstate(_tuple_state(state["py_rng"]))
-        self.evaluated = list(state.get("evaluated", []))
-        self.start_step = n + 1
-        log.info("resumed from checkpoint step %d; next step %d", n, self.start_step)
+        if ck.resume_dir is not None:
+            root, rs = Path(ck.resume_dir).parent, int(Path(ck.resume_dir).name[len("step_"):])
+        else:
+            root, rs = self.run_dir.checkpoints, ck.resume_step
+        n, state = load_orchestrator_checkpoint(root, rs)
+        if not ck.skip_dataloader:
+            self.stream.load_state_dict(state["stream"])
+            random.setstate(_tuple_state(state["py_rng"]))
+        if not ck.skip_progress:
+            self.evaluated = list(state.get("evaluated", []))
+            self.start_step = n + 1
+        log.info("resumed from checkpoint step %d of %s; next step %d%s", n, root, self.start_step,
+                 f" (fresh: {', '.join(s.removeprefix('skip_') for s in ck.skips)})" if ck.skips else "")  # fmt: skip
 
     def _checkpoint(self, step: int, sched: Scheduler) -> None:
         iv = self.cfg.ckpt.interval
@@ -189,7 +201,8 @@ class Orchestrator:
             "py_rng": [rng[0], list(rng[1]), rng[2]],
             "evaluated": self.evaluated,
         }
-        path = save_orchestrator_checkpoint(self.run_dir.checkpoints, step, state, self.cfg.ckpt.keep_last)
+        path = save_orchestrator_checkpoint(self.run_dir.checkpoints, step, state, self.cfg.ckpt.keep_last,
+                                            self.cfg.ckpt.keep_interval)
         log.info("checkpoint step %d -> %s", step, path)
 
     # ---- one step ----

@@ -119,6 +119,7 @@ def save_checkpoint(
     progress: dict[str, Any],
     dist_info: DistInfo,
     keep_last: int | None = None,
+    keep_interval: int | None = None,
 ) -> Path:
     """Save everything needed to continue after optimizer step `step` (collective: call on all ranks).
 
@@ -155,7 +156,7 @@ def save_checkpoint(
             step_dir.rmdir()  # when nothing else (the orchestrator's part) is in it
         raise
     if dist_info.is_main:
-        prune_step_dirs(Path(ckpt_root), keep_last, subdir=SUBDIR)
+        prune_step_dirs(Path(ckpt_root), keep_last, subdir=SUBDIR, keep_interval=keep_interval)
     barrier()
     return final
 
@@ -198,8 +199,12 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     dist_info: DistInfo,
+    skip_optimizer: bool = False,
+    skip_scheduler: bool = False,
 ) -> dict[str, Any]:
     """Restore model, optimizer, scheduler and RNG from `path` (from `find_checkpoint`); returns `progress`.
+    `skip_optimizer`: AdamW's state is left fresh (`init_adamw_state`: zero moments, step 0; the param groups keep
+    this run's settings); `skip_scheduler`: the scheduler is left as built (its first step).
 
     A checkpoint without AdamW state (written by prime-rl before `optim.init_adamw_state`, when no step had updated
     the weights yet) loads with zero moments and step 0, what AdamW would have created at its first update.
@@ -230,8 +235,15 @@ def load_checkpoint(
            and not bool(torch.isfinite(v.full_tensor() if hasattr(v, "full_tensor") else v).all())]  # fmt: skip
     if bad:
         raise checkpoint_error(path, "dcp/ shard files (__*.distcp)", f"weights {bad[:3]} hold NaN or inf")
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    if no_adam_state:
+    if skip_optimizer:  # the model alone; AdamW as at its first step (get_state_dict filled it with a 0-lr step)
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        set_model_state_dict(model, state["model"])
+        optimizer.state.clear()
+        init_adamw_state(optimizer)
+    else:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    if no_adam_state and not skip_optimizer:
         log.warning(f"{path}: no optimizer state (saved before any update, by an older prime-rl): AdamW starts "
                     "from zero moments, as it would have at its first update")  # fmt: skip
         init_adamw_state(optimizer)
@@ -241,7 +253,11 @@ def load_checkpoint(
         meta_path = path / "rank_0.json"
     try:
         meta = json.loads(meta_path.read_text())
-        scheduler.load_state_dict(meta["scheduler"])
+        if not skip_scheduler:
+            scheduler.load_state_dict(meta["scheduler"])
+        if skip_scheduler or skip_optimizer:  # the param groups' lr (loaded, or fresh) follows the scheduler's
+            for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
+                group["lr"] = lr
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise checkpoint_error(path, meta_path.name, f"unreadable ({type(e).__name__}: {e})") from None
     rng_path = meta_path.with_suffix(".safetensors")

@@ -333,18 +333,31 @@ class Engine:
         prog = {"step": step, **(progress or {})}
         return save_checkpoint(
             self.run_dir.checkpoints, step, self.model, self.optimizer, self.scheduler, prog, self.dist,
-            self.cfg.ckpt.keep_last,
+            self.cfg.ckpt.keep_last, self.cfg.ckpt.keep_interval,
         )
 
     def maybe_resume(self) -> dict[str, Any] | None:
-        """Load the checkpoint named by `ckpt.resume_step` (-1 = newest complete); returns its progress or None."""
-        rs = self.cfg.ckpt.resume_step
-        if rs is None:
+        """Load the checkpoint named by `ckpt.resume_step` (-1 = newest complete) or `ckpt.resume_dir` (another
+        run's `checkpoints/step_N`), leaving fresh what `ckpt.skip_optimizer` / `skip_scheduler` name, at step 0
+        with `skip_progress`; returns its progress or None."""
+        ck = self.cfg.ckpt
+        if not ck.resuming:
+            if ck.skips:
+                self.log.warning(f"ckpt.{', ckpt.'.join(ck.skips)} set, but neither ckpt.resume_step nor "
+                                 "ckpt.resume_dir: nothing is resumed, so nothing is skipped")  # fmt: skip
             return None
-        path = find_checkpoint(self.run_dir.checkpoints, rs)
-        progress = load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.dist)
-        self.step = int(progress["step"])
-        self.log.info(f"resumed from {path} (step {self.step})")
+        if ck.resume_dir is not None:
+            path = find_checkpoint(Path(ck.resume_dir).parent, int(Path(ck.resume_dir).name[len("step_"):]))
+        else:
+            path = find_checkpoint(self.run_dir.checkpoints, ck.resume_step)
+        if ck.skip_dataloader:
+            self.log.warning("ckpt.skip_dataloader has no effect on the trainer: its data order has no state (the "
+                             "orchestrator's task stream does: orchestrator.ckpt.skip_dataloader)")  # fmt: skip
+        progress = load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.dist,
+                                   skip_optimizer=ck.skip_optimizer, skip_scheduler=ck.skip_scheduler)  # fmt: skip
+        self.step = 0 if ck.skip_progress else int(progress["step"])
+        skipped = f", fresh: {', '.join(s.removeprefix('skip_') for s in ck.skips)}" if ck.skips else ""
+        self.log.info(f"resumed from {path} (checkpoint step {progress['step']}, next step {self.step + 1}{skipped})")
         return progress
 
     def log_step(self, step: int, m: dict[str, Any], console: tuple[str, ...] = ()) -> None:

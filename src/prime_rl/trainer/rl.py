@@ -6,7 +6,9 @@ micro-batches (regrouped so a group's shared prompt runs once, with `shared_pref
 publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every `ckpt.interval` steps, log. Stops
 after `max_steps`. A step in which no loss token on any rank has a nonzero advantage is published without an update
 (metric `no_signal`, only on such steps), unless the loss has a reference-KL term (`loss.ref_kl_coef > 0`), which
-trains on such steps too. With `ckpt.resume_step` set, continues at the step after the checkpoint's.
+trains on such steps too. With `ckpt.resume_step` set, continues at the step after the checkpoint's; with
+`ckpt.resume_dir` (another run's checkpoint) likewise, in this run's output_dir, after publishing the checkpoint's
+policy version there.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from prime_rl.trainer.engine import Engine, EngineConfig
 from prime_rl.trainer.loss import get_loss
 from prime_rl.trainer.reference import build_reference, has_ref_kl, reference_due
 from prime_rl.trainer.shared_prefix import regroup
+from prime_rl.transport.atomic import STABLE
 from prime_rl.transport.batch import BatchFormatError, MicroBatch, concat_micro_batches, wait_for_batch
 
 
@@ -72,6 +75,8 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
     try:
         prom = start_metrics_server("trainer", cfg.metrics_server) if engine.dist.is_main else None
         engine.maybe_resume()
+        if cfg.ckpt.resume_dir is not None and engine.step > 0 and not (engine.run_dir.weight_step(engine.step) / STABLE).is_file():
+            engine.publish(engine.step)  # a forked run: the orchestrator starts from the checkpoint's policy version
         rank, world = engine.dist.rank, engine.dist.world_size
         engine.log.info(
             f"trainer rank {rank}/{world} on {engine.dist.device}, node {node_name()}, starting at step {engine.step + 1}"

@@ -189,13 +189,17 @@ def _prep(sd: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Te
     return {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in sd.items()}
 
 
-def prune_step_dirs(parent: Path, keep_last: int | None, subdir: str | None = None) -> None:
+def prune_step_dirs(parent: Path, keep_last: int | None, subdir: str | None = None,
+                    keep_interval: int | None = None) -> None:
     """Delete all but the newest `keep_last` complete `step_N` folders of `parent` (complete = STABLE inside,
-    or inside `subdir` when given, in which case only that subdir is removed and its parent if left empty)."""
+    or inside `subdir` when given, in which case only that subdir is removed and its parent if left empty); those
+    whose N is a multiple of `keep_interval` stay too."""
     if keep_last is None:
         return
     found = [(n, p) for n, p in step_dirs(parent) if ((p / subdir) if subdir else p).joinpath(STABLE).is_file()]
-    for _, p in found[:-keep_last]:
+    for n, p in found[:-keep_last]:
+        if keep_interval is not None and n % keep_interval == 0:
+            continue
         victim = p / subdir if subdir else p
         shutil.rmtree(victim, ignore_errors=True)
         if subdir and p.is_dir() and not any(p.iterdir()):
