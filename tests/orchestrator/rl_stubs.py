@@ -2,6 +2,7 @@
 
 - `HugeEnv` (`env.id = "tests.orchestrator.rl_stubs:HugeEnv"`): FastEnv's tasks; the k-th episode opened in the
   process is scored `REWARDS[k % 5]` = 1e308, 1e39, 1, 0, 0.5 whatever the answer.
+- `AlwaysErrorEnv`: FastEnv's tasks; every verify raises ConnectionError.
 - `raise_on_second_call` (`advantage.import_path`): GRPO's advantages, except that its second call in the process
   raises KeyError.
 """
@@ -47,3 +48,17 @@ def raise_on_second_call(rewards, mask, cfg):
     kept = [r for r, m in zip(rewards, mask, strict=True) if m]
     mean = sum(kept) / len(kept) if kept else 0.0
     return [r - mean if m else 0.0 for r, m in zip(rewards, mask, strict=True)]
+
+
+class AlwaysErrorEpisode(FastEpisode):
+    def verify(self, final_response=None):
+        raise ConnectionError("verifier unreachable")
+
+
+class AlwaysErrorEnv(FastEnv):
+    """FastEnv's tasks; every episode's verify raises ConnectionError (`env.id = "tests.orchestrator.rl_stubs:AlwaysErrorEnv"`)."""
+
+    name = "always-error"
+
+    def episode(self, task):
+        return AlwaysErrorEpisode(task)

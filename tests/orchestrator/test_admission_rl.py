@@ -32,11 +32,11 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
-def _rl(tmp_path: Path, env_id: str, extra: str = "") -> tuple[subprocess.CompletedProcess, Path]:
+def _rl(tmp_path: Path, env_id: str, extra: str = "", max_steps: int = 3) -> tuple[subprocess.CompletedProcess, Path]:
     run = tmp_path / "run"
     cfg = tmp_path / "rl.toml"
     cfg.write_text(f"""
-max_steps = 3
+max_steps = {max_steps}
 seq_len = 256
 output_dir = "{run}"
 startup_timeout_s = 300
