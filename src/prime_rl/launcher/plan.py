@@ -29,7 +29,7 @@ from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.evolve import evolve
 from prime_rl.launcher.layout import Layout, NodeRoles, Replica, local_replicas, node_roles, run_replicas
 from prime_rl.launcher.placement import place
-from prime_rl.launcher.replicas import replica_config
+from prime_rl.launcher.replicas import admin_token, replica_config
 from prime_rl.monitor.rundir import RunDir
 from prime_rl.ports import is_local, url_host_port
 from prime_rl.process import http_ok
@@ -156,7 +156,7 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
     nodes = node_roles(cfg, where)
     replicas = run_replicas(cfg, where)
     urls = checks.run("inference client", preflight.check_client, cfg, replicas, multi=where.multi)
-    cfg = evolve(cfg, {"orchestrator.client.base_url": urls})
+    cfg = evolve(cfg, {"orchestrator.client.base_url": urls, **admin_token(cfg, replicas)})
 
     remote_only = not where.here  # submitting: local URLs are on the nodes, not on this machine
 
