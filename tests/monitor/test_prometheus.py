@@ -95,3 +95,55 @@ def test_trainer_recorder_and_loopback_warning(caplog):
         wide.start()
     wide.close()
     assert "metrics_server.host = '0.0.0.0' is not loopback" in caplog.text
+
+
+def test_scrape_during_a_trainer_run(tiny_model_dir, tmp_path):
+    """The RL trainer (in this process, tiny model) with `metrics_server`: scraped after step 2 while it waits for
+    step 3's batch; the values equal its metrics rows."""
+    import threading
+    import time
+
+    from tests.trainer.helpers import make_samples, trainer_config, write_stream
+
+    from prime_rl.ports import free_port
+    from prime_rl.trainer import rl
+
+    samples = make_samples(tiny_model_dir, n=4, seed=0)
+    run, port = tmp_path / "run", free_port()
+    write_stream(run, {1: samples, 2: samples})
+    cfg = trainer_config(tiny_model_dir, run, max_steps=3, data_timeout_s=120, metrics_server={"port": port})
+    errors: list[BaseException] = []
+    t = threading.Thread(target=lambda: _catch(errors, rl.run, cfg))
+    t.start()
+    p = (("process", "trainer"),)
+    try:
+        s: dict = {}
+        for _ in range(2000):  # until step 2 is recorded (the trainer then waits for step 3's batch)
+            if errors:
+                raise errors[0]
+            try:
+                s = scrape(port)
+            except OSError:  # not listening yet
+                s = {}
+            if s.get(("prime_rl_step", p)) == 2:
+                break
+            time.sleep(0.05)
+        rows = read_metrics(run, "trainer")
+        assert [r["step"] for r in rows] == [1, 2]
+        assert s[("prime_rl_policy_version", p)] == 2
+        assert s[("prime_rl_tokens_total", p)] == sum(r["tokens"] for r in rows)
+        assert s[("prime_rl_tokens_per_second", p)] == rows[1]["tokens_per_s"]
+        assert s[("prime_rl_mismatch_kl", p)] == rows[1]["mismatch_kl"]
+    finally:
+        write_stream(run, {3: samples})
+        t.join(120)
+    assert not errors and not t.is_alive()
+    with pytest.raises(OSError):  # closed with the run
+        scrape(port)
+
+
+def _catch(errors, fn, *args):
+    try:
+        fn(*args)
+    except BaseException as e:  # noqa: BLE001 (reported by the test thread)
+        errors.append(e)
