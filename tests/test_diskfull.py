@@ -258,3 +258,21 @@ def test_a_command_on_a_full_disk_exits_28_with_the_reason(tmp_path):
     assert r.returncode == 28, r.stderr[-3000:]
     assert "no space left on device under " in r.stderr and str(fs) in r.stderr, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
+
+
+def test_resume_drops_a_temporary_checkpoint_folder_left_behind(tmp_path):
+    from prime_rl.launcher import resume
+    from prime_rl.monitor.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    for part in ("trainer", "orchestrator"):
+        (run.checkpoints / "step_2" / part).mkdir(parents=True)
+        (run.checkpoints / "step_2" / part / "STABLE").touch()
+    tmp = run.checkpoints / "step_2" / ".trainer.tmp" / "dcp"  # a re-save of step 2 cut short
+    tmp.mkdir(parents=True)
+    (tmp / "__0_0.distcp").touch()
+    (run.checkpoints / "step_3" / ".trainer.tmp").mkdir(parents=True)
+    assert resume.latest_checkpoint(run) == 2
+    gone = resume.drop_steps_after(run, 2)
+    assert sorted(gone) == sorted([run.checkpoints / "step_3", run.checkpoints / "step_2" / ".trainer.tmp"])
+    assert sorted(p.name for p in (run.checkpoints / "step_2").iterdir()) == ["orchestrator", "trainer"]
