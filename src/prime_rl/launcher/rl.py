@@ -122,7 +122,8 @@ def supervise(cfg: RLConfig, launch: Launch, console_view: bool = True) -> None:
 
 def run(cfg: RLConfig) -> None:
     """Entry point of `rl` (after config parsing). Exits 0 when the run finished, 1 when a child failed or a
-    wait timed out, 2 when a pre-flight check failed, 130/143 on SIGINT/SIGTERM."""
+    wait timed out, 2 when a pre-flight check failed, 28 when a child (or `rl`) stopped on a full disk
+    (prime_rl.diskfull), 130/143 on SIGINT/SIGTERM."""
     root = Path(cfg.orchestrator.output_dir).resolve()
     setup_logging("rl", root, cfg.log.level)
     raise SystemExit(launch_and_wait(cfg))

@@ -17,7 +17,8 @@ The main loop and the weight watcher run in one `asyncio.TaskGroup`: an error in
 the scheduler, a failed weight load) stops the other at once and ends the run with the original exception. Exit
 codes (`orchestrate`): 2 for a user error (a config, a model name, a data file or prompt length that cannot work;
 message only), 1 for a run that cannot go on (`NoProgressError`, a timeout; message only) and for anything else
-(logged with its traceback), 143 after SIGTERM, 130 after Ctrl-C.
+(logged with its traceback), 28 for a full disk (`no space left on device under PATH`, prime_rl.diskfull), 143
+after SIGTERM, 130 after Ctrl-C.
 """
 
 from __future__ import annotations
