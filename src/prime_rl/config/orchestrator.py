@@ -349,17 +349,9 @@ class OrchestratorConfig(BaseConfig):
         "token: every rollout masked, never sampled or filtered; or no rollout with a nonzero advantage: equal rewards "
         "in every group); None = never stop.",
     )
-    max_consecutive_errors: int | None = Field(
-        None, gt=0,
-        description="Stop the run (exit 1) after this many train rollouts in a row were masked by an error, naming "
-        "the last errors per source (prime_rl.orchestrator.error_streak); None = no cap.",
-    )
-    max_error_rate: float | None = Field(
-        None, gt=0, le=1,
-        description="Stop the run (exit 1) when more than this fraction of the last error_rate_window train "
-        "rollouts were masked by an error; None = off.",
-    )
-    error_rate_window: int = Field(64, gt=0, description="Train rollouts in the max_error_rate window.")
+    max_consecutive_errors: int | None = Field(None, gt=0, description="Stop after N masked rollouts in a row.")
+    max_error_rate: float | None = Field(None, gt=0, le=1, description="Stop above this masked share.")
+    error_rate_window: int = Field(64, gt=0, description="Rollouts in max_error_rate's window.")
     reward_range: tuple[float, float] = Field(
         (-1e6, 1e6),
         description="Rewards accepted from an environment (inclusive); a reward outside masks its rollout, named in "
