@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from prime_rl.diskfull import exit_on_disk_full
 from prime_rl.registry import Registry, RegistryError, import_path
 
 
@@ -85,6 +84,7 @@ class Command:
         fn = load_impl(self.run)
         errors = tuple(import_path(e, "user_errors") if isinstance(e, str) else e for e in self.user_errors)
         failures = tuple(import_path(e, "failures") if isinstance(e, str) else e for e in self.failures)
+        exit_on_disk_full = import_path("prime_rl.diskfull:exit_on_disk_full", "disk-full handler")
         try:
             where = getattr(cfg, "output_dir", None) or getattr(cfg, "out", None)  # named when the error names no file
             with exit_on_disk_full(where, prog or self.name):
