@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -201,13 +202,18 @@ class DiskFullFileHandler(logging.FileHandler):
         if self.full is not None:
             return
         try:
-            super().emit(record)
+            super().emit(record)  # logging.StreamHandler.emit sends its own errors to handleError
             if self.stream is not None:
                 self.stream.flush()
-        except Exception as e:
-            if not is_disk_full(e):
-                self.handleError(record)
-                return
+        except Exception:
+            self.handleError(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        e = sys.exc_info()[1]
+        if e is None or not is_disk_full(e):
+            super().handleError(record)
+            return
+        if self.full is None:
             self.full = describe(Path(self.baseFilename).parent)
             if not _reporting:
                 _write_stderr(f"error: {self.full} (writing the log {self.baseFilename}; it ends here)\n")
