@@ -17,7 +17,7 @@ import uvicorn
 from fastapi import FastAPI, Request, Response
 from tests.orchestrator.fakes import ScriptedClient, tiny_tokenizer
 
-from prime_rl.config.orchestrator import RendererConfig, SamplingConfig, TasksetConfig
+from prime_rl.config.orchestrator import NemoGymTasksetConfig, RendererConfig, SamplingConfig
 from prime_rl.envs.base import Environment, Episode, Task, VerifyResult
 from prime_rl.envs.nemo_gym.client import NemoGymClient, NemoGymError
 from prime_rl.envs.nemo_gym.rows import task_to_row
@@ -154,7 +154,7 @@ async def test_missing_or_non_finite_reward_masks_the_rollout(body, masked, tmp_
     env = SlowEnv()
     (tmp_path / "train.jsonl").write_text(json.dumps(task_to_row(env.tasks("train")[0])) + "\n")
     server, t, url = _stub_server([body])
-    src = NemoGymSource("stub", TasksetConfig(dataset=tmp_path / "train.jsonl", task={"resources_url": url}))
+    src = NemoGymSource("stub", NemoGymTasksetConfig(dataset=tmp_path / "train.jsonl", task={"resources_url": url}))
     src.max_turns = 2
     try:
         r = await run_rollout(src.tasks("train")[0], src, ScriptedClient(tok, lambda p, k: "answer"),

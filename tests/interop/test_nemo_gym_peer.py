@@ -23,7 +23,7 @@ import yaml
 from tests.interop.conftest import REPO, peer_server, run_peer
 from tests.orchestrator.fakes import ScriptedClient, tiny_tokenizer, tool_call_text
 
-from prime_rl.config.orchestrator import RendererConfig, SamplingConfig, TasksetConfig
+from prime_rl.config.orchestrator import NemoGymTasksetConfig, RendererConfig, SamplingConfig
 from prime_rl.envs.gridsim.env import GridSimEnv
 from prime_rl.envs.nemo_gym.client import NemoGymClient
 from prime_rl.envs.nemo_gym.responses import trajectory_response
@@ -114,7 +114,7 @@ async def test_orchestrator_source_plays_nemo_examples(example, weather_url, sta
     url = weather_url if example == "example_single_tool_call" else stateful_url
     script = _weather_script if example == "example_single_tool_call" else _counter_script
     rows = _nemo_rows(tmp_path, nemo_root / example / "data" / "example.jsonl")
-    src = NemoGymSource("nemo", TasksetConfig(dataset=rows, task={"resources_url": url, "retry_deadline_s": 10}))
+    src = NemoGymSource("nemo", NemoGymTasksetConfig(dataset=rows, task={"resources_url": url, "retry_deadline_s": 10}))
     src.max_turns = 6
     renderer = make_renderer(tok, RendererConfig())
     tasks = src.tasks("train")

@@ -10,7 +10,7 @@ import re
 import pytest
 from tests.orchestrator.fakes import CounterEnv, DelayClient, ScriptedClient, tiny_tokenizer, tool_call_text
 
-from prime_rl.config.orchestrator import OrchestratorConfig, RendererConfig, SamplingConfig, TasksetConfig
+from prime_rl.config.orchestrator import NemoGymTasksetConfig, OrchestratorConfig, RendererConfig, SamplingConfig
 from prime_rl.envs.nemo_gym.rows import task_to_row
 from prime_rl.envs.nemo_gym.server import ServerState, serve_in_thread
 from prime_rl.models.renderer import make_renderer
@@ -47,7 +47,7 @@ async def test_remote_equals_in_process(tmp_path, tok):
     state = ServerState(env=CounterEnv(6), max_concurrent=4)
     renderer = make_renderer(tok, RendererConfig())
     with serve_in_thread(state) as url:
-        src = NemoGymSource("remote", TasksetConfig(dataset=_rows(tmp_path, env), task={"resources_url": url}))
+        src = NemoGymSource("remote", NemoGymTasksetConfig(dataset=_rows(tmp_path, env), task={"resources_url": url}))
         await src.start()
         assert src.capacity == 4
         local = InProcessSource("local", env)
@@ -140,18 +140,21 @@ def test_taskset_config_takes_the_fields_of_its_kind(tmp_path):
     from prime_rl.config.orchestrator import SourceConfig
     from prime_rl.orchestrator.sources import build_source
 
+    def _taskset(**kw):  # an env.taskset table, its kind inferred from id as a config file's would be
+        return SourceConfig(env={"taskset": kw}).env.taskset
+
     with pytest.raises(pydantic.ValidationError, match="exactly one of `dataset`"):
-        TasksetConfig()
+        _taskset()
     with pytest.raises(pydantic.ValidationError, match="configure a verifiers taskset"):
-        TasksetConfig(dataset=tmp_path / "x.jsonl", args={"n": 1})
+        _taskset(dataset=tmp_path / "x.jsonl", args={"n": 1})
     with pytest.raises(pydantic.ValidationError, match="dataset does not apply"):
-        TasksetConfig(id="my-taskset", dataset=tmp_path / "x.jsonl")
+        _taskset(id="my-taskset", dataset=tmp_path / "x.jsonl")
     with pytest.raises(pydantic.ValidationError, match="name does not apply"):
-        TasksetConfig(id="my-taskset", name="some/dataset")
+        _taskset(id="my-taskset", name="some/dataset")
     with pytest.raises(pydantic.ValidationError, match="dataset does not apply"):
-        TasksetConfig(id="my-taskset", dataset=tmp_path / "x.jsonl")
+        _taskset(id="my-taskset", dataset=tmp_path / "x.jsonl")
     with pytest.raises(pydantic.ValidationError, match="task does not apply"):
-        TasksetConfig(id="my-taskset", task={"resources_url": "http://127.0.0.1:1"})
+        _taskset(id="my-taskset", task={"resources_url": "http://127.0.0.1:1"})
     cfg = SourceConfig(env={"taskset": {"id": "my-taskset", "args": {"n": 1}}})
     try:
         import verifiers  # noqa: F401

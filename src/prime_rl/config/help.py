@@ -11,6 +11,7 @@ loader accepts: a boolean reads `--x/--no-x` (not `{True,False}`), and the field
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -50,11 +51,54 @@ def panels(cls: type[BaseModel]) -> tuple[list[Row], list[Panel]]:
 
     install()
     root, subs = _collect_help_panels(cls)
+    subs = _expand_variants(cls, subs, _collect_help_panels)
     out: list[Panel] = []
     for title, rows in subs:
         fixed, index = _fix_title(title)
         out.append((fixed, [(_fix_flag(f, index), d, a) for f, d, a in rows]))
     return [(_fix_flag(f, ".N"), d, a) for f, d, a in root], out
+
+
+def _expand_variants(cls: type[BaseModel], subs: list[Panel], collect: Any) -> list[Panel]:
+    """Add the panels of the sections inside a union's variant (`env.agent`, `env.taskset` and its variants), which
+    the library lists as one row each: after each `PATH variant: Class` panel, the panels of Class's sub-sections."""
+    import typing
+
+    from prime_rl.config.loader import _models_in
+
+    by_name: dict[str, type[BaseModel]] = {}
+
+    def walk(model: type[BaseModel]) -> None:
+        if model.__name__ in by_name:
+            return
+        by_name[model.__name__] = model
+        for finfo in model.model_fields.values():
+            for sub in _models_in(finfo.annotation):
+                walk(sub)
+
+    walk(cls)
+    out: list[Panel] = []
+    for title, rows in subs:
+        out.append((title, rows))
+        path, sep, name = title.partition(" variant: ")
+        variant = by_name.get(name) if sep else None
+        if variant is None:
+            continue
+        for fname, finfo in variant.model_fields.items():
+            ann = finfo.annotation
+            if typing.get_origin(ann) is list:
+                continue
+            prefix = f"{path}.{fname.replace('_', '-')}"
+            models = _models_in(ann)
+            if len(models) == 1:
+                child_rows, child_panels = collect(models[0], prefix=prefix)
+                out += [(f"{prefix}: {(finfo.description or '').strip()}", child_rows),
+                        *_expand_variants(cls, child_panels, collect)]  # the library's panels: only their variants
+            for model in models if len(models) > 1 else []:
+                child_rows, child_panels = collect(model, prefix=prefix)
+                out += [(f"{prefix} variant: {model.__name__}", child_rows),
+                        *_expand_variants(cls, child_panels, collect)]
+    return out
 
 
 def _long(flag: str) -> str:

@@ -246,7 +246,8 @@ def _wrong_variant(loc: tuple, tag: tuple, where: str, argv: list[str], position
     section, field, value, models = tag
     key = str(loc[-1])
     type_loc = section + (field,)
-    type_where = _origin(type_loc, argv, positional) or " (the default)"
+    type_where = _origin(type_loc, argv, positional) or (
+        " (inferred from the section's other keys)" if field == "kind" else " (the default)")
     having = [v for m in models if key in m.model_fields and (v := _tag_value(m)[1])]
     text = f"not a setting of {_dotted(type_loc)} = {value!r}{type_where}"
     text += f"; {key} is a setting of {field} {', '.join(repr(h) for h in having)}" if having else ""

@@ -6,12 +6,27 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.archive import ArchiveConfig
-from prime_rl.config.base import BaseConfig, CheckpointConfig, DatasetSource, LogConfig, ModelConfig, WandbConfig
+from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
 from prime_rl.config.eval_sweep import EvalCheckpointsConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
+from prime_rl.config.recipes import CurriculumConfig, GateConfig, LengthPenaltyConfig
+from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
+    AgentConfig,
+    BuiltinEnvConfig,
+    EnvConfig,
+    HarnessConfig,
+    NemoGymTasksetConfig,
+    ResourcesTaskConfig,
+    RuntimeConfig,
+    TasksetConfig,
+    TasksetEnvConfig,
+    VerifiersTasksetConfig,
+    env_kind,
+    taskset_kind,
+)
 
 
 class ClientConfig(BaseConfig):
@@ -53,103 +68,20 @@ class EvalSamplingConfig(SamplingConfig):
     )
 
 
-class HarnessConfig(BaseConfig):
-    """The agent harness that turns model output into tool calls."""
-
-    id: Literal["null"] = Field("null", description="null = plain chat loop with native (hermes) tool calls.")
-
-
-class RuntimeConfig(BaseConfig):
-    """Where the harness runs (kept for the reference system's configs)."""
-
-    type: Literal["subprocess", "inprocess"] = Field(
-        "subprocess", description="Where the agent harness runs; the null harness runs in the orchestrator either way."
-    )
-
-
-class AgentConfig(BaseConfig):
-    """The multi-turn agent loop of one rollout."""
-
-    harness: HarnessConfig = Field(HarnessConfig(), description="Tool-call harness.")
-    max_turns: int = Field(8, gt=0, description="Cap on model turns per rollout.")
-    runtime: RuntimeConfig = Field(RuntimeConfig(), description="Where the harness runs.")
-
-
-class ResourcesTaskConfig(BaseConfig):
-    """A NeMo Gym resources server the rows are played against."""
-
-    resources_url: str = Field("http://127.0.0.1:9100", description="Base URL of the resources server.")
-    request_timeout_s: float = Field(
-        600.0, gt=0, validation_alias=AliasChoices("request_timeout_s", "request_timeout"),
-        description="Seconds per request, separate from connect (also accepted as `request_timeout`).",
-    )
-    connect_timeout_s: float = Field(
-        10.0, gt=0, validation_alias=AliasChoices("connect_timeout_s", "connect_timeout"),
-        description="TCP connect timeout per request, seconds (also accepted as `connect_timeout`).",
-    )
-    retry_deadline_s: float = Field(120.0, gt=0, description="Retry 503 / transport errors with backoff up to this.")
-    token: str | None = Field(None, description="Bearer token when the server was started with --token.")
-
-
-class TasksetConfig(DatasetSource):
-    """`nemo-gym`: task rows played against a NeMo Gym resources server: a local file (`dataset`) or a Hugging Face
-    dataset (`name`), and the server (`task`). Any other id: an installed verifiers v1 taskset (configured by
-    `args`, its eval split by `eval_args`), played by our agent loop (`prime_rl.orchestrator.sources.verifiers_taskset`)."""
-
-    id: str = Field("nemo-gym", min_length=1, description="nemo-gym, or the id of an installed verifiers taskset.")
-    dataset: Path | None = Field(
-        None,
-        description="nemo-gym: local rows (responses_create_params or prompt, task_id, ...): .jsonl, or "
-        ".parquet/.arrow/.csv/.json through datasets.",
-    )
-    eval_dataset: Path | None = Field(None, description="nemo-gym: eval rows; default: eval.jsonl beside `dataset`.")
-    eval_split: str | None = Field(None, description="nemo-gym with `name`: the split of eval rows (e.g. test).")
-    task: ResourcesTaskConfig = Field(ResourcesTaskConfig(), description="nemo-gym: the resources server.")
-    args: dict[str, Any] = Field(default_factory=dict, description="verifiers taskset: its config fields.")
-    eval_args: dict[str, Any] | None = Field(None, description="verifiers taskset: config of the eval split.")
-
-    @model_validator(mode="after")
-    def _one_source(self) -> TasksetConfig:
-        if self.id != "nemo-gym":
-            wrong = [k for k, v in (("dataset", self.dataset), ("name", self.name), ("eval_dataset", self.eval_dataset),
-                                    ("eval_split", self.eval_split), ("task", self.task != ResourcesTaskConfig()))
-                     if v]  # fmt: skip
-            if wrong:
-                raise ValueError(f"env.taskset.{wrong[0]} does not apply to taskset id {self.id!r} (a verifiers "
-                                 "taskset takes args/eval_args; dataset/name/task are nemo-gym's)")  # fmt: skip
-            return self
-        if self.args or self.eval_args:
-            raise ValueError("env.taskset.args/eval_args configure a verifiers taskset, not nemo-gym rows")
-        if (self.dataset is None) == (self.name is None):
-            raise ValueError("set exactly one of `dataset` (a local rows file) and `name` (a Hugging Face dataset)")
-        if self.name is not None and self.eval_dataset is not None:
-            raise ValueError("`eval_dataset` goes with `dataset`; with `name`, set `eval_split`")
-        if self.name is None and self.eval_split is not None:
-            raise ValueError("`eval_split` goes with `name`; with `dataset`, set `eval_dataset`")
-        return self
-
-
-class EnvConfig(BaseConfig):
-    """One environment: a built-in one by `id`, or a remote taskset."""
-
-    id: str | None = Field(None, description="Built-in environment: gridsim, reverse-text.")
-    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the built-in environment.")
-    taskset: TasksetConfig | None = Field(None, description="Remote NeMo Gym rows (instead of `id`).")
-    agent: AgentConfig = Field(AgentConfig(), description="The agent loop.")
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> EnvConfig:
-        if (self.id is None) == (self.taskset is None):
-            raise ValueError("set exactly one of `env.id` (built-in) or `env.taskset` (remote NeMo Gym rows)")
-        return self
-
-
 class SourceConfig(BaseConfig):
     """One source of tasks: an environment and its share of the stream."""
 
     name: str = Field("default", description="Name in metrics, traces and eval results.")
     ratio: float = Field(1.0, gt=0, description="Relative share of this source's tasks in the train stream.")
-    env: EnvConfig = Field(EnvConfig(id="gridsim"), description="The environment.")
+    length_penalty: LengthPenaltyConfig | None = Field(
+        None, description="DAPO's overlong penalty on this source's train rewards, before advantages; None = off."
+    )
+    env: EnvConfig = Field(BuiltinEnvConfig(id="gridsim"), description="The environment.")
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_kind(cls, value: Any) -> Any:
+        return env_kind(value)
 
 
 def unique_source_names(sources: list[SourceConfig] | None) -> list[SourceConfig] | None:
@@ -319,6 +251,14 @@ class OrchestratorConfig(BaseConfig):
     eval: EvalConfig = Field(EvalConfig(), description="Periodic evaluation.")
     advantage: AdvantageConfig = Field(
         GRPOAdvantageConfig(), description="The advantage estimator, chosen by `type` (grpo, rloo, maxrl, custom)."
+    )
+    gate: GateConfig = Field(GateConfig(), description="Reject groups without signal and sample replacements.")
+    curriculum: CurriculumConfig = Field(CurriculumConfig(), description="Which train tasks are drawn more often.")
+    token_batch_size: int | None = Field(
+        None,
+        gt=0,
+        description="Cut a step once its groups hold this many prompt+completion tokens (batch_size is then the "
+        "most rollouts a step takes); None = cut by batch_size.",
     )
     ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
     wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from prime_rl.config.orchestrator import TasksetConfig
+from prime_rl.config.orchestrator import NemoGymTasksetConfig
 from prime_rl.envs.base import Task, VerifyResult, finite_metrics, reward_problem
 from prime_rl.envs.nemo_gym.client import NemoGymClient, NemoGymError, Session
 from prime_rl.envs.nemo_gym.responses import trajectory_response
@@ -102,7 +102,7 @@ class NemoGymSource(TaskSource):
     dataset), or of the Hugging Face dataset `taskset.name` (`split`, `eval_split`), against
     `taskset.task.resources_url`."""
 
-    def __init__(self, name: str, cfg: TasksetConfig, ratio: float = 1.0, max_connections: int = 256):
+    def __init__(self, name: str, cfg: NemoGymTasksetConfig, ratio: float = 1.0, max_connections: int = 256):
         self.name, self.cfg, self.ratio = name, cfg, ratio
         self.capacity: int | None = None
         t = cfg.task
