@@ -12,6 +12,7 @@ from prime_rl.config.archive import ArchiveConfig
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
 from prime_rl.config.eval_sweep import EvalCheckpointsConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
+from prime_rl.config.recipes import CurriculumConfig, GateConfig, LengthPenaltyConfig
 from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
     AgentConfig,
     BuiltinEnvConfig,
@@ -72,6 +73,9 @@ class SourceConfig(BaseConfig):
 
     name: str = Field("default", description="Name in metrics, traces and eval results.")
     ratio: float = Field(1.0, gt=0, description="Relative share of this source's tasks in the train stream.")
+    length_penalty: LengthPenaltyConfig | None = Field(
+        None, description="DAPO's overlong penalty on this source's train rewards, before advantages; None = off."
+    )
     env: EnvConfig = Field(BuiltinEnvConfig(id="gridsim"), description="The environment.")
 
     @field_validator("env", mode="before")
@@ -248,6 +252,8 @@ class OrchestratorConfig(BaseConfig):
     advantage: AdvantageConfig = Field(
         GRPOAdvantageConfig(), description="The advantage estimator, chosen by `type` (grpo, rloo, maxrl, custom)."
     )
+    gate: GateConfig = Field(GateConfig(), description="Reject groups without signal and sample replacements.")
+    curriculum: CurriculumConfig = Field(CurriculumConfig(), description="Which train tasks are drawn more often.")
     token_batch_size: int | None = Field(
         None,
         gt=0,

@@ -148,6 +148,14 @@ class RLConfig(BaseConfig):
         check_lengths(self)
         return self
 
+    @model_validator(mode="after")
+    def _gate_keeps_kl_groups(self) -> RLConfig:
+        """With a reference-KL term in the loss (`trainer.loss.ref_kl_coef > 0`) a group whose advantages are all 0
+        still has a gradient: the orchestrator's signal gate admits it (`orchestrator.gate.keep_for_kl`)."""
+        if float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0:
+            self.orchestrator.gate.keep_for_kl = True
+        return self
+
 
 def check_lengths(cfg: RLConfig) -> None:
     """Sequence lengths that cannot work together (the prompt lengths of tasks and the model's own context length

@@ -3,12 +3,14 @@ decides *which* groups make step N) and the packer (which lays their samples out
 
 `admit(groups, cfg, step=N)` returns a `CutBatch` of new `Rollout` objects (the scheduler's are not written):
 
+0. Reward shaping (`penalties`: the length penalty of a rollout's source, `prime_rl.orchestrator.gates`).
 1. Advantages, per group, with the configured estimator (`prime_rl.orchestrator.advantages`); masked members are
    out of the baseline (docs/design.md invariant 3). An advantage that is not finite, or beyond float32's range
    (the trainer's dtype), masks its rollout as `advantage/non_finite` (invariant 7).
 2. Group filters, in order (`group_filters(cfg)`): the first that names a reason takes the whole group out of the
-   loss (`filtered`; counted in `filtered_groups`). Built in: the zero-advantage filter (`advantage.filter_zero`).
-   Difficulty gates and curricula are further `GroupFilter`s (docs/extending.md).
+   loss (`filtered`; counted in `filtered_groups`). Built in: the zero-advantage filter (`advantage.filter_zero`)
+   and the signal gate (`[orchestrator.gate]`, `gates.make_gate`; the scheduler refills the step for the groups it
+   rejects, so it filters only groups kept once the refill budget is spent). Further filters: docs/extending.md.
 3. The truncation mask (`advantage.mask_truncated`): truncated rollouts leave the loss after their rewards entered
    their group's baseline.
 
@@ -21,14 +23,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from prime_rl.config.orchestrator import AdvantageConfig
+from prime_rl.config.recipes import LengthPenaltyConfig
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.advantages import compute_advantages
+from prime_rl.orchestrator.gates import shape_rewards
 from prime_rl.orchestrator.types import Rollout
 
 log = get_logger("orchestrator.admission")
@@ -47,7 +51,11 @@ class AdmissionError(RuntimeError):
 
 @dataclass
 class CutBatch:
-    """One step's admitted rollouts (groups in launch order) plus scheduling counters."""
+    """One step's admitted rollouts (groups in launch order) plus scheduling counters.
+
+    `gate_rejected_groups`: groups the signal gate rejected while this step was filled (replaced, or in the batch out
+    of the loss when the budget ran out); `gate_extra_rollouts`: rollouts sampled for this step beyond those in its
+    batch; `gate_budget_spent`: the refill budget ran out (the batch holds groups without signal, filtered)."""
 
     step: int
     rollouts: list[Rollout]
@@ -55,6 +63,9 @@ class CutBatch:
     filtered_groups: int
     max_off_policy: int
     wait_s: float
+    gate_rejected_groups: int = 0
+    gate_extra_rollouts: int = 0
+    gate_budget_spent: bool = False
 
 
 def off_policy(group: Sequence[Rollout], step: int) -> int:
@@ -102,6 +113,7 @@ def admit(
     *,
     step: int,
     filters: Sequence[GroupFilter] | None = None,
+    penalties: Mapping[str, LengthPenaltyConfig] | None = None,
     dropped_stale_groups: int = 0,
     wait_s: float = 0.0,
 ) -> CutBatch:
@@ -111,6 +123,7 @@ def admit(
         groups: the step's groups, in the order the batch lists them (the scheduler passes launch order).
         cfg: `orchestrator.advantage`.
         filters: group filters to run (default: `group_filters(cfg)`).
+        penalties: length penalty per source name (`length_penalty` of a train source), applied before advantages.
         dropped_stale_groups, wait_s: the scheduler's counters, carried into the batch.
 
     Raises:
@@ -121,7 +134,7 @@ def admit(
     filtered = 0
     for group in groups:
         try:
-            admitted = with_advantages(group, cfg)
+            admitted = with_advantages(shape_rewards(group, penalties or {}), cfg)
             reason = next((why for f in filters if (why := f(admitted, cfg)) is not None), None)
         except Exception as e:
             raise AdmissionError(f"step {step}: admission of {group_label(group)} failed: {type(e).__name__}: {e}") from e

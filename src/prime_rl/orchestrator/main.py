@@ -43,6 +43,7 @@ from prime_rl.orchestrator.admission import CutBatch
 from prime_rl.orchestrator.agent import AgentLimits
 from prime_rl.orchestrator.archive import ArchiveWriter
 from prime_rl.orchestrator.checkpoint import load_orchestrator_checkpoint, save_orchestrator_checkpoint
+from prime_rl.orchestrator.curriculum import DifficultyPool
 from prime_rl.orchestrator.error_streak import ErrorStreakError
 from prime_rl.orchestrator.eval import eval_due, run_eval
 from prime_rl.orchestrator.lengths import check_prompt_lengths
@@ -129,7 +130,8 @@ class Orchestrator:
         self.gate = CapacityGate()
         self.sched: Scheduler | None = None  # built in `run`, once the sources are started
         self.prom: OperatorMetrics | None = None  # the metrics_server endpoint, started in `run`
-        self.stream = TaskStream(train_sources, seed=cfg.seed)
+        self.curriculum = DifficultyPool(cfg.curriculum) if cfg.curriculum.sampler == "difficulty_pool" else None
+        self.stream = TaskStream(train_sources, seed=cfg.seed, weight=self._task_weight if self.curriculum else None)
         self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens, cfg.reward_range)
         self.watcher = WeightWatcher(self.run_dir.weights, client.update_weights, self.policy, poll_s=poll_s,
                                      on_loaded=self._on_loaded, alive=client.check_alive)
@@ -137,6 +139,10 @@ class Orchestrator:
         self.final_evaluated = asyncio.Event()  # set once the final policy (`max_steps`) is evaluated
         self.start_step = 1
         random.seed(cfg.seed)
+
+    def _task_weight(self, i: int, task: Any) -> float:
+        """The curriculum's draw weight of train task `task` of source `i`."""
+        return self.curriculum.weight(self.train_sources[i].name, task.task_id) if self.curriculum else 1.0
 
     # ---- eval ----
     def _eval_due(self, version: int) -> bool:
@@ -186,6 +192,8 @@ class Orchestrator:
         if not ck.skip_dataloader:
             self.stream.load_state_dict(state["stream"])
             random.setstate(_tuple_state(state["py_rng"]))
+            if self.curriculum is not None and "curriculum" in state:
+                self.curriculum.load_state_dict(state["curriculum"])
         if not ck.skip_progress:
             self.evaluated = list(state.get("evaluated", []))
             self.start_step = n + 1
@@ -202,6 +210,8 @@ class Orchestrator:
             "py_rng": [rng[0], list(rng[1]), rng[2]],
             "evaluated": self.evaluated,
         }
+        if self.curriculum is not None:
+            state["curriculum"] = self.curriculum.state_dict()
         path = save_orchestrator_checkpoint(self.run_dir.checkpoints, step, state, self.cfg.ckpt.keep_last,
                                             self.cfg.ckpt.keep_interval)
         log.info("checkpoint step %d -> %s", step, path)
@@ -214,6 +224,7 @@ class Orchestrator:
         m = step_metrics(batch, step_time_s, self.policy.version)
         m["inflight"] = self.sched.inflight if self.sched is not None else 0
         m["weight_load_s"] = self.watcher.last_load_s
+        m.update(self.sched.recipe_metrics(batch) if self.sched is not None else {})
         step_dir = self.run_dir.rollout_step(step)
         traces = None
         if self.cfg.traces_per_step:
@@ -254,7 +265,7 @@ class Orchestrator:
         tune_gc()
         sched = self.sched = Scheduler(
             self.cfg, sources=self.train_sources, stream=self.stream, client=self.client, renderer=self.renderer,
-            policy=self.policy, gate=self.gate,
+            policy=self.policy, gate=self.gate, curriculum=self.curriculum,
         )
         await self.watcher.poll_once()  # on resume: load the checkpoint's policy before sampling anything
         error: BaseException | None = None

@@ -14,6 +14,13 @@
   sums, do not depend on which group finished first (a seeded synchronous run is reproducible bit for bit under
   any load). The cut groups go through admission (`prime_rl.orchestrator.admission.admit`: advantages, filters,
   truncation mask); the masked rollouts' reasons are logged, a few per kind.
+- Signal gate and refill (`[orchestrator.gate]`, `prime_rl.orchestrator.gates`): finished groups are examined in
+  completion order; a group the gate rejects leaves the outstanding count, so a replacement is launched within the
+  same bound. A step examines at most `resample_budget` groups; when they are spent it is cut with the groups that
+  passed, filled with rejected ones (out of the loss) to its size, and a warning says so.
+- `token_batch_size`: a step is cut once its groups hold that many prompt+completion tokens, or at `batch_size`
+  rollouts, whichever comes first (the bound above still counts `batch_size / group_size` groups per step).
+- Curriculum (`prime_rl.orchestrator.curriculum`): every examined group's outcomes are recorded in the pool.
 - Errored rollouts are counted as their groups finish (`prime_rl.orchestrator.error_streak`): a streak of
   `max_consecutive_errors` masked rollouts, or more than `max_error_rate` of the last `error_rate_window`, makes the
   next `next_batch` raise `ErrorStreakError`.
@@ -34,9 +41,19 @@ from typing import Any
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
-from prime_rl.orchestrator.admission import AdmissionError, CutBatch, admit, log_masked, off_policy
+from prime_rl.orchestrator.admission import (
+    AdmissionError,
+    CutBatch,
+    admit,
+    group_filters,
+    log_masked,
+    off_policy,
+    with_advantages,
+)
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
+from prime_rl.orchestrator.curriculum import DifficultyPool
 from prime_rl.orchestrator.error_streak import ErrorStreak, ErrorStreakError
+from prime_rl.orchestrator.gates import make_gate, resample_budget, shape_rewards
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.stream import TaskStream
 from prime_rl.orchestrator.types import PolicyVersion, Rollout
@@ -99,6 +116,7 @@ class Scheduler:
         renderer: Any,
         policy: PolicyVersion,
         gate: CapacityGate | None = None,
+        curriculum: DifficultyPool | None = None,
     ):
         group_size, batch_size = cfg.train.group_size, cfg.batch_size
         if batch_size % group_size:
@@ -121,6 +139,14 @@ class Scheduler:
         self.total_dropped = 0
         self.failure: BaseException | None = None  # the first collector failure, raised by next_batch
         self.errors = ErrorStreak(cfg.max_consecutive_errors, cfg.max_error_rate, cfg.error_rate_window)
+        self.curriculum = curriculum
+        self.gate_cfg, self.token_batch_size = cfg.gate, cfg.token_batch_size
+        self.signal_gate = make_gate(cfg.gate) if cfg.gate.enabled else None
+        self.budget = resample_budget(cfg.gate, self.groups_per_step) if self.signal_gate else None
+        self.penalties = {s.name: s.length_penalty for s in cfg.train.source if s.length_penalty is not None}
+        self.passed: list[Group] = []  # examined groups of the step being filled that the gate admitted
+        self.rejected: list[Group] = []  # ... that it rejected
+        self.total_rejected = 0
 
     # ---- launching ----
     def _allowed_groups(self, step: int) -> int:
@@ -128,12 +154,17 @@ class Scheduler:
         return max(0, s_max - step + 1) * self.groups_per_step
 
     @property
+    def outstanding_groups(self) -> int:
+        """Groups drawn and not cut: running, finished, or examined and admitted for the step being filled."""
+        return len(self.running) + len(self.ready) + len(self.passed)
+
+    @property
     def inflight(self) -> int:
         """Train rollouts running now (started, not finished)."""
         return sum(1 for g in self.running.values() for t in g.tasks if not t.done())
 
     def _launch(self, step: int) -> None:
-        while len(self.running) + len(self.ready) < self._allowed_groups(step):
+        while self.outstanding_groups < self._allowed_groups(step):
             if self.running and self.inflight + self.group_size > self.max_inflight:
                 return
             i, j, task = self.stream.next()
@@ -186,6 +217,33 @@ class Scheduler:
         self.ready = keep
         return dropped
 
+    def _step_full(self, groups: list[Group]) -> bool:
+        if len(groups) >= self.groups_per_step:
+            return True
+        if self.token_batch_size is None:
+            return False
+        return sum(r.num_tokens for g in groups for r in g.rollouts) >= self.token_batch_size
+
+    def _examine(self, step: int) -> None:
+        """Move finished groups to `passed`/`rejected` (completion order) until the step is full or the budget
+        is spent."""
+        while self.ready and not self._step_full(self.passed) and not self._budget_spent():
+            g = self.ready.popleft()
+            if self.curriculum is not None:
+                self.curriculum.observe(g.rollouts)
+            if self.signal_gate is None:
+                self.passed.append(g)
+                continue
+            try:
+                shaped = with_advantages(shape_rewards(g.rollouts, self.penalties), self.advantage)
+                reason = self.signal_gate(shaped, self.advantage)
+            except Exception as e:
+                raise AdmissionError(f"step {step}: the gate on {_pending_label(g)} failed: {type(e).__name__}: {e}") from e
+            (self.passed if reason is None else self.rejected).append(g)
+
+    def _budget_spent(self) -> bool:
+        return self.budget is not None and len(self.passed) + len(self.rejected) >= self.budget
+
     async def next_batch(self, step: int) -> CutBatch:
         """Wait until `batch_size` rollouts for `step` are ready, take them and admit them (`admission.admit`).
 
@@ -206,7 +264,8 @@ class Scheduler:
                 log.info("step %d: dropped %d group(s) older than max_off_policy_steps=%d", step, n, self.max_off_policy_steps)
                 dropped += n
                 self.total_dropped += n
-            if len(self.ready) >= self.groups_per_step:
+            self._examine(step)
+            if self._step_full(self.passed) or self._budget_spent():
                 break
             self._launch(step)
             self._wake.clear()
@@ -222,17 +281,53 @@ class Scheduler:
                         f"{self.inflight} rollouts running); see logs/trainer.log and logs/inference.log"
                     ) from None
         await self.policy.wait_for(step - 1 - self.max_async_level, self.weights_timeout_s)
-        groups = sorted((self.ready.popleft() for _ in range(self.groups_per_step)), key=lambda g: g.gid)
-        batch = admit([g.rollouts for g in groups], self.advantage, step=step, dropped_stale_groups=dropped,
+        chosen, spent = self.passed, not self._step_full(self.passed)
+        fill = []
+        for g in self.rejected:
+            if not spent or self._step_full(chosen + fill):
+                break
+            fill.append(g)
+        if spent:
+            log.warning(
+                "step %d: gate refill budget spent (%d groups examined, max_resample_factor=%g): training %d group(s) "
+                "with signal; %d rejected group(s) fill the batch out of the loss", step,
+                len(self.passed) + len(self.rejected), self.gate_cfg.max_resample_factor, len(self.passed), len(fill),
+            )  # fmt: skip
+        groups = sorted(chosen + fill, key=lambda g: g.gid)
+        n_rejected = len(self.rejected)
+        self.total_rejected += n_rejected
+        self.passed, self.rejected = [], []
+        filters = group_filters(self.advantage) + ([self.signal_gate] if self.signal_gate else [])
+        batch = admit([g.rollouts for g in groups], self.advantage, step=step, filters=filters,
+                      penalties=self.penalties, dropped_stale_groups=dropped,
                       wait_s=time.monotonic() - t0)  # fmt: skip
+        batch.gate_rejected_groups = n_rejected
+        batch.gate_extra_rollouts = (n_rejected - len(fill)) * self.group_size
+        batch.gate_budget_spent = spent
         log_masked(step, batch.rollouts)
         self._launch(step + 1)
         return batch
 
+    def recipe_metrics(self, batch: CutBatch) -> dict[str, float]:
+        """Metrics of the recipes that are on: `gate/rejected_groups`, `gate/extra_rollouts`, `gate/budget_spent`,
+        `gate/rejected_total`; `batch_tokens` (prompt+completion) with `token_batch_size`; `curriculum/easy_tasks`,
+        `curriculum/hard_tasks`, `curriculum/mixed_tasks`. The length penalty's mean is `env/length_penalty`."""
+        m: dict[str, float] = {}
+        if self.signal_gate is not None:
+            m["gate/rejected_groups"] = batch.gate_rejected_groups
+            m["gate/extra_rollouts"] = batch.gate_extra_rollouts
+            m["gate/budget_spent"] = int(batch.gate_budget_spent)
+            m["gate/rejected_total"] = self.total_rejected
+        if self.token_batch_size is not None:
+            m["batch_tokens"] = sum(r.num_tokens for r in batch.rollouts)
+        if self.curriculum is not None:
+            m.update({f"curriculum/{k}_tasks": v for k, v in self.curriculum.counts().items()})
+        return m
+
     # ---- checkpoint / shutdown ----
     def outstanding(self) -> list[tuple[int, int]]:
         """(source idx, task position) of every group drawn but not cut yet, in draw order."""
-        groups = sorted(list(self.running.values()) + list(self.ready), key=lambda g: g.gid)
+        groups = sorted(list(self.running.values()) + list(self.ready) + self.passed, key=lambda g: g.gid)
         return [(g.source_idx, g.task_pos) for g in groups]
 
     async def aclose(self) -> None:

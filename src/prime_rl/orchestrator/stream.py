@@ -1,7 +1,9 @@
 """The training task stream: which task each new group plays, deterministic and checkpointable.
 
 Each source's train split is walked in a seeded random order, reshuffled every epoch; the source of each group is
-drawn with probability proportional to its `ratio`. `state_dict()` captures everything (positions, epochs, the
+drawn with probability proportional to its `ratio`. With a `weight(source index, task) -> (0, 1]` (the curriculum,
+`prime_rl.orchestrator.curriculum`), a drawn task is played with that probability (one draw of the picker's RNG) and
+otherwise skipped for the next one; after 1000 skips in a row the next task is played. `state_dict()` captures everything (positions, epochs, the
 picker's RNG, tasks put back for replay), so a resumed run draws the same tasks in the same order.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from prime_rl.envs.base import Task
@@ -18,12 +21,16 @@ from prime_rl.orchestrator.sources import TaskSource
 class TaskStream:
     """Endless deterministic stream of `(source index, task)` for training groups."""
 
-    def __init__(self, sources: list[TaskSource], seed: int, split: str = "train"):
+    MAX_SKIPS = 1000
+
+    def __init__(self, sources: list[TaskSource], seed: int, split: str = "train",
+                 weight: Callable[[int, Task], float] | None = None):
         if not sources:
             raise ValueError("orchestrator.train.source is empty: name at least one environment")
         self.sources = sources
         self.seed = seed
         self.split = split
+        self.weight = weight
         self._tasks = [s.tasks(split) for s in sources]
         for s, t in zip(sources, self._tasks, strict=True):
             if not t:
@@ -44,6 +51,15 @@ class TaskStream:
         if self._replay:
             i, j = self._replay.popleft()
             return i, j, self._tasks[i][j]
+        for _ in range(self.MAX_SKIPS):
+            i, j = self._draw()
+            w = 1.0 if self.weight is None else self.weight(i, self._tasks[i][j])
+            if w >= 1.0 or self._pick.random() < w:
+                return i, j, self._tasks[i][j]
+        i, j = self._draw()
+        return i, j, self._tasks[i][j]
+
+    def _draw(self) -> tuple[int, int]:
         if len(self.sources) == 1:
             i = 0
         else:
@@ -54,7 +70,7 @@ class TaskStream:
             self._order[i] = self._shuffled(i)
         j = self._order[i][self._pos[i]]
         self._pos[i] += 1
-        return i, j, self._tasks[i][j]
+        return i, j
 
     def state_dict(self, outstanding: list[tuple[int, int]] = ()) -> dict[str, Any]:
         """JSON-able state; `outstanding` = tasks drawn but not yet trained on (replayed first after a resume)."""

@@ -1,0 +1,220 @@
+"""The signal gate and its refill, the length penalty and token_batch_size: hand-worked values."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tests.orchestrator.fakes import EchoEnv, ScriptedClient, tiny_tokenizer
+
+from prime_rl.config.orchestrator import GRPOAdvantageConfig, OrchestratorConfig, RendererConfig
+from prime_rl.config.recipes import GateConfig, LengthPenaltyConfig
+from prime_rl.envs.base import Task
+from prime_rl.models.renderer import make_renderer
+from prime_rl.orchestrator.admission import admit
+from prime_rl.orchestrator.gates import length_penalty, make_gate, resample_budget
+from prime_rl.orchestrator.scheduler import Scheduler
+from prime_rl.orchestrator.sources import InProcessSource
+from prime_rl.orchestrator.stream import TaskStream
+from prime_rl.orchestrator.types import PolicyVersion, Rollout, Sample
+
+TASK = Task("t0", "train", 0, [{"role": "user", "content": "x"}])
+
+
+def _rollout(reward: float, sampled: int = 1, prompt: int = 0, source: str = "s", gid: int = 0, adv: float = 0.0):
+    s = Sample([1] * (prompt + sampled), [False] * prompt + [True] * sampled, [0.0] * (prompt + sampled))
+    return Rollout(task=TASK, source=source, group_id=gid, samples=[s], reward=reward, advantage=adv)
+
+
+# ---- the gate as a filter ----
+def test_gate_rejects_uniform_rewards_and_out_of_range_advantages():
+    adv = GRPOAdvantageConfig()
+    uniform = make_gate(GateConfig(reject_uniform=True))
+    assert uniform([_rollout(1.0), _rollout(1.0)], adv) == "gate: every reward is 1"
+    assert uniform([_rollout(0.0, adv=-0.5), _rollout(1.0, adv=0.5)], adv) is None
+    masked = _rollout(1.0)
+    masked.mask("env/x", "boom")
+    assert uniform([masked, _rollout(0.0)], adv) == "gate: every reward is 0"  # the masked reward does not count
+    ranged = make_gate(GateConfig(advantage_range=(0.1, 0.4)))
+    assert ranged([_rollout(0.0, adv=-0.5), _rollout(1.0, adv=0.5)], adv).startswith("gate: max |advantage| 0.5")
+    assert ranged([_rollout(0.0, adv=-0.25), _rollout(0.5, adv=0.25)], adv) is None
+    assert ranged([_rollout(1.0), _rollout(1.0)], adv).startswith("gate: max |advantage| 0 outside")
+    # a reference-KL term still trains on zero-advantage groups: kept
+    kl = make_gate(GateConfig(reject_uniform=True, advantage_range=(0.1, 0.4), keep_for_kl=True))
+    assert kl([_rollout(1.0), _rollout(1.0)], adv) is None
+    assert kl([_rollout(0.0, adv=-0.5), _rollout(1.0, adv=0.5)], adv) is not None
+
+
+def test_resample_budget_is_the_ceiling_of_factor_times_groups():
+    assert resample_budget(GateConfig(max_resample_factor=2.0), 2) == 4
+    assert resample_budget(GateConfig(max_resample_factor=1.5), 3) == 5  # ceil(4.5)
+    assert resample_budget(GateConfig(max_resample_factor=1.0), 4) == 4
+
+
+def test_gate_config_refuses_a_bad_range():
+    with pytest.raises(ValueError, match="advantage_range"):
+        GateConfig(advantage_range=(0.5, 0.1))
+
+
+# ---- the length penalty ----
+def test_length_penalty_at_hand_computed_lengths():
+    cfg = LengthPenaltyConfig(max_tokens=20, cache_tokens=8, coef=1.0)  # soft budget 12
+    assert [length_penalty(n, cfg) for n in (0, 10, 12, 14, 16, 20, 30)] == [0.0, 0.0, 0.0, -0.25, -0.5, -1.0, -1.0]
+    assert length_penalty(16, LengthPenaltyConfig(max_tokens=20, cache_tokens=8, coef=0.5)) == -0.25
+    with pytest.raises(ValueError, match="cache_tokens"):
+        LengthPenaltyConfig(max_tokens=4, cache_tokens=8)
+
+
+def test_admit_applies_the_penalty_of_the_rollouts_source_before_advantages():
+    # rewards 1, 1; sampled 10 and 16 tokens -> penalties 0, -0.5 -> rewards 1, 0.5; GRPO mean 0.75 -> +0.25, -0.25
+    group = [_rollout(1.0, sampled=10, prompt=3, source="a"), _rollout(1.0, sampled=16, prompt=3, source="a")]
+    other = [_rollout(1.0, sampled=16, source="b", gid=1), _rollout(0.0, sampled=16, source="b", gid=1)]
+    pen = {"a": LengthPenaltyConfig(max_tokens=20, cache_tokens=8)}
+    b = admit([group, other], GRPOAdvantageConfig(), step=1, penalties=pen)
+    assert [r.reward for r in b.rollouts] == [1.0, 0.5, 1.0, 0.0]
+    assert [r.advantage for r in b.rollouts] == [0.25, -0.25, 0.5, -0.5]
+    assert [r.env_metrics.get("length_penalty") for r in b.rollouts] == [0.0, -0.5, None, None]
+    assert [r.reward for r in group] == [1.0, 1.0]  # the scheduler's rollouts are not written
+
+
+# ---- refill in the scheduler ----
+class GidClient(ScriptedClient):
+    """Answers by group: `answer(gid, k)` for rollout k of group gid (EchoEnv's reward = the digit / 3)."""
+
+    def __init__(self, tok, answer):
+        super().__init__(tok, lambda p, i: "")
+        self.answer = answer
+        self.gids: list[int] = []
+
+    async def generate(self, prompt_ids, sampling, *, rollout_id=None, stop_token_ids=None, max_tokens=None):
+        gid, k = int(rollout_id.split("/g")[1].split("/")[0]), int(rollout_id.rsplit("/r", 1)[1])
+        self.gids.append(gid)
+        await asyncio.sleep(0.001 * (gid % 3))
+        self.script = lambda p, i: self.answer(gid, k)
+        return await super().generate(prompt_ids, sampling, rollout_id=rollout_id, stop_token_ids=stop_token_ids,
+                                      max_tokens=max_tokens)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def renderer(tmp_path_factory):
+    return make_renderer(tiny_tokenizer(tmp_path_factory.mktemp("tok")), RendererConfig())
+
+
+def alternate(gid: int, k: int) -> str:
+    """Even groups: every rollout says r0 (all rewards 0); odd groups: r0, r3, ... (rewards 0 and 1)."""
+    return "r0" if gid % 2 == 0 else f"r{3 * (k % 2)}"
+
+
+async def _steps(renderer, answer, steps, *, async_level=0, check_bound=False, **cfg_kw):
+    src = InProcessSource("echo", EchoEnv(64))
+    client = GidClient(renderer._tokenizer, answer)
+    policy = PolicyVersion(0)
+    cfg = OrchestratorConfig(**{
+        "batch_size": 4, "train": {"group_size": 2, "sampling": {"max_completion_tokens": 8}}, "seq_len": 512,
+        "concurrency": {"max_inflight": 64}, "max_async_level": async_level, "weights_timeout_s": 30, **cfg_kw,
+    })  # fmt: skip
+    sched = Scheduler(cfg, sources=[src], stream=TaskStream([src], seed=0), client=client, renderer=renderer,
+                      policy=policy)  # fmt: skip
+    bound_seen = []
+    if check_bound:
+        launch = sched._launch
+
+        def checked(step):
+            launch(step)
+            bound_seen.append((sched.outstanding_groups, sched._allowed_groups(step)))
+
+        sched._launch = checked
+    batches = []
+    for step in range(1, steps + 1):
+        batches.append(await sched.next_batch(step))
+        lag = step - async_level  # the trainer publishes step N - async_level's weights as step N is cut
+        if lag > policy.version:
+            client.version = lag
+            policy.set(lag)
+    await sched.aclose()
+    return batches, client, sched, bound_seen
+
+
+async def test_refill_replaces_every_rejected_group_with_exact_counts(renderer):
+    batches, client, sched, _ = await _steps(renderer, alternate, 2, gate={"reject_uniform": True})
+    # step 1: g0 (all 0) rejected, g1 passes, g2 rejected, g3 passes -> 4 groups sampled, 2 rejected
+    # step 2: g4 rejected, g5 passes, g6 rejected, g7 passes
+    assert sorted(set(client.gids)) == list(range(8))
+    for step, b in enumerate(batches, start=1):
+        gids = sorted({r.group_id for r in b.rollouts})
+        assert gids == [4 * step - 3, 4 * step - 1]
+        assert len(b.rollouts) == 4 and all(r.trainable for r in b.rollouts)
+        assert (b.gate_rejected_groups, b.gate_extra_rollouts, b.gate_budget_spent, b.filtered_groups) == (
+            2,
+            4,
+            False,
+            0,
+        )
+    assert sched.recipe_metrics(batches[1]) == {"gate/rejected_groups": 2, "gate/extra_rollouts": 4,
+                                                "gate/budget_spent": 0, "gate/rejected_total": 4}  # fmt: skip
+
+
+async def test_spent_budget_trains_what_it_has_and_fills_with_rejected_groups(renderer, caplog):
+    # every group all-0: budget ceil(1.5 * 2) = 3 groups examined, then the step is cut with 2 of them, filtered
+    batches, client, _, _ = await _steps(renderer, lambda g, k: "r0", 1,
+                                         gate={"reject_uniform": True, "max_resample_factor": 1.5})  # fmt: skip
+    b = batches[0]
+    assert sorted({r.group_id for r in b.rollouts}) == [0, 1] and len(b.rollouts) == 4
+    assert all(r.filtered for r in b.rollouts) and b.filtered_groups == 2
+    assert (b.gate_rejected_groups, b.gate_extra_rollouts, b.gate_budget_spent) == (3, 2, True)
+    assert "gate refill budget spent (3 groups examined, max_resample_factor=1.5)" in caplog.text
+    # factor 1: no extra sampling; alternating groups -> g1 passes, g0 fills the batch out of the loss
+    batches, *_ = await _steps(renderer, alternate, 1, gate={"reject_uniform": True, "max_resample_factor": 1.0})
+    b = batches[0]
+    assert [(r.group_id, r.filtered) for r in b.rollouts] == [(0, True), (0, True), (1, False), (1, False)]
+    assert (b.gate_rejected_groups, b.gate_extra_rollouts, b.gate_budget_spent) == (1, 0, True)
+
+
+async def test_refill_keeps_the_staleness_bound(renderer):
+    for level in (0, 1, 2):
+        batches, _, _, seen = await _steps(renderer, alternate, 5, async_level=level, check_bound=True,
+                                           gate={"reject_uniform": True, "max_resample_factor": 3.0})  # fmt: skip
+        assert seen and all(out <= allowed for out, allowed in seen)
+        for step, b in enumerate(batches, start=1):
+            assert len(b.rollouts) == 4 and b.gate_rejected_groups >= 1
+            assert min(v for r in b.rollouts for v in r.policy_versions) >= step - 1 - level
+
+
+async def test_gate_off_keeps_the_first_finished_groups(renderer):
+    batches, client, sched, _ = await _steps(renderer, alternate, 1)
+    assert sorted({r.group_id for r in batches[0].rollouts}) == [0, 1] and sorted(set(client.gids)) == [0, 1]
+    assert sched.recipe_metrics(batches[0]) == {}
+
+
+# ---- token_batch_size ----
+async def test_token_batch_size_cuts_at_the_first_group_that_reaches_it(renderer):
+    probe, *_ = await _steps(renderer, alternate, 1)
+    per_group = {}
+    for r in probe[0].rollouts:
+        per_group[r.group_id] = per_group.get(r.group_id, 0) + r.num_tokens
+    g0 = per_group[0]
+    # a budget of g0's tokens: one group fills it
+    batches, _, sched, _ = await _steps(renderer, alternate, 1, token_batch_size=g0)
+    b = batches[0]
+    assert len({r.group_id for r in b.rollouts}) == 1 and sum(r.num_tokens for r in b.rollouts) >= g0
+    assert sched.recipe_metrics(b) == {"batch_tokens": sum(r.num_tokens for r in b.rollouts)}
+    # one token more needs a second group; a huge budget stops at batch_size rollouts
+    batches, *_ = await _steps(renderer, alternate, 1, token_batch_size=g0 + 1)
+    assert len({r.group_id for r in batches[0].rollouts}) == 2
+    batches, *_ = await _steps(renderer, alternate, 1, token_batch_size=10**9)
+    assert len(batches[0].rollouts) == 4
+
+
+def test_step_full_counts_prompt_and_completion_tokens():
+    from prime_rl.orchestrator.scheduler import Group
+
+    cfg = OrchestratorConfig(batch_size=6, train={"group_size": 2}, token_batch_size=30)
+    sched = Scheduler.__new__(Scheduler)
+    sched.groups_per_step, sched.token_batch_size = 3, cfg.token_batch_size
+    g = [
+        Group(i, 0, 0, rollouts=[_rollout(0, sampled=5, prompt=5), _rollout(0, sampled=2, prompt=5)]) for i in range(3)
+    ]
+    assert not sched._step_full(g[:1])  # 17 tokens
+    assert sched._step_full(g[:2])  # 34 >= 30
+    sched.token_batch_size = 100
+    assert not sched._step_full(g[:2]) and sched._step_full(g)  # 51 < 100, but 3 groups = batch_size / group_size
