@@ -27,7 +27,7 @@ def dry_run(cfg: SFTConfig, name: str = "sft") -> None:
 def run(cfg: SFTConfig) -> None:
     if _submits(cfg):
         raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_sft")(cfg, sys.argv[1:]))
-    load_impl("prime_rl.trainer.sft:run")(cfg)
+    load_impl("prime_rl.launcher.sft_eval:run" if cfg.eval is not None else "prime_rl.trainer.sft:run")(cfg)
 
 
 # [wandb]: trainer.sft.run forwards the metrics to W&B itself (under `rl` the launcher does)
@@ -35,9 +35,12 @@ main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run
                "supervised fine-tuning on chat data (on several nodes with [slurm])", dry_run="prime_rl.cli.sft:dry_run",
                user_errors=("prime_rl.trainer.model:ModelLoadError",  # a wrong model.name: one line, exit 2
                             "prime_rl.trainer.sft_data:SFTDataError",  # a missing file, a bad row, no hub
-                            "prime_rl.monitor.wandb_log:WandbStartError"),
+                            "prime_rl.monitor.wandb_log:WandbStartError",
+                            "prime_rl.orchestrator.eval_sweep:ResultExists"),  # [eval]: other settings, same folder
                failures=("prime_rl.trainer.engine:TrainingDiverged", "prime_rl.trainer.ckpt:CheckpointError",
-                         "prime_rl.trainer.weights:NonFiniteWeights"),
+                         "prime_rl.trainer.weights:NonFiniteWeights",
+                         "prime_rl.launcher.errors:LaunchError",  # [eval]: the inference server died or never started
+                         "prime_rl.inference.backend:InferenceError"),
                common=("model.name", "data.path", "data.name", "data.batch_size", "data.epochs", "optim.lr",
                        "scheduler.type", "ckpt.interval", "deployment.num_gpus"))
 

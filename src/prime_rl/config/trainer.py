@@ -18,8 +18,9 @@ from prime_rl.config.base import (
     WandbConfig,
 )
 from prime_rl.config.deployment import SFTDeploymentConfig, SlurmConfig, check_sft_deployment, check_slurm_nodes
+from prime_rl.config.inference import InferenceConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
-from prime_rl.config.orchestrator import RendererConfig
+from prime_rl.config.orchestrator import EvalConfig, RendererConfig
 from prime_rl.config.sft import LossMaskConfig, SFTSourceConfig, SFTValConfig
 
 
@@ -265,6 +266,16 @@ class SFTConfig(BaseConfig):
     wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
     log: LogConfig = Field(LogConfig(), description="Logging.")
     val: SFTValConfig | None = Field(None, description="Validation loss on held-out conversations; None = off.")
+    eval: EvalConfig | None = Field(
+        None,
+        description="Online environment eval: every eval.interval steps (and at the last step) the published weights "
+        "are loaded into the inference server sft starts ([inference]) and scored on eval.source, as rl's eval; "
+        "None = off.",
+    )
+    inference: InferenceConfig | None = Field(
+        None, description="The inference server sft starts for [eval] (model.name is the trained model's); None with "
+        "[eval]: the defaults.",
+    )
 
     renderer: RendererConfig = Field(
         RendererConfig(), description="Chat renderer; use the orchestrator's so SFT trains on what RL samples."
@@ -281,6 +292,26 @@ class SFTConfig(BaseConfig):
     deployment: SFTDeploymentConfig = Field(SFTDeploymentConfig(), description="Nodes and ranks per node ([slurm]).")
     slurm: SlurmConfig | None = Field(None, description="Submit as a Slurm batch job (multi-node torchrun).")
     dry_run: bool = Field(False, description="Write the resolved config (with [slurm]: also slurm/sft.sbatch) and exit.")
+
+    @model_validator(mode="after")
+    def _check_eval(self) -> SFTConfig:
+        if self.eval is None:
+            if self.inference is not None:
+                raise ValueError("[inference] is the server sft starts for [eval]; without [eval] it would be unused: "
+                                 "add [eval] (interval and [[eval.source]]) or remove [inference]")  # fmt: skip
+            return self
+        if self.eval.interval is None or not self.eval.source:
+            raise ValueError("[eval] in sft needs eval.interval (steps between evals) and at least one "
+                             "[[eval.source]] (an environment, e.g. env.id = \"reverse-text\")")  # fmt: skip
+        if self.publish_interval is None:
+            self.publish_interval = self.eval.interval
+        elif self.eval.interval % self.publish_interval:
+            raise ValueError(f"eval.interval ({self.eval.interval}) must be a multiple of publish_interval "
+                             f"({self.publish_interval}): an eval step scores that step's published weights")  # fmt: skip
+        if self.slurm is not None or self.deployment.num_nodes > 1:
+            raise ValueError("[eval] in sft runs on one node (the inference server starts next to rank 0); remove "
+                             "[slurm] / deployment.num_nodes or score the checkpoints with evals ([checkpoints])")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _check_nodes(self) -> SFTConfig:

@@ -13,8 +13,9 @@ Publishes `weights/step_N/` at the last step and every `publish_interval` steps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -57,12 +58,21 @@ def total_steps(cfg: SFTConfig, n: int) -> int:
     return min(limits)
 
 
-def run(cfg: SFTConfig) -> dict[str, float] | None:
+class Evaluator(Protocol):
+    """Online eval of published steps (`launcher.sft_eval.OnlineEval`); used by rank 0 only."""
+
+    def start(self, from_step: int) -> None: ...
+    def due(self, step: int, last_step: int) -> bool: ...
+    def score(self, step: int) -> dict[str, float]: ...
+    def close(self) -> None: ...
+
+
+def run(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float] | None:
     """The `sft` command: `train`, its metrics forwarded to W&B when `[wandb]` is set; returns the last step's
     metrics."""
     from prime_rl.monitor.wandb_log import run_with_wandb
 
-    return run_with_wandb(train, cfg, "sft", {"sft"})
+    return run_with_wandb(functools.partial(train, evaluator=evaluator), cfg, "sft", {"sft"})
 
 
 def _source_desc(path: Any, name: str | None, split: str, field: str) -> str:
@@ -121,8 +131,17 @@ def _source_probe(batch_sources: list[int], batch: list[Any], mbs: list[Any], la
     return probe
 
 
-def train(cfg: SFTConfig) -> dict[str, float] | None:
-    """Train; returns the last step's metrics."""
+def train(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float] | None:
+    """Train; returns the last step's metrics. `evaluator` (rank 0): started (with the step training resumes from)
+    before the first step, `score(step)` after each step it says is `due` (the step's weights are published
+    first), closed at the end.
+
+    Raises:
+        ValueError: `[eval]` is set but no evaluator was given (the `sft` command passes one).
+    """
+    if cfg.eval is not None and evaluator is None:
+        raise ValueError("[eval] needs the inference server the sft command starts: run `sft`, or pass an evaluator "
+                         "(prime_rl.launcher.sft_eval.run)")  # fmt: skip
     from prime_rl.trainer.model import model_dir
 
     log = setup_logging("sft", cfg.output_dir, cfg.log.level)
@@ -158,9 +177,13 @@ def train(cfg: SFTConfig) -> dict[str, float] | None:
     def validate() -> dict[str, float]:
         return validation_loss(engine, val_samples, val_bs, cfg.val.num_batches, cfg.seq_len, pad_id)
 
+    online = evaluator if engine.dist.is_main else None
+    console = ("epoch", "val/loss")
     last = None
     try:
         engine.maybe_resume()
+        if online is not None:
+            online.start(engine.step)
         log.info(f"sft rank {engine.dist.rank}/{engine.dist.world_size} on {engine.dist.device}, node {node_name()}")
         if cfg.val is not None and cfg.val.eval_on_start and engine.step == 0:
             v = validate()
@@ -191,13 +214,22 @@ def train(cfg: SFTConfig) -> dict[str, float] | None:
                         m[f"source/{lab}/samples"] = float(counts[k])
                 if cfg.val is not None and (step % cfg.val.interval == 0 or step == steps):
                     m.update(validate())
-                if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0):
+                if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0) or (
+                    online is not None and online.due(step, steps)
+                ):
                     engine.publish(step)
+                if online is not None and online.due(step, steps):  # after publish: it scores weights/step_N
+                    ev = online.score(step)
+                    m.update(ev)
+                    k = cfg.eval.rollouts_per_example
+                    console = ("epoch", "val/loss", f"eval/avg@{k}", f"eval/pass@{k}")
                 engine.maybe_checkpoint(step)
-                engine.log_step(step, m, console=("epoch", "val/loss"))
+                engine.log_step(step, m, console=console)
                 bar.advance()
                 last = m
     finally:
+        if online is not None:
+            online.close()
         engine.close()
     if engine.dist.is_main:
         plot_at_end(cfg.output_dir, log)
