@@ -51,6 +51,9 @@ name = "{model}"
 interval = 1
 [orchestrator]
 batch_size = 8
+[orchestrator.advantage]
+type = "custom"
+import_path = "tests.orchestrator.rl_stubs:alternating_advantages"
 [orchestrator.concurrency]
 max_inflight = 8
 [orchestrator.train]
@@ -86,8 +89,14 @@ def leftovers(tmp: Path) -> list[str]:
     return out
 
 
+REPO = Path(__file__).resolve().parents[2]
+# the orchestrator imports the test's advantage estimator (tests.orchestrator.rl_stubs) from the repository root
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
 def rl(cfg: Path, *extra: str, timeout: float = 480) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "rl"), "@", str(cfg), *extra], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([str(BIN / "rl"), "@", str(cfg), *extra], capture_output=True, text=True, timeout=timeout,
+                          env=ENV, cwd=REPO)  # fmt: skip
 
 
 def steps_printed(text: str) -> list[int]:
@@ -99,10 +108,13 @@ def test_trainer_killed_then_resume(tmp_path, tiny_model):
     4-step run on ERCOT (rows written by rl, env server, vLLM, trainer, orchestrator, eval) whose trainer is
     SIGKILLed after its step-2 checkpoint, then `rl --resume` to the end. Together the two halves must show what
     one uninterrupted run shows: every step printed, every policy version published and loaded into vLLM, the
-    eval on the base policy and at the last step, nothing left running."""
+    eval on the base policy and at the last step, nothing left running. The tiny model scores 0 on every GridSim day,
+    so the advantages come from a test estimator that gives every step a nonzero one: each step is a real update (a
+    run that trains nothing ends with exit 1), and the checkpoint holds real optimizer state to resume."""
     cfg = write_config(tmp_path, tiny_model, max_steps=4)
     run = tmp_path / "run"
-    p = subprocess.Popen([str(BIN / "rl"), "@", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen([str(BIN / "rl"), "@", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=ENV, cwd=REPO)  # fmt: skip
     try:
         t0 = time.time()
         while not (run / "checkpoints/step_2/trainer/STABLE").is_file():

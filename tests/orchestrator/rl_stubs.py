@@ -62,3 +62,13 @@ class AlwaysErrorEnv(FastEnv):
 
     def episode(self, task):
         return AlwaysErrorEpisode(task)
+
+
+def alternating_advantages(rewards, mask, cfg):
+    """+1, -1, +1, ... over a group's unmasked rollouts, whatever the rewards: a nonzero advantage on every step, so a
+    launcher test with a model that scores 0 everywhere still trains (real optimizer updates and state to resume)."""
+    out, sign = [], 1.0
+    for m in mask:
+        out.append(sign if m else 0.0)
+        sign = -sign if m else sign
+    return out
