@@ -62,25 +62,16 @@ def field_docstrings(cls: type) -> dict[str, str]:
     return out
 
 
-_LIBRARY_READER = None  # the library's own function, kept by install()
-
-
 def library_reader():
     """The library's own `_extract_field_docstrings` (for comparison in tests), installed or not."""
-    import importlib
+    from prime_rl.config.upstream import library_docstring_reader
 
-    current = getattr(importlib.import_module("pydantic_config.cli"), "_extract_field_docstrings", None)
-    return _LIBRARY_READER if current is field_docstrings else current
+    return library_docstring_reader()
 
 
 def install() -> None:
-    """Swap the library's docstring reader for `field_docstrings` (idempotent; a no-op if the library changed)."""
-    global _LIBRARY_READER
-    import importlib
+    """Swap the library's docstring reader for `field_docstrings` (idempotent; a no-op if the library changed;
+    through `config.upstream`, the one module that touches the library's private parts)."""
+    from prime_rl.config.upstream import replace_docstring_reader
 
-    # `import pydantic_config.cli as lib` would give the `cli` function, which the package re-exports under the
-    # submodule's name
-    lib = importlib.import_module("pydantic_config.cli")
-    if hasattr(lib, "_extract_field_docstrings") and lib._extract_field_docstrings is not field_docstrings:
-        _LIBRARY_READER = lib._extract_field_docstrings
-        lib._extract_field_docstrings = field_docstrings
+    replace_docstring_reader(field_docstrings)

@@ -45,13 +45,12 @@ def _fix_title(title: str) -> tuple[str, str]:
 
 def panels(cls: type[BaseModel]) -> tuple[list[Row], list[Panel]]:
     """(top-level rows, sub-panels) of `cls` with the flags as the loader accepts them."""
-    from pydantic_config.cli import _collect_help_panels
-
     from prime_rl.config.fast_help import install
+    from prime_rl.config.upstream import collect_help_panels
 
     install()
-    root, subs = _collect_help_panels(cls)
-    subs = _expand_variants(cls, subs, _collect_help_panels)
+    root, subs = collect_help_panels(cls)
+    subs = _expand_variants(cls, subs, collect_help_panels)
     out: list[Panel] = []
     for title, rows in subs:
         fixed, index = _fix_title(title)
@@ -133,9 +132,9 @@ def render_help(cls: type[BaseModel], prog: str, description: str | None = None,
     Raises:
         KeyError: a `common` field that is not a flag of `cls`.
     """
-    from pydantic_config.cli import _render_panel, _term_width
+    from prime_rl.config.upstream import render_panel, term_width
 
-    width = _term_width(True)
+    width = term_width(True)
     root, subs = panels(cls)
     n_flags = len(root) + sum(len(r) for _, r in subs)
     short = "this help" if n_flags <= 30 else "the one-screen help" if full else "this screen"
@@ -148,7 +147,7 @@ def render_help(cls: type[BaseModel], prog: str, description: str | None = None,
               "`--x` / `--x true` or `--no-x` / `--x false`; `--x None` clears an optional field.", ""]  # fmt: skip
     if full or n_flags <= 30:
         for title, rows in [("options", head + root), *subs]:
-            lines += [*_render_panel(title, rows, width), ""]
+            lines += [*render_panel(title, rows, width), ""]
         return "\n".join(lines).rstrip() + "\n"
     by_flag = _merge_variants([row for _, rows in subs for row in rows])
     picked = []

@@ -45,14 +45,11 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
     """
     if not any(is_indexed(a) for a in args):
         return args
-    from pydantic_config.cli import _deep_merge, _find_json_value_field_paths, _nest_config, _process_args
+    from prime_rl.config.upstream import json_value_field_paths, merged_args
 
-
-    _, merged, nested = _process_args(args)
-    for key_path, loaded in nested.items():
-        merged = _deep_merge(merged, _nest_config(key_path, loaded))
+    merged = merged_args(args)
     files = ", ".join(config_files(args)) or "no @ file"
-    list_paths = _find_json_value_field_paths(cls)
+    list_paths = json_value_field_paths(cls)
     lists: dict[str, list[Any]] = {}
     out: list[str] = []
     i = 0

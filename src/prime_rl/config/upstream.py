@@ -1,0 +1,100 @@
+"""The one place prime-rl uses private parts of `prime-pydantic-config` (`pydantic_config.cli`).
+
+The library parses `@ file` arguments and flags and renders `--help`; prime-rl builds on pieces it does not export:
+the help panels (`config.help`: one-screen help, variant sections), the argument merge (`config.list_flags`:
+`--list.N.field` flags) and the field-docstring reader it replaces with a cached one (`config.fast_help`). Every
+such use goes through this module; `PRIVATE` lists the names and their parameters, and
+`tests/test_config_upstream.py` fails when an upgrade of the library removes one or changes its parameters.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+PRIVATE: dict[str, tuple[str, ...]] = {
+    "_collect_help_panels": ("cls", "prefix"),
+    "_render_panel": ("title", "rows", "term_width", "min_flag_w"),
+    "_term_width": ("wide",),
+    "_deep_merge": ("base", "override"),
+    "_find_json_value_field_paths": ("cls", "prefix"),
+    "_nest_config": ("key_path", "config"),
+    "_process_args": ("args",),
+    "_extract_field_docstrings": ("cls",),
+}
+"""Private functions of `pydantic_config.cli` used here -> their parameter names (prime-pydantic-config 0.4.x)."""
+
+
+def _lib() -> Any:
+    # `import pydantic_config.cli` would give the `cli` function, which the package re-exports under that name
+    return importlib.import_module("pydantic_config.cli")
+
+
+def upstream_problems() -> list[str]:
+    """What no longer matches `PRIVATE` in the installed library: a missing name, or other parameter names."""
+    lib, out = _lib(), []
+    for name, params in PRIVATE.items():
+        fn = getattr(lib, name, None)
+        if fn is None:
+            out.append(f"pydantic_config.cli.{name} is gone")
+            continue
+        if name == "_extract_field_docstrings" and fn.__module__ != lib.__name__:
+            fn = LIBRARY_READER.get("reader") or fn  # the library's own, where fast_help replaced it
+        got = tuple(inspect.signature(fn).parameters)
+        if got != params:
+            out.append(f"pydantic_config.cli.{name}{got} (expected parameters {params})")
+    return out
+
+
+def collect_help_panels(cls: type, prefix: str = "") -> tuple[list[Any], list[Any]]:
+    """(rows, sub-panels) of `cls`'s `--help`: rows are (flag, description, default) tuples, panels (title, rows)."""
+    return _lib()._collect_help_panels(cls, prefix)
+
+
+def render_panel(title: str, rows: list[Any], term_width: int) -> list[str]:
+    """The lines of one boxed `--help` panel."""
+    return _lib()._render_panel(title, rows, term_width)
+
+
+def term_width(wide: bool = True) -> int:
+    """The terminal width `--help` wraps to."""
+    return _lib()._term_width(wide)
+
+
+def merged_args(args: list[str]) -> dict:
+    """The config that the `@ file` arguments of `args` give (deep-merged left to right, nested `--x @ f` files
+    under their key), before the flags and validation."""
+    lib = _lib()
+    _, merged, nested = lib._process_args(args)
+    for key_path, loaded in nested.items():
+        merged = lib._deep_merge(merged, lib._nest_config(key_path, loaded))
+    return merged
+
+
+def json_value_field_paths(cls: type) -> set[str]:
+    """Dotted paths of the fields of `cls` the library takes as JSON on the command line (lists of sections)."""
+    return _lib()._find_json_value_field_paths(cls)
+
+
+LIBRARY_READER: dict[str, Callable[[type], dict[str, str]]] = {}
+"""The library's own field-docstring reader, kept once `replace_docstring_reader` swapped it."""
+
+
+def library_docstring_reader() -> Callable[[type], dict[str, str]] | None:
+    """The library's own `_extract_field_docstrings`, replaced or not (None where a release removed it)."""
+    return LIBRARY_READER.get("reader") or getattr(_lib(), "_extract_field_docstrings", None)
+
+
+def replace_docstring_reader(reader: Callable[[type], dict[str, str]]) -> bool:
+    """Make the library's `--help` read field docstrings with `reader` (idempotent). Returns False, changing
+    nothing, where the library has no such function (a release that fixed its slow reader)."""
+    lib = _lib()
+    current = getattr(lib, "_extract_field_docstrings", None)
+    if current is None:
+        return False
+    if current is not reader:
+        LIBRARY_READER.setdefault("reader", current)
+        lib._extract_field_docstrings = reader
+    return True
