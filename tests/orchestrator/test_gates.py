@@ -218,3 +218,11 @@ def test_step_full_counts_prompt_and_completion_tokens():
     assert sched._step_full(g[:2])  # 34 >= 30
     sched.token_batch_size = 100
     assert not sched._step_full(g[:2]) and sched._step_full(g)  # 51 < 100, but 3 groups = batch_size / group_size
+
+
+def test_rl_keeps_zero_advantage_groups_when_the_loss_has_a_kl_term():
+    from prime_rl.config.rl import RLConfig
+
+    on = RLConfig(trainer={"loss": {"ref_kl_coef": 0.1}}, orchestrator={"gate": {"reject_uniform": True}})
+    off = RLConfig(orchestrator={"gate": {"reject_uniform": True}})
+    assert on.orchestrator.gate.keep_for_kl and not off.orchestrator.gate.keep_for_kl
