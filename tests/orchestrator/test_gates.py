@@ -226,3 +226,10 @@ def test_rl_keeps_zero_advantage_groups_when_the_loss_has_a_kl_term():
     on = RLConfig(trainer={"loss": {"ref_kl_coef": 0.1}}, orchestrator={"gate": {"reject_uniform": True}})
     off = RLConfig(orchestrator={"gate": {"reject_uniform": True}})
     assert on.orchestrator.gate.keep_for_kl and not off.orchestrator.gate.keep_for_kl
+
+
+def test_eval_sources_refuse_a_length_penalty():
+    from prime_rl.config.orchestrator import EvalConfig
+
+    with pytest.raises(ValueError, match=r"eval.source.0.length_penalty is set"):
+        EvalConfig(source=[{"env": {"id": "digit-bandit"}, "length_penalty": {"max_tokens": 8, "cache_tokens": 4}}])

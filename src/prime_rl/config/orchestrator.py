@@ -136,6 +136,16 @@ class EvalConfig(BaseConfig):
     _unique_names = field_validator("source")(unique_source_names)
 
     @model_validator(mode="after")
+    def _no_length_penalty(self) -> EvalConfig:
+        for i, src in enumerate(self.source or []):
+            if src.length_penalty is not None:
+                raise ValueError(
+                    f"eval.source.{i}.length_penalty is set: eval reports the environment's rewards unshaped; set "
+                    "length_penalty on the [[orchestrator.train.source]] entry instead"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _no_repeated_greedy_rollouts(self) -> EvalConfig:
         problem = repeated_greedy_problem(self.sampling.temperature, self.rollouts_per_example)
         if problem is not None:
