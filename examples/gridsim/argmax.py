@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.peer_trl import score  # noqa: E402
 
-from prime_rl.monitor.stats import mean_se, paired  # noqa: E402
+from prime_rl.monitor.score_stats import mean_se, paired  # noqa: E402
 
 
 def weights_digest(model: Path) -> dict[str, str]:

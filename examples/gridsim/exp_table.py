@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from prime_rl.monitor.metrics import read_metrics
-from prime_rl.monitor.stats import mean_se, paired
+from prime_rl.monitor.score_stats import mean_se, paired
 from prime_rl.monitor.summary import load_scores
 
 

@@ -10,7 +10,7 @@ import pytest
 from prime_rl.cli.prime_rl import main
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.plots import eval_curve, plot_rewards, train_curve
-from prime_rl.monitor.stats import mean_se, paired
+from prime_rl.monitor.score_stats import mean_se, paired
 from prime_rl.monitor.summary import load_scores, table
 
 

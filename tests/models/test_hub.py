@@ -88,7 +88,7 @@ def test_chat_template_reaches_vllm_and_published_folders(tmp_path):
     from prime_rl.config.inference import InferenceConfig
     from prime_rl.inference.server import build_vllm_args
     from prime_rl.models.tiny import cached_tiny_model
-    from prime_rl.trainer.weights import write_chat_template
+    from prime_rl.trainer.publish import write_chat_template
 
     tpl = tmp_path / "t.jinja"
     tpl.write_text("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}")

@@ -129,7 +129,7 @@ def test_eval_server_wait_shows_seconds_and_passes_results_and_errors_through():
 def test_trainer_and_orchestrator_step_lines_share_one_format():
     """`Step N/M | Title value | ...` from both processes (the trainer printed `step N/M | loss ...`)."""
     from prime_rl.monitor.progress import metric_title, step_line
-    from prime_rl.orchestrator.stats import step_line as orchestrator_line
+    from prime_rl.orchestrator.step_metrics import step_line as orchestrator_line
 
     m = {"reward": 0.75, "step_time_s": 83.0, "trainable": 32, "num_rollouts": 32, "trainable_pct": 100.0,
          "turns": 3.9, "max_off_policy": 1, "error_pct": 0.0, "truncated_pct": 12.5}  # fmt: skip

@@ -198,7 +198,7 @@ async def test_huge_rewards_are_masked_at_the_reward_check_and_never_reach_the_s
     trainer's float32) are masked naming the reward and the range; the others keep a hand-worked baseline."""
     from tests.orchestrator.test_nothing_silent import _cfg, _one_batch
 
-    from prime_rl.orchestrator.stats import step_line, step_metrics
+    from prime_rl.orchestrator.step_metrics import step_line, step_metrics
 
     src = InProcessSource("huge", CycleEnv([1e308, 1e39, 1.0, 0.0, 0.5]))
     batch = await _one_batch(renderer, src, _cfg())
@@ -240,7 +240,7 @@ async def test_environment_errors_reach_the_log_a_few_per_kind(renderer, caplog)
 
 def test_step_line_prints_large_mean_rewards_in_exponent_form():
     """With a wide `reward_range` a mean reward can be large: 4 significant digits from 1e4 on, never 40 digits."""
-    from prime_rl.orchestrator.stats import step_line
+    from prime_rl.orchestrator.step_metrics import step_line
 
     m = {"reward": 0.0, "step_time_s": 1.0, "trainable": 1, "num_rollouts": 2, "trainable_pct": 50.0, "turns": 1.0,
          "max_off_policy": 0, "error_pct": 0.0, "truncated_pct": 0.0}  # fmt: skip

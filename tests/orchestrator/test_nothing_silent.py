@@ -22,7 +22,7 @@ from prime_rl.orchestrator.lengths import PromptTooLong, check_prompt_lengths
 from prime_rl.orchestrator.main import NoProgressError, Orchestrator
 from prime_rl.orchestrator.scheduler import Scheduler
 from prime_rl.orchestrator.sources import InProcessSource
-from prime_rl.orchestrator.stats import step_metrics
+from prime_rl.orchestrator.step_metrics import step_metrics
 from prime_rl.orchestrator.stream import TaskStream
 from prime_rl.orchestrator.types import PolicyVersion, Rollout
 from prime_rl.transport.atomic import atomic_write_dir

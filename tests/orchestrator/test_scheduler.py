@@ -9,11 +9,11 @@ from tests.orchestrator.fakes import DelayClient, EchoEnv, tiny_tokenizer
 
 from prime_rl.config.orchestrator import OrchestratorConfig, RendererConfig
 from prime_rl.models.renderer import make_renderer
+from prime_rl.orchestrator.policy_watch import WeightWatcher
 from prime_rl.orchestrator.scheduler import Scheduler, off_policy
 from prime_rl.orchestrator.sources import InProcessSource
 from prime_rl.orchestrator.stream import TaskStream
 from prime_rl.orchestrator.types import PolicyVersion
-from prime_rl.orchestrator.weights import WeightWatcher
 from prime_rl.transport.atomic import atomic_write_dir
 
 

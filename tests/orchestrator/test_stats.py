@@ -6,7 +6,7 @@ import pytest
 
 from prime_rl.envs.base import Task
 from prime_rl.orchestrator.scheduler import CutBatch
-from prime_rl.orchestrator.stats import step_metrics
+from prime_rl.orchestrator.step_metrics import step_metrics
 from prime_rl.orchestrator.types import Rollout
 
 

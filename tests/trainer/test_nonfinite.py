@@ -96,7 +96,7 @@ def test_training_diverged_stops_after_max_nonfinite_steps(tiny_model_dir, sampl
 
 @pytest.mark.parametrize("fsdp", [True, False])
 def test_non_finite_weights_are_never_published(tiny_model_dir, tmp_path, fsdp):
-    from prime_rl.trainer.weights import NonFiniteWeights
+    from prime_rl.trainer.publish import NonFiniteWeights
 
     cfg = trainer_config(tiny_model_dir, tmp_path / "r", model={"name": str(tiny_model_dir), "fsdp": fsdp})
     eng = Engine(EngineConfig.from_config(cfg))

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from prime_rl.trainer.weights import check_output_head
+from prime_rl.trainer.publish import check_output_head
 
 
 def test_tied_head_must_be_the_embedding_and_untied_head_must_be_published():

@@ -38,7 +38,7 @@ main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run
                             "prime_rl.monitor.wandb_log:WandbStartError",
                             "prime_rl.orchestrator.eval_sweep:ResultExists"),  # [eval]: other settings, same folder
                failures=("prime_rl.trainer.engine:TrainingDiverged", "prime_rl.trainer.ckpt:CheckpointError",
-                         "prime_rl.trainer.weights:NonFiniteWeights",
+                         "prime_rl.trainer.publish:NonFiniteWeights",
                          "prime_rl.launcher.errors:LaunchError",  # [eval]: the inference server died or never started
                          "prime_rl.inference.backend:InferenceError"),
                common=("model.name", "data.path", "data.name", "data.batch_size", "data.epochs", "optim.lr",

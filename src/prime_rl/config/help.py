@@ -63,7 +63,10 @@ def _expand_variants(cls: type[BaseModel], subs: list[Panel], collect: Any) -> l
     the library lists as one row each: after each `PATH variant: Class` panel, the panels of Class's sub-sections."""
     import typing
 
-    from prime_rl.config.loader import _models_in
+    def _models_in(ann: Any) -> list[type[BaseModel]]:  # the models in a field's annotation (unions, lists, ...)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return [ann]
+        return [m for arg in typing.get_args(ann) for m in _models_in(arg)]
 
     by_name: dict[str, type[BaseModel]] = {}
 

@@ -66,7 +66,7 @@ async def _pause(engine, mode: str) -> None:
 
 @router.post("/update_weights")
 async def update_weights(request: Request) -> JSONResponse:
-    from prime_rl.inference.weights import WeightsDirError, safetensors_files
+    from prime_rl.inference.weight_loading import WeightsDirError, safetensors_files
 
     try:
         body = await request.json()

@@ -99,7 +99,7 @@ class PrimeWorkerExtension:
         re-processed (`refresh_shared_weight_modules`). Returns {"seconds": float, "num_tensors": int,
         "refreshed": [module names re-processed]}.
         """
-        from prime_rl.inference.weights import iter_safetensors
+        from prime_rl.inference.weight_loading import iter_safetensors
 
         t0 = time.perf_counter()
         count = 0

@@ -28,7 +28,7 @@ from typing import Any
 
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.monitor.rundir import RunDir
-from prime_rl.monitor.stats import mean_se
+from prime_rl.monitor.score_stats import mean_se
 
 COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:gray")
 EVAL_COLORS = ("tab:red", "tab:olive", "tab:pink", "tab:cyan")  # one per eval source

@@ -23,7 +23,7 @@ from pathlib import Path
 from prime_rl.config.utilities import SummaryConfig
 from prime_rl.monitor.metrics import read_metrics
 from prime_rl.monitor.plots import eval_curve, plot_rewards, train_reward_band
-from prime_rl.monitor.stats import mean_se, paired
+from prime_rl.monitor.score_stats import mean_se, paired
 
 
 def load_scores(path: Path, source: str | None = None) -> dict[str, float]:

@@ -49,12 +49,12 @@ from prime_rl.orchestrator.eval import eval_due, run_eval
 from prime_rl.orchestrator.lengths import check_prompt_lengths
 from prime_rl.orchestrator.outputs import trace_rows, write_eval_rows, write_step, write_traces
 from prime_rl.orchestrator.packing import pack_items, pack_step
+from prime_rl.orchestrator.policy_watch import WeightWatcher
 from prime_rl.orchestrator.scheduler import Scheduler
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource, build_source
-from prime_rl.orchestrator.stats import step_line, step_metrics
+from prime_rl.orchestrator.step_metrics import step_line, step_metrics
 from prime_rl.orchestrator.stream import TaskStream
 from prime_rl.orchestrator.types import PolicyVersion
-from prime_rl.orchestrator.weights import WeightWatcher
 
 log = get_logger("orchestrator")
 

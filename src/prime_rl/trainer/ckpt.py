@@ -28,7 +28,7 @@ from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.rundir import step_dirs
 from prime_rl.trainer.dist import DistInfo, barrier
 from prime_rl.trainer.optim import init_adamw_state
-from prime_rl.trainer.weights import prune_step_dirs
+from prime_rl.trainer.publish import prune_step_dirs
 from prime_rl.transport.atomic import STABLE, atomic_write_bytes, publish_filled_dir
 
 SUBDIR = "trainer"

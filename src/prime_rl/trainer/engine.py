@@ -44,7 +44,7 @@ from prime_rl.trainer.forward import ForwardOutput, forward_micro_batch
 from prime_rl.trainer.loss import LossFn
 from prime_rl.trainer.model import compute_dtype, load_model, trainable_parameters, use_fsdp
 from prime_rl.trainer.optim import build_optimizer, build_scheduler
-from prime_rl.trainer.weights import publish_weights
+from prime_rl.trainer.publish import publish_weights
 
 
 class TrainingDiverged(RuntimeError):
