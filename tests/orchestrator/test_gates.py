@@ -233,3 +233,32 @@ def test_eval_sources_refuse_a_length_penalty():
 
     with pytest.raises(ValueError, match=r"eval.source.0.length_penalty is set"):
         EvalConfig(source=[{"env": {"id": "digit-bandit"}, "length_penalty": {"max_tokens": 8, "cache_tokens": 4}}])
+
+
+# ---- per-source sampling ----
+async def test_a_source_with_its_own_sampling_samples_with_it(renderer):
+    from prime_rl.config.orchestrator import TrainSamplingConfig
+
+    a, b = InProcessSource("a", EchoEnv(8)), InProcessSource("b", EchoEnv(8))
+    client = GidClient(renderer._tokenizer, lambda g, k: "r1 r1 r1 r1 r1 r1 r1 r1")
+    cfg = OrchestratorConfig(
+        batch_size=8, seq_len=512, max_async_level=0, weights_timeout_s=30,
+        train={"group_size": 2, "sampling": {"max_completion_tokens": 32}, "source": [
+            {"name": "a", "env": {"id": "digit-bandit"}},
+            {"name": "b", "env": {"id": "digit-bandit"}, "sampling": {"temperature": 0.5, "max_completion_tokens": 2}},
+        ]},
+    )  # fmt: skip
+    sched = Scheduler(cfg, sources=[a, b], stream=TaskStream([a, b], seed=1), client=client, renderer=renderer,
+                      policy=PolicyVersion(0))  # fmt: skip
+    batch = await sched.next_batch(1)
+    await sched.aclose()
+    by = {s: [r for r in batch.rollouts if r.source == s] for s in ("a", "b")}
+    assert by["a"] and by["b"]
+    assert all(r.temperature == 1.0 and r.num_loss_tokens > 2 and not r.truncated for r in by["a"])
+    assert all(r.temperature == 0.5 and r.num_loss_tokens == 2 and r.truncated for r in by["b"])
+    with pytest.raises(ValueError, match=r"train.source.0.sampling.top_p = 0.5"):
+        TrainSamplingConfig(source=[{"env": {"id": "digit-bandit"}, "sampling": {"top_p": 0.5}}])
+    from prime_rl.config.orchestrator import EvalConfig
+
+    with pytest.raises(ValueError, match=r"eval.source.0.sampling is set"):
+        EvalConfig(source=[{"env": {"id": "digit-bandit"}, "sampling": {"temperature": 0.5}}])

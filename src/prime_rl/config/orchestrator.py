@@ -76,6 +76,9 @@ class SourceConfig(BaseConfig):
     length_penalty: LengthPenaltyConfig | None = Field(
         None, description="DAPO's overlong penalty on this source's train rewards, before advantages; None = off."
     )
+    sampling: SamplingConfig | None = Field(
+        None, description="Sampling of this source's train rollouts; None = train.sampling. Train sources only."
+    )
     env: EnvConfig = Field(BuiltinEnvConfig(id="gridsim"), description="The environment.")
 
     @field_validator("env", mode="before")
@@ -108,11 +111,14 @@ class TrainSamplingConfig(BaseConfig):
 
     @model_validator(mode="after")
     def _untruncated(self) -> TrainSamplingConfig:
-        s, bad = self.sampling, []
-        if s.top_p < 1:
-            bad.append(f"train.sampling.top_p = {s.top_p}")
-        if s.top_k not in (-1, 0):
-            bad.append(f"train.sampling.top_k = {s.top_k}")
+        bad = []
+        named = [("train.sampling", self.sampling)]
+        named += [(f"train.source.{i}.sampling", src.sampling) for i, src in enumerate(self.source) if src.sampling]
+        for name, s in named:
+            if s.top_p < 1:
+                bad.append(f"{name}.top_p = {s.top_p}")
+            if s.top_k not in (-1, 0):
+                bad.append(f"{name}.top_k = {s.top_k}")
         if bad:
             raise ValueError(
                 f"{' and '.join(bad)} {'truncates' if len(bad) == 1 else 'truncate'} the sampling distribution: vLLM's logprobs are then renormalised over "
@@ -142,6 +148,11 @@ class EvalConfig(BaseConfig):
                 raise ValueError(
                     f"eval.source.{i}.length_penalty is set: eval reports the environment's rewards unshaped; set "
                     "length_penalty on the [[orchestrator.train.source]] entry instead"
+                )
+            if src.sampling is not None:
+                raise ValueError(
+                    f"eval.source.{i}.sampling is set: eval rollouts use eval.sampling; per-source sampling applies to "
+                    "[[orchestrator.train.source]] entries"
                 )
         return self
 

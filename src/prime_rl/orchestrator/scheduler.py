@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from collections import deque
@@ -143,6 +144,7 @@ class Scheduler:
         self.gate_cfg, self.token_batch_size = cfg.gate, cfg.token_batch_size
         self.signal_gate = make_gate(cfg.gate) if cfg.gate.enabled else None
         self.budget = resample_budget(cfg.gate, self.groups_per_step) if self.signal_gate else None
+        self.sampling_of = {s.name: s.sampling for s in cfg.train.source if s.sampling is not None}
         self.penalties = {s.name: s.length_penalty for s in cfg.train.source if s.length_penalty is not None}
         self.passed: list[Group] = []  # examined groups of the step being filled that the gate admitted
         self.rejected: list[Group] = []  # ... that it rejected
@@ -178,10 +180,12 @@ class Scheduler:
             g.collector.add_done_callback(self._collected)
 
     async def _one(self, src: TaskSource, task, gid: int, rid: str) -> Rollout:
+        sampling, limits = self.sampling, self.limits
+        if (own := self.sampling_of.get(src.name)) is not None:  # the source's own `sampling`
+            sampling, limits = own, dataclasses.replace(limits, max_completion_tokens=own.max_completion_tokens)
         async with self.sem, self.gate(src):
-            return await run_rollout(
-                task, src, self.client, self.renderer, self.sampling, self.limits, rollout_id=rid, group_id=gid
-            )
+            return await run_rollout(task, src, self.client, self.renderer, sampling, limits, rollout_id=rid,
+                                     group_id=gid)  # fmt: skip
 
     async def _collect(self, g: Group) -> None:
         try:
