@@ -19,53 +19,60 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
     a token budget; max_off_policy: (N - 1) - oldest policy version in the batch; adv_abs_mean: mean |advantage|
     over unmasked rollouts; zero_spread_groups_pct: groups whose advantages are all zero (no learning signal).
     """
-    rs = batch.rollouts
-    n = len(rs)
-    ok = [r for r in rs if not r.masked]
-    trainable = sum(r.trainable for r in rs)
-    m: dict[str, Any] = {
-        "reward": sum(r.reward for r in ok) / len(ok) if ok else float("nan"),
-        "reward_std": _std([r.reward for r in ok]),
-        "adv_abs_mean": sum(abs(r.advantage) for r in ok) / len(ok) if ok else 0.0,
-        "zero_spread_groups_pct": _zero_spread_pct(rs),
-        "num_rollouts": n,
+    rollouts = batch.rollouts
+    count = len(rollouts)
+    ok = [ro for ro in rollouts if not ro.masked]
+    trainable = sum(ro.trainable for ro in rollouts)
+
+    def share(total: float) -> float:  # percent of the step's rollouts
+        return 100.0 * total / count if count else 0.0
+
+    def mean(total: float) -> float:  # per rollout of the step
+        return total / count if count else 0.0
+
+    metrics: dict[str, Any] = {
+        "reward": sum(ro.reward for ro in ok) / len(ok) if ok else float("nan"),
+        "reward_std": _std([ro.reward for ro in ok]),
+        "adv_abs_mean": sum(abs(ro.advantage) for ro in ok) / len(ok) if ok else 0.0,
+        "zero_spread_groups_pct": _zero_spread_pct(rollouts),
+        "num_rollouts": count,
         "trainable": trainable,
-        "trainable_pct": 100.0 * trainable / n if n else 0.0,
-        "turns": sum(r.num_turns for r in rs) / n if n else 0.0,
+        "trainable_pct": share(trainable),
+        "turns": mean(sum(ro.num_turns for ro in rollouts)),
         "max_off_policy": batch.max_off_policy,
-        "error_pct": 100.0 * (n - len(ok)) / n if n else 0.0,
-        "truncated_pct": 100.0 * sum(r.truncated for r in rs) / n if n else 0.0,
-        "turn_capped_pct": 100.0 * sum(r.turn_capped for r in rs) / n if n else 0.0,
-        "prefix_breaks": sum(r.prefix_breaks for r in rs),
-        "malformed_tool_calls": sum(r.malformed_tool_calls for r in rs),
+        "error_pct": share(count - len(ok)),
+        "truncated_pct": share(sum(ro.truncated for ro in rollouts)),
+        "turn_capped_pct": share(sum(ro.turn_capped for ro in rollouts)),
+        "prefix_breaks": sum(ro.prefix_breaks for ro in rollouts),
+        "malformed_tool_calls": sum(ro.malformed_tool_calls for ro in rollouts),
         "dropped_stale_groups": batch.dropped_stale_groups,
         "filtered_groups": batch.filtered_groups,
-        "seq_len_mean": sum(r.num_tokens for r in rs) / n if n else 0.0,
-        "loss_tokens": sum(r.num_loss_tokens for r in rs if not r.masked and not r.filtered),
-        "rollout_time_s_mean": sum(r.duration_s for r in rs) / n if n else 0.0,
+        "seq_len_mean": mean(sum(ro.num_tokens for ro in rollouts)),
+        "loss_tokens": sum(ro.num_loss_tokens for ro in rollouts if not ro.masked and not ro.filtered),
+        "rollout_time_s_mean": mean(sum(ro.duration_s for ro in rollouts)),
         "step_time_s": step_time_s,
         "wait_s": batch.wait_s,
         "policy_version": policy_version,
     }
     errors: dict[str, int] = defaultdict(int)
-    for r in rs:
-        if r.masked:
-            errors[r.error_kind or "unknown"] += 1
-    for k, v in errors.items():
-        m[f"errors/{k}"] = v
-    by_src: dict[str, list] = defaultdict(list)
-    env_m: dict[str, list] = defaultdict(list)
-    for r in ok:
-        by_src[r.source].append(r.reward)
-        for k, v in r.env_metrics.items():
-            if isinstance(v, int | float):
-                env_m[k].append(float(v))
-    if len(by_src) > 1:
-        for s, v in by_src.items():
-            m[f"reward/{s}"] = sum(v) / len(v)
-    for k, v in env_m.items():
-        m[f"env/{k}"] = sum(v) / len(v)
-    return m
+    for rollout in rollouts:
+        if rollout.masked:
+            errors[rollout.error_kind or "unknown"] += 1
+    for kind, num in errors.items():
+        metrics[f"errors/{kind}"] = num
+    by_source: dict[str, list] = defaultdict(list)
+    env_metrics: dict[str, list] = defaultdict(list)
+    for rollout in ok:
+        by_source[rollout.source].append(rollout.reward)
+        for name, value in rollout.env_metrics.items():
+            if isinstance(value, int | float):
+                env_metrics[name].append(float(value))
+    if len(by_source) > 1:
+        for source, rewards in by_source.items():
+            metrics[f"reward/{source}"] = sum(rewards) / len(rewards)
+    for name, values in env_metrics.items():
+        metrics[f"env/{name}"] = sum(values) / len(values)
+    return metrics
 
 
 def step_line(step: int, m: dict[str, Any], max_steps: int | None = None) -> str:
