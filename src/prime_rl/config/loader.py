@@ -353,7 +353,9 @@ def config_to_toml(cfg: BaseModel) -> str:
     """Serialise a config to TOML so that parsing it back gives the same config.
 
     TOML has no null: a None whose field default is also None is omitted; any other None is written as the text
-    `"None"`, which `BaseConfig` reads back as None.
+    `"None"`, the config library's own spelling of null in files and flags (`--x None`), which `BaseConfig` reads
+    back as None for a field that admits None (`tests/test_config_roundtrip.py` checks write -> read for every
+    command). docs/config.md states the convention.
     """
     import tomli_w
 
