@@ -236,14 +236,14 @@ def check_env_servers(cfg: RLConfig, plans: list[EnvServerPlan], timeout_s: floa
             continue
         field = f"{path}.env.taskset.task.resources_url = {url!r}"
         try:
-            r = httpx.get(url + "/health", timeout=timeout_s)
+            resp = httpx.get(url + "/health", timeout=timeout_s)
         except httpx.HTTPError as e:
             raise PreflightError(f"{field}: GET /health failed ({type(e).__name__}: {e})") from None
         try:
-            body = r.json()
+            body = resp.json()
         except ValueError:
             body = None
-        answer = f"HTTP {r.status_code} {' '.join(r.text.split())[:200]!r}"
+        answer = f"HTTP {resp.status_code} {' '.join(resp.text.split())[:200]!r}"
         named = isinstance(body, dict) and isinstance(body.get("env") or body.get("name"), str)
         if not named:
             if _nemo_routes(url, timeout_s):

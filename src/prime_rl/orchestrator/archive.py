@@ -24,7 +24,7 @@ from prime_rl.monitor.archive import archive_dir, archived_steps, split_file
 from prime_rl.orchestrator.types import Rollout
 
 
-def rollout_record(r: Rollout, step: int, split: str, *, logprobs: bool = False) -> dict[str, Any]:
+def rollout_record(rollout: Rollout, step: int, split: str, *, logprobs: bool = False) -> dict[str, Any]:
     """One rollout as a JSON-ready record.
 
     Fields: `step`, `split` (train/eval), `rollout_id`, `source`, `task_id`, `group_id`, `messages` (the whole
@@ -37,34 +37,34 @@ def rollout_record(r: Rollout, step: int, split: str, *, logprobs: bool = False)
     inference `logprobs` [T] (0.0 off the loss mask).
     """
     samples = []
-    for s in r.samples:
-        d: dict[str, Any] = {"token_ids": list(s.token_ids), "loss_mask": [int(b) for b in s.loss_mask]}
+    for sample in rollout.samples:
+        record: dict[str, Any] = {"token_ids": list(sample.token_ids), "loss_mask": [int(b) for b in sample.loss_mask]}
         if logprobs:
-            d["logprobs"] = list(s.logprobs)
-        samples.append(d)
+            record["logprobs"] = list(sample.logprobs)
+        samples.append(record)
     return {
         "step": step,
         "split": split,
-        "rollout_id": r.rollout_id,
-        "source": r.source,
-        "task_id": r.task.task_id,
-        "group_id": r.group_id,
-        "messages": r.messages,
-        "prompt_messages": len(r.task.messages),
-        "tools": r.task.tools,
-        "reward": r.reward,
-        "advantage": r.advantage,
-        "env_metrics": r.env_metrics,
-        "policy_versions": r.policy_versions,
-        "masked": r.masked,
-        "filtered": r.filtered,
-        "trained": not r.masked and not r.filtered,
-        "error_kind": r.error_kind,
-        "error_message": r.error_message,
-        "num_turns": r.num_turns,
-        "truncated": r.truncated,
-        "temperature": r.temperature,
-        "duration_s": r.duration_s,
+        "rollout_id": rollout.rollout_id,
+        "source": rollout.source,
+        "task_id": rollout.task.task_id,
+        "group_id": rollout.group_id,
+        "messages": rollout.messages,
+        "prompt_messages": len(rollout.task.messages),
+        "tools": rollout.task.tools,
+        "reward": rollout.reward,
+        "advantage": rollout.advantage,
+        "env_metrics": rollout.env_metrics,
+        "policy_versions": rollout.policy_versions,
+        "masked": rollout.masked,
+        "filtered": rollout.filtered,
+        "trained": not rollout.masked and not rollout.filtered,
+        "error_kind": rollout.error_kind,
+        "error_message": rollout.error_message,
+        "num_turns": rollout.num_turns,
+        "truncated": rollout.truncated,
+        "temperature": rollout.temperature,
+        "duration_s": rollout.duration_s,
         "samples": samples,
     }
 
