@@ -47,26 +47,27 @@ def trajectory_response(
     rid = response_id or f"resp_{uuid.uuid4().hex}"
     output: list[dict[str, Any]] = []
     call_ids: set[str] = set()
-    for n, m in enumerate(messages):
-        role = m.get("role")
+    for turn, msg in enumerate(messages):
+        role = msg.get("role")
         if role == "assistant":
-            if m.get("reasoning_content"):
-                output.append({"id": f"rs_{rid}_{n}", "type": "reasoning",
-                               "summary": [{"type": "summary_text", "text": m["reasoning_content"]}]})  # fmt: skip
-            text = _text(m.get("content"))
+            if msg.get("reasoning_content"):
+                output.append({"id": f"rs_{rid}_{turn}", "type": "reasoning",
+                               "summary": [{"type": "summary_text", "text": msg["reasoning_content"]}]})  # fmt: skip
+            text = _text(msg.get("content"))
             if text:
-                output.append({"id": f"msg_{rid}_{n}", "type": "message", "role": "assistant", "status": "completed",
+                output.append({"id": f"msg_{rid}_{turn}", "type": "message", "role": "assistant", "status": "completed",
                                "content": [{"type": "output_text", "text": text, "annotations": []}]})  # fmt: skip
-            for k, call in enumerate(m.get("tool_calls") or []):
+            for index, call in enumerate(msg.get("tool_calls") or []):
                 fn = call.get("function", call)
                 args = fn.get("arguments", {})
-                cid = call.get("id") or f"call_{n}_{k}"
+                cid = call.get("id") or f"call_{turn}_{index}"
                 call_ids.add(cid)
-                output.append({"id": f"fc_{rid}_{n}_{k}", "type": "function_call", "call_id": cid,
+                output.append({"id": f"fc_{rid}_{turn}_{index}", "type": "function_call", "call_id": cid,
                                "name": fn.get("name", ""), "status": "completed",
                                "arguments": args if isinstance(args, str) else json.dumps(args)})  # fmt: skip
-        elif role == "tool" and m.get("tool_call_id") in call_ids:
-            output.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": _text(m.get("content"))})
+        elif role == "tool" and msg.get("tool_call_id") in call_ids:
+            output.append({"type": "function_call_output", "call_id": msg["tool_call_id"],
+                           "output": _text(msg.get("content"))})  # fmt: skip
     return {
         "id": rid, "created_at": float(int(time.time())), "model": model, "object": "response", "output": output,
         "parallel_tool_calls": True, "tool_choice": "auto", "tools": list(tools or []), "status": "completed",
