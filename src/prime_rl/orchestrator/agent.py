@@ -256,39 +256,18 @@ async def _loop(
             r.truncated = True
         if r.truncated:
             break
-        if not parsed.tool_calls:  # the final answer, unless the environment answers with a user turn
+        if parsed.tool_calls:
+            new_msgs = await _run_tool_calls(r, episode, parsed, args, turn)
+        else:  # the final answer, unless the environment answers with a user turn
             reply = await episode.user_turn(parsed.content or "")
             if reply is None:
                 break
             new_msgs = [{"role": "user", "content": reply}]
-            r.messages.extend(new_msgs)
-            if turn + 1 >= max_turns:
-                r.turn_capped = True
-                break
-            next_prompt = _next_prompt(renderer, prompt_ids, completion, new_msgs, r.messages, tools)
-            extended = _extend(r, sample, prompt_ids, completion, next_prompt, limits)
-            if extended is None:
-                break
-            sample, prompt_ids = extended, next_prompt
-            continue
-        tool_msgs = []
-        for k, (tc, a) in enumerate(zip(parsed.tool_calls, args, strict=True)):
-            msg = {"role": "tool", "name": tc.name or ""}
-            if a is not None:
-                text = await episode.call_tool(tc.name, a)
-                msg["tool_call_id"] = _call_id(turn, k)
-            else:
-                r.malformed_tool_calls += 1
-                status = str(tc.status)
-                if status == "ok":
-                    status = f"`arguments` must be a JSON object, got {_json_kind(tc.arguments)}"
-                text = malformed_call_message(status, tc.raw)
-            tool_msgs.append({**msg, "content": text})
-        r.messages.extend(tool_msgs)
+        r.messages.extend(new_msgs)
         if turn + 1 >= max_turns:
             r.turn_capped = True
             break
-        next_prompt = _next_prompt(renderer, prompt_ids, completion, tool_msgs, r.messages, tools)
+        next_prompt = _next_prompt(renderer, prompt_ids, completion, new_msgs, r.messages, tools)
         extended = _extend(r, sample, prompt_ids, completion, next_prompt, limits)
         if extended is None:
             break
@@ -307,6 +286,26 @@ async def _loop(
         raise RolloutInvalid("env/invalid_reward", f"verify returned {bad} (expected a finite number within "
                              "orchestrator.reward_range)")
     r.reward = float(result.reward)
+
+
+async def _run_tool_calls(r: Rollout, episode: AsyncEpisode, parsed: Any, args: list[dict[str, Any] | None],
+                          turn: int) -> list[dict[str, Any]]:  # fmt: skip
+    """Run a turn's tool calls in the environment; the tool messages, in call order. A malformed call (`args[k]`
+    None) is answered with an error text and counted in `r.malformed_tool_calls`, never sent to the environment."""
+    tool_msgs = []
+    for k, (tc, a) in enumerate(zip(parsed.tool_calls, args, strict=True)):
+        msg = {"role": "tool", "name": tc.name or ""}
+        if a is not None:
+            text = await episode.call_tool(tc.name, a)
+            msg["tool_call_id"] = _call_id(turn, k)
+        else:
+            r.malformed_tool_calls += 1
+            status = str(tc.status)
+            if status == "ok":
+                status = f"`arguments` must be a JSON object, got {_json_kind(tc.arguments)}"
+            text = malformed_call_message(status, tc.raw)
+        tool_msgs.append({**msg, "content": text})
+    return tool_msgs
 
 
 def _next_prompt(renderer: Any, prompt_ids: list[int], completion: list[int], new_msgs: list[dict[str, Any]],
