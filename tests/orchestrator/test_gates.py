@@ -262,3 +262,27 @@ async def test_a_source_with_its_own_sampling_samples_with_it(renderer):
 
     with pytest.raises(ValueError, match=r"eval.source.0.sampling is set"):
         EvalConfig(source=[{"env": {"id": "digit-bandit"}, "sampling": {"temperature": 0.5}}])
+
+
+def test_admit_uses_the_advantage_settings_of_the_groups_source():
+    from prime_rl.config.orchestrator import RLOOAdvantageConfig
+
+    a = [_rollout(1.0, source="a"), _rollout(0.0, source="a"), _rollout(0.0, source="a")]
+    b = [_rollout(1.0, source="b", gid=1), _rollout(0.0, source="b", gid=1), _rollout(0.0, source="b", gid=1)]
+    flat_a = [_rollout(1.0, source="a", gid=2), _rollout(1.0, source="a", gid=2)]
+    flat_b = [_rollout(1.0, source="b", gid=3), _rollout(1.0, source="b", gid=3)]
+    per = {"a": RLOOAdvantageConfig(filter_zero=True)}
+    out = admit([a, b, flat_a, flat_b], GRPOAdvantageConfig(), step=1, per_source=per)
+    adv = [r.advantage for r in out.rollouts]
+    # a, RLOO: r_i - mean of the others = 1 - 0, 0 - 1/2, 0 - 1/2; b, GRPO: r_i - 1/3
+    assert adv[:3] == [1.0, -0.5, -0.5]
+    assert adv[3:6] == pytest.approx([2 / 3, -1 / 3, -1 / 3], abs=1e-12)
+    assert [r.filtered for r in out.rollouts[6:]] == [True, True, False, False]  # filter_zero is a's only
+    assert out.filtered_groups == 1
+
+
+def test_eval_sources_refuse_an_advantage():
+    from prime_rl.config.orchestrator import EvalConfig
+
+    with pytest.raises(ValueError, match=r"eval.source.0.advantage is set"):
+        EvalConfig(source=[{"env": {"id": "digit-bandit"}, "advantage": {"type": "rloo"}}])

@@ -79,6 +79,9 @@ class SourceConfig(BaseConfig):
     sampling: SamplingConfig | None = Field(
         None, description="Sampling of this source's train rollouts; None = train.sampling. Train sources only."
     )
+    advantage: AdvantageConfig | None = Field(
+        None, description="Advantage estimator of this source's groups; None = orchestrator.advantage. Train sources only."
+    )
     env: EnvConfig = Field(BuiltinEnvConfig(id="gridsim"), description="The environment.")
 
     @field_validator("env", mode="before")
@@ -149,6 +152,8 @@ class EvalConfig(BaseConfig):
                     f"eval.source.{i}.length_penalty is set: eval reports the environment's rewards unshaped; set "
                     "length_penalty on the [[orchestrator.train.source]] entry instead"
                 )
+            if src.advantage is not None:
+                raise ValueError(f"eval.source.{i}.advantage is set: eval computes no advantages")
             if src.sampling is not None:
                 raise ValueError(
                     f"eval.source.{i}.sampling is set: eval rollouts use eval.sampling; per-source sampling applies to "
@@ -273,13 +278,12 @@ class OrchestratorConfig(BaseConfig):
     advantage: AdvantageConfig = Field(
         GRPOAdvantageConfig(), description="The advantage estimator, chosen by `type` (grpo, rloo, maxrl, custom)."
     )
-    gate: GateConfig = Field(GateConfig(), description="Reject groups without signal and sample replacements.")
+    gate: GateConfig = Field(GateConfig(), description="Reject groups without signal; resample.")
     curriculum: CurriculumConfig = Field(CurriculumConfig(), description="Which train tasks are drawn more often.")
     token_batch_size: int | None = Field(
         None,
         gt=0,
-        description="Cut a step once its groups hold this many prompt+completion tokens (batch_size is then the "
-        "most rollouts a step takes); None = cut by batch_size.",
+        description="Cut a step at this many prompt+completion tokens (at most batch_size rollouts); None = off.",
     )
     ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
     wandb: WandbConfig | None = Field(None, description="Weights & Biases logging; None = off.")
@@ -376,3 +380,7 @@ class EvalCommandConfig(BaseConfig):
     seq_len: int = Field(2048, gt=0, description="Max tokens per rollout.")
     seed: int = Field(0, description="Seed of task order and (backend = transformers) of sampling.")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
+
+
+for _model in (SourceConfig, TrainSamplingConfig, EvalConfig, OrchestratorConfig, EvalCommandConfig):
+    _model.model_rebuild()  # SourceConfig.advantage names AdvantageConfig, defined after it

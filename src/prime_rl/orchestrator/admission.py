@@ -114,6 +114,8 @@ def admit(
     step: int,
     filters: Sequence[GroupFilter] | None = None,
     penalties: Mapping[str, LengthPenaltyConfig] | None = None,
+    per_source: Mapping[str, AdvantageConfig] | None = None,
+    gate: GroupFilter | None = None,
     dropped_stale_groups: int = 0,
     wait_s: float = 0.0,
 ) -> CutBatch:
@@ -122,26 +124,29 @@ def admit(
     Args:
         groups: the step's groups, in the order the batch lists them (the scheduler passes launch order).
         cfg: `orchestrator.advantage`.
-        filters: group filters to run (default: `group_filters(cfg)`).
+        filters: group filters to run (default: `group_filters` of the group's advantage config).
+        per_source: advantage config per source name (a train source's `advantage`); `cfg` for the others.
+        gate: the signal gate (`gates.make_gate`), run after the filters.
         penalties: length penalty per source name (`length_penalty` of a train source), applied before advantages.
         dropped_stale_groups, wait_s: the scheduler's counters, carried into the batch.
 
     Raises:
         AdmissionError: an estimator or filter raised (the original exception is the cause).
     """
-    filters = group_filters(cfg) if filters is None else filters
     rollouts: list[Rollout] = []
     filtered = 0
     for group in groups:
+        gcfg = (per_source or {}).get(group[0].source, cfg) if group else cfg
+        run = [*(group_filters(gcfg) if filters is None else filters), *([gate] if gate is not None else [])]
         try:
-            admitted = with_advantages(shape_rewards(group, penalties or {}), cfg)
-            reason = next((why for f in filters if (why := f(admitted, cfg)) is not None), None)
+            admitted = with_advantages(shape_rewards(group, penalties or {}), gcfg)
+            reason = next((why for f in run if (why := f(admitted, gcfg)) is not None), None)
         except Exception as e:
             raise AdmissionError(f"step {step}: admission of {group_label(group)} failed: {type(e).__name__}: {e}") from e
         if reason is not None:
             filtered += 1
         for r in admitted:
-            r.filtered = reason is not None or (cfg.mask_truncated and r.truncated)
+            r.filtered = reason is not None or (gcfg.mask_truncated and r.truncated)
         rollouts += admitted
     return CutBatch(
         step=step,

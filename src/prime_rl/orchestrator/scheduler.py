@@ -46,7 +46,6 @@ from prime_rl.orchestrator.admission import (
     AdmissionError,
     CutBatch,
     admit,
-    group_filters,
     log_masked,
     off_policy,
     with_advantages,
@@ -144,6 +143,7 @@ class Scheduler:
         self.gate_cfg, self.token_batch_size = cfg.gate, cfg.token_batch_size
         self.signal_gate = make_gate(cfg.gate) if cfg.gate.enabled else None
         self.budget = resample_budget(cfg.gate, self.groups_per_step) if self.signal_gate else None
+        self.advantage_of = {s.name: s.advantage for s in cfg.train.source if s.advantage is not None}
         self.sampling_of = {s.name: s.sampling for s in cfg.train.source if s.sampling is not None}
         self.penalties = {s.name: s.length_penalty for s in cfg.train.source if s.length_penalty is not None}
         self.passed: list[Group] = []  # examined groups of the step being filled that the gate admitted
@@ -239,8 +239,8 @@ class Scheduler:
                 self.passed.append(g)
                 continue
             try:
-                shaped = with_advantages(shape_rewards(g.rollouts, self.penalties), self.advantage)
-                reason = self.signal_gate(shaped, self.advantage)
+                adv = self.advantage_of.get(self.sources[g.source_idx].name, self.advantage)
+                reason = self.signal_gate(with_advantages(shape_rewards(g.rollouts, self.penalties), adv), adv)
             except Exception as e:
                 raise AdmissionError(f"step {step}: the gate on {_pending_label(g)} failed: {type(e).__name__}: {e}") from e
             (self.passed if reason is None else self.rejected).append(g)
@@ -301,9 +301,8 @@ class Scheduler:
         n_rejected = len(self.rejected)
         self.total_rejected += n_rejected
         self.passed, self.rejected = [], []
-        filters = group_filters(self.advantage) + ([self.signal_gate] if self.signal_gate else [])
-        batch = admit([g.rollouts for g in groups], self.advantage, step=step, filters=filters,
-                      penalties=self.penalties, dropped_stale_groups=dropped,
+        batch = admit([g.rollouts for g in groups], self.advantage, step=step, penalties=self.penalties,
+                      per_source=self.advantage_of, gate=self.signal_gate, dropped_stale_groups=dropped,
                       wait_s=time.monotonic() - t0)  # fmt: skip
         batch.gate_rejected_groups = n_rejected
         batch.gate_extra_rollouts = (n_rejected - len(fill)) * self.group_size
