@@ -21,6 +21,8 @@
 - `token_batch_size`: a step is cut once its groups hold that many prompt+completion tokens, or at `batch_size`
   rollouts, whichever comes first (the bound above still counts `batch_size / group_size` groups per step).
 - Curriculum (`prime_rl.orchestrator.curriculum`): every examined group's outcomes are recorded in the pool.
+- Per-source settings: a train source's own `sampling` (and its `max_completion_tokens`) samples its rollouts; its
+  own `advantage` section computes its groups' advantages and filters, in the gate and in admission.
 - Errored rollouts are counted as their groups finish (`prime_rl.orchestrator.error_streak`): a streak of
   `max_consecutive_errors` masked rollouts, or more than `max_error_rate` of the last `error_rate_window`, makes the
   next `next_batch` raise `ErrorStreakError`.
@@ -92,13 +94,15 @@ class Scheduler:
     """Keeps rollouts in flight and cuts step batches (see the module docstring).
 
     Args:
-        cfg: the orchestrator config; the scheduler reads `batch_size`, `train` (group size, sampling),
-            `advantage`, `concurrency.max_inflight`, `max_async_level`, `max_off_policy_steps`, `seq_len` and
+        cfg: the orchestrator config; the scheduler reads `batch_size`, `train` (group size, sampling, the sources'
+            `sampling`, `advantage` and `length_penalty`), `advantage`, `gate`, `token_batch_size`,
+            `concurrency.max_inflight`, `max_async_level`, `max_off_policy_steps`, `seq_len` and
             `weights_timeout_s`.
         sources, stream: the train sources (started: their capacities are known) and the task stream over them.
         client, renderer: the inference backend and the chat renderer of the agent loop.
         policy: the policy version the backend serves now (set by the weight watcher).
         gate: per-source capacity limits, shared with eval.
+        curriculum: the difficulty pool that observes every examined group (None: no curriculum).
 
     `sem` bounds the rollouts running at once (train and eval share it) to `max_inflight`.
 
