@@ -2,11 +2,14 @@
 "GPUs", LoRA rank 32, nemo-gym rows at its relative dataset path, resources server at 127.0.0.1:9100.
 
 Only the model path, ports, the run directory and the run's length are overridden (the full config is 40 steps of
-32 rollouts x up to 4 x 1024 tokens: hours on 2 cores).
+32 rollouts x up to 4 x 1024 tokens: hours on 2 cores), and the advantages: the random tiny model scores 0 on every
+day, and a run that trains nothing ends with exit 1, so a test estimator gives every step a nonzero advantage
+(`tests.orchestrator.rl_stubs:alternating_advantages`) and both steps are real updates.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +24,7 @@ from prime_rl.ports import free_port, port_free
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
 SEED = Path(__file__).resolve().parents[2] / "examples" / "gridsim" / "seed.toml"
 
 
@@ -36,8 +40,11 @@ def test_seed_config_runs_on_cpu(tmp_path):
         [str(BIN / "rl"), "@", str(SEED), "--model.name", str(model), "--output-dir", str(run),
          "--max-steps", "2", "--orchestrator.batch-size", "8", "--orchestrator.concurrency.max-inflight", "8",
          "--orchestrator.train.sampling.max-completion-tokens", "64", "--orchestrator.eval.num-examples", "4",
-         "--orchestrator.eval.sampling.max-completion-tokens", "64", "--inference.server.port", str(free_port())],
+         "--orchestrator.eval.sampling.max-completion-tokens", "64", "--inference.server.port", str(free_port()),
+         "--orchestrator.advantage.type", "custom",
+         "--orchestrator.advantage.import-path", "tests.orchestrator.rl_stubs:alternating_advantages"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
