@@ -75,8 +75,10 @@ def test_every_flag_help_all_lists_is_accepted(prog, config, files, tmp_path, mo
     monkeypatch.chdir(REPO)
     cls = import_path(config, "config")
     extra = tmp_path / "lists.toml"  # one item in every list of sections the example file leaves empty
-    extra.write_text('[[orchestrator.eval.source]]\nname = "e"\nenv.id = "gridsim"\n' if prog == "rl" else "")
-    base = [x for f in files for x in ("@", f)] + (["@", str(extra)] if prog == "rl" else [])
+    extra.write_text({"rl": '[[orchestrator.eval.source]]\nname = "e"\nenv.id = "gridsim"\n',
+                      "sft": '[[data.source]]\npath = "a.jsonl"\n[eval]\ninterval = 1\n[[eval.source]]\nname = "e"\n'
+                             'env.id = "gridsim"\n'}.get(prog, ""))  # fmt: skip
+    base = [x for f in files for x in ("@", f)] + (["@", str(extra)] if prog in ("rl", "sft") else [])
     flags = sorted(set(all_flags(cls)) - {"--help", "--help-all", "--dry-run"})
     assert len(flags) > 30
     for flag in flags:

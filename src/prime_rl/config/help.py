@@ -185,13 +185,25 @@ def _merge_variants(rows: list[Row]) -> dict[str, Row]:
     return out
 
 
+def first_sentence(text: str) -> str:
+    """The gist of a field's description for the one-screen help: `text` up to the end of its first sentence, or to
+    its first `;` or `:` when that comes earlier (and leaves at least 12 characters); `--help-all`
+    shows the whole description."""
+    text = (text or "").strip()
+    cuts = [m.start() + 1 for m in re.finditer(r"\.\s+(?=[A-Z`(])", text)]  # keep the period
+    cuts += [m.start() for m in re.finditer(r"[;:]\s", text)]
+    cuts = [c for c in cuts if c >= 12]
+    return text[: min(cuts)].rstrip() if cuts else text
+
+
 def _compact(title: str, rows: list[Row], width: int, col: int = 30) -> list[str]:
-    """`title:` then one entry per row: the flag, its description from column `col` (below a longer flag), wrapped
-    to `width`."""
+    """`title:` then one entry per row: the flag, the first sentence of its description from column `col` (below a
+    longer flag), wrapped to `width`."""
     import textwrap
 
     out = [f"{title}:"]
     for flag, desc, anno in rows:
+        desc = first_sentence(desc)
         text = f"{desc} ({anno})" if desc and anno else (desc or anno)
         body = textwrap.wrap(text, max(20, width - col), break_on_hyphens=False, break_long_words=False) or [""]
         first = f"  {flag}"
