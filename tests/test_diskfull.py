@@ -110,6 +110,17 @@ def test_guard_names_the_path_and_exit_on_disk_full_exits_28(tmp_path, capfd, mo
             raise KeyError("x")
 
 
+def test_guard_names_a_write_error_without_errno_on_a_full_disk(tmp_path):
+    with pytest.raises(RuntimeError):  # space left: passed through
+        with diskfull.guard(tmp_path):
+            raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+    with small_fs(tmp_path / "fs", "1m") as fs:
+        fill(fs)
+        with pytest.raises(DiskFullError):
+            with diskfull.guard(fs / "step_1"):
+                raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+
 def test_child_reason_for_rl(tmp_path):
     line = describe(tmp_path / "weights")
     (tmp_path / "t.reason").write_text(line + "\n")

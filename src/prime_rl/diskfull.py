@@ -123,15 +123,24 @@ def reason(exc: BaseException, fallback: str | os.PathLike | None = None) -> str
 
 @contextlib.contextmanager
 def guard(path: str | os.PathLike) -> Iterator[None]:
-    """Within the block, a disk-full error (however wrapped) is raised as `DiskFullError(path)`, chained to it."""
+    """Within the block, a disk-full error (however wrapped) is raised as `DiskFullError(path)`, chained to it; so is
+    any other error while the filesystem of `path` has under 1 MiB free (writers whose message drops the errno,
+    e.g. torch's `PytorchStreamWriter failed writing file ...: file write failed`)."""
     try:
         yield
     except DiskFullError:
         raise
     except BaseException as e:
-        if is_disk_full(e):
+        if is_disk_full(e) or (isinstance(e, Exception) and _nearly_full(path)):
             raise DiskFullError(path) from e
         raise
+
+
+def _nearly_full(path: str | os.PathLike) -> bool:
+    try:
+        return shutil.disk_usage(_existing(Path(path))).free < (1 << 20)
+    except OSError:
+        return False
 
 
 def _write_stderr(text: str) -> None:

@@ -66,10 +66,11 @@ port = {free_port()}
         r = subprocess.run([str(BIN / "rl"), "@", str(cfg)], capture_output=True, text=True, timeout=900, env=env,
                            cwd=REPO)  # fmt: skip
         out = r.stdout + r.stderr
+        logs = "".join(f"\n== {p.name}\n" + p.read_text(errors="replace")[-3000:] for p in (run / "logs").glob("*.log"))
         leftovers = sorted(str(p.relative_to(run)) for p in run.rglob(".*.tmp*"))
         partial = sorted(p.parent.name for p in (run / "checkpoints").glob("step_*/trainer")
                          if not (p / "STABLE").is_file())  # fmt: skip
-    assert r.returncode == 28, out[-4000:]
+    assert r.returncode == 28, out[-4000:] + logs
     m = re.search(r"(\w[\w-]*) stopped: no space left on device under (\S+) \([^()]* free of [^()]*\)", out)
     assert m is not None, out[-4000:]
     assert m.group(2).startswith(str(run)), m.group(0)
