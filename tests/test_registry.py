@@ -73,6 +73,6 @@ def test_the_projects_registries_use_it():
     from prime_rl.orchestrator.advantages import ADVANTAGES
 
     assert {"gridsim", "reverse-text"} <= set(ENVS.names()) and {"grpo", "rloo"} <= set(ADVANTAGES.names())
-    with pytest.raises(RegistryError, match=r"^env\.id = 'nope': unknown environment; choose one of: digit-bandit, gridsim, reverse-text, tool-bandit"):
+    with pytest.raises(RegistryError, match=r"^env\.id = 'nope': unknown environment; choose one of: digit-bandit, gridsim, reasoning-gym, reverse-text, textarena, tool-bandit"):
         load_env("nope")
     assert load_env("reverse-text").tasks("eval")  # a lazy entry imports and builds
