@@ -51,3 +51,21 @@ def test_no_other_module_uses_the_librarys_private_names():
             if isinstance(node, ast.Constant) and node.value == "pydantic_config.cli":
                 bad.append(f"{path.relative_to(SRC)} loads pydantic_config.cli")
     assert not bad, bad
+
+
+def test_list_flags_inside_an_optional_section(tmp_path):
+    """`sft`'s `[eval]` is optional (`EvalConfig | None`); the library walked plain sections only, so an indexed flag
+    into `eval.source` was refused and a whole-list `--eval.source JSON` taken as a string."""
+    import json
+
+    from prime_rl.config.loader import parse_config
+    from prime_rl.config.trainer import SFTConfig
+
+    f = tmp_path / "sft.toml"
+    f.write_text('[eval]\ninterval = 2\n[[eval.source]]\nname = "a"\nenv.id = "reverse-text"\n'
+                 '[inference]\n')  # fmt: skip
+    cfg = parse_config(SFTConfig, ["@", str(f), "--eval.source.0.name", "b", "--output-dir", str(tmp_path / "o")])
+    assert [s.name for s in cfg.eval.source] == ["b"]
+    whole = json.dumps([{"name": "c", "env": {"id": "reverse-text"}}, {"name": "d", "env": {"id": "gridsim"}}])
+    cfg = parse_config(SFTConfig, ["@", str(f), "--eval.source", whole, "--output-dir", str(tmp_path / "o")])
+    assert [s.name for s in cfg.eval.source] == ["c", "d"]

@@ -47,8 +47,10 @@ def parse_config(
     from prime_rl.config.fast_help import install
     from prime_rl.config.help import render_help, wants_help
     from prime_rl.config.list_flags import ListFlagError, expand_indexed_flags
+    from prime_rl.config.upstream import install_json_paths
 
     install()  # --help without re-reading every class's source (see fast_help)
+    install_json_paths()  # list flags inside optional sections (see config.upstream)
 
     from_argv = args is None
     argv = sys.argv[1:] if from_argv else list(args)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import types
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,7 @@ PRIVATE: dict[str, tuple[str, ...]] = {
     "_nest_config": ("key_path", "config"),
     "_process_args": ("args",),
     "_extract_field_docstrings": ("cls",),
+    "_is_json_value_field": ("annotation",),
 }
 """Private functions of `pydantic_config.cli` used here -> their parameter names (prime-pydantic-config 0.4.x)."""
 
@@ -40,7 +43,9 @@ def upstream_problems() -> list[str]:
         if fn is None:
             out.append(f"pydantic_config.cli.{name} is gone")
             continue
-        if name == "_extract_field_docstrings" and fn.__module__ != lib.__name__:
+        if name in LIBRARY_ORIGINALS and fn.__module__ != lib.__name__:
+            fn = LIBRARY_ORIGINALS[name]  # the library's own, where this module replaced it
+        elif name == "_extract_field_docstrings" and fn.__module__ != lib.__name__:
             fn = LIBRARY_READER.get("reader") or fn  # the library's own, where fast_help replaced it
         got = tuple(inspect.signature(fn).parameters)
         if got != params:
@@ -74,8 +79,52 @@ def merged_args(args: list[str]) -> dict:
 
 
 def json_value_field_paths(cls: type) -> set[str]:
-    """Dotted paths of the fields of `cls` the library takes as JSON on the command line (lists of sections)."""
+    """Dotted paths of the fields of `cls` the library takes as JSON on the command line (lists of sections),
+    sections that may be None (`eval: EvalConfig | None`) and variants of a union included."""
+    install_json_paths()
     return _lib()._find_json_value_field_paths(cls)
+
+
+LIBRARY_ORIGINALS: dict[str, Callable[..., Any]] = {}
+"""The library's own functions that this module replaced, by name."""
+
+
+def _models_in(annotation: Any) -> list[type]:
+    """The pydantic models an annotation holds: itself, or the members of an `Annotated`/`Optional`/union."""
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if hasattr(annotation, "__metadata__"):  # Annotated[X, ...]
+        return _models_in(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+    return []
+
+
+def _json_value_field_paths(cls: type, prefix: str = "") -> set[str]:
+    """The library's `_find_json_value_field_paths`, also walking into sections that may be None and into union
+    variants (the library walks plain model fields only, so `--eval.source '[...]'` of an optional `[eval]` was
+    taken as a string)."""
+    is_json = LIBRARY_ORIGINALS.get("_is_json_value_field") or _lib()._is_json_value_field
+    paths: set[str] = set()
+    for name, info in getattr(cls, "model_fields", {}).items():
+        full = f"{prefix}.{name.replace('_', '-')}" if prefix else name.replace("_", "-")
+        if is_json(info.annotation):
+            paths.add(full)
+        for model in _models_in(info.annotation):
+            if model is not cls:
+                paths |= _json_value_field_paths(model, full)
+    return paths
+
+
+def install_json_paths() -> None:
+    """Make the library's argument parser find list fields inside optional sections and union variants
+    (idempotent)."""
+    lib = _lib()
+    if lib._find_json_value_field_paths is not _json_value_field_paths:
+        LIBRARY_ORIGINALS.setdefault("_find_json_value_field_paths", lib._find_json_value_field_paths)
+        lib._find_json_value_field_paths = _json_value_field_paths
 
 
 LIBRARY_READER: dict[str, Callable[[type], dict[str, str]]] = {}
