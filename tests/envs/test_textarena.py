@@ -113,3 +113,17 @@ def test_game_needing_a_missing_corpus_names_it():
 
     with pytest.raises(TextArenaCorpusMissing, match="'Wordle-v0' needs the NLTK corpus 'words'"):
         load_env("textarena", game="Wordle-v0", num_train=1, num_eval=1).tasks("train")
+
+
+def test_user_turn_games_are_not_served_over_protocols_without_user_turns(tmp_path):
+    """NeMo Gym's resources-server protocol (and OpenEnv as served here) carries tool calls and a verify, no user
+    turns: a TextArena game served that way would end after the first move, so env-server refuses it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([str(Path(sys.executable).parent / "env-server"), "write", "textarena", str(tmp_path / "gym")],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "environment 'textarena' answers replies with user turns" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "gym").exists()

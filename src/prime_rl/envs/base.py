@@ -93,9 +93,11 @@ class Episode(ABC):
 
 
 class Environment(ABC):
-    """A named set of tasks by split (`train`, `eval`) and a factory of episodes."""
+    """A named set of tasks by split (`train`, `eval`) and a factory of episodes. `has_user_turns`: its episodes
+    answer replies with user messages (`Episode.user_turn`), which only the in-process agent loop plays."""
 
     name: str
+    has_user_turns: bool = False
 
     @abstractmethod
     def tasks(self, split: str) -> list[Task]:
@@ -136,3 +138,18 @@ def load_env(name: str, **kwargs: Any) -> Environment:
         RegistryError: unknown name (lists the known ones) or an import path that does not import.
     """
     return ENVS.get(name)(**kwargs)
+
+
+def refuse_user_turns(env: Environment, served_as: str) -> None:
+    """Refuse to serve an environment with user turns over a protocol that has none (NeMo Gym, OpenEnv): its
+    episodes would end after the first reply.
+
+    Raises:
+        ValueError: `env.has_user_turns`; the message names the environment and how to run it instead.
+    """
+    if getattr(env, "has_user_turns", False):
+        raise ValueError(
+            f"environment {getattr(env, 'name', type(env).__name__)!r} answers replies with user turns, which "
+            f"{served_as} cannot carry (its episodes would end after the first reply); play it in-process "
+            "(env.id in an [[orchestrator.train.source]]) instead"
+        )

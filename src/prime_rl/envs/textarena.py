@@ -140,6 +140,7 @@ class TextArenaEnv(Environment):
     """
 
     name = "textarena"
+    has_user_turns = True
 
     def __init__(self, game: str = "GuessTheNumber-v0", seed: int = 0, num_train: int = 1000, num_eval: int = 100,
                  unfinished_reward: float = 0.0, system_prompt: str | None = None):  # fmt: skip

@@ -43,11 +43,12 @@ def serve(cfg: EnvServerServeConfig) -> None:
     check_port_free(cfg.host, cfg.port, field="port")
     import uvicorn
 
-    from prime_rl.envs.base import load_env
+    from prime_rl.envs.base import load_env, refuse_user_turns
     from prime_rl.envs.nemo_gym.rows import load_server_config
     from prime_rl.envs.nemo_gym.server import ServerState, create_app
     root, server_cfg = load_server_config(cfg.dir)
     env = load_env(server_cfg["env"], **server_cfg.get("env_args", {}))
+    refuse_user_turns(env, "the NeMo Gym resources-server protocol")
     state = ServerState(env=env, name=root.name, masked_as_error=cfg.masked_as_error,
                         idle_timeout_s=cfg.idle_timeout_s, max_concurrent=cfg.max_concurrent,
                         at_capacity=cfg.at_capacity, seed_wait_s=cfg.seed_wait_s, token=cfg.token)  # fmt: skip

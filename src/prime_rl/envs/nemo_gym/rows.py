@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from prime_rl.envs.base import Environment, Task, load_env
+from prime_rl.envs.base import Environment, Task, load_env, refuse_user_turns
 from prime_rl.hf_data import read_jsonl
 
 SERVER_CONFIG = "server.json"
@@ -173,6 +173,7 @@ def write_server(env_name: str, out: str | Path, env_args: dict[str, Any] | None
     """
     env_args = dict(env_args or {})
     env = env or load_env(env_name, **env_args)
+    refuse_user_turns(env, "the NeMo Gym resources-server protocol")
     name = server_dir_name(env_name)
     root = Path(out) / "resources_servers" / name
     splits = env_splits(env)

@@ -123,10 +123,11 @@ def run(cfg: EnvServerOpenEnvConfig) -> None:
     check_port_free(cfg.host, cfg.port, field="port")
     import uvicorn
 
-    from prime_rl.envs.base import load_env
+    from prime_rl.envs.base import load_env, refuse_user_turns
 
     env_args = cfg.env_args()
     env = load_env(cfg.env, **env_args)
+    refuse_user_turns(env, "OpenEnv's step protocol as served here")
     app = build_app(env, cfg.env, env_args, cfg.max_concurrent_envs)
     base = f"http://{cfg.host}:{cfg.port}"
     if cfg.host not in ("127.0.0.1", "localhost", "::1"):
