@@ -22,7 +22,7 @@ def is_url(text: str) -> bool:
 class EnvDataConfig(BaseConfig):
     """Which data a built-in environment plays (GridSim's arguments; the other environments take none)."""
 
-    env: str = Field(description="Built-in environment: gridsim, reverse-text, digit-bandit, tool-bandit (or module:attr).")
+    env: str = Field(description="Built-in environment: gridsim, reverse-text, digit-bandit, tool-bandit, reasoning-gym (or module:attr).")
     data_dir: Path | None = Field(
         None, description="gridsim: folder of ERCOT DAMLZHBSPP_<year>.xlsx files (default: the packaged 2021-2024 days)."
     )

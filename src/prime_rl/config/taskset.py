@@ -130,7 +130,7 @@ class BuiltinEnvConfig(BaseConfig):
     kind: Literal["builtin"] = Field(
         "builtin", description="Environment kind; inferred (`env.id` set), never needs writing."
     )
-    id: str = Field(min_length=1, description="Built-in environment: gridsim, reverse-text, or a registered name.")
+    id: str = Field(min_length=1, description="Built-in environment (gridsim, reverse-text, digit-bandit, tool-bandit, reasoning-gym, textarena), another registered name, or module:attr.")
     args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the built-in environment.")
     agent: AgentConfig = Field(AgentConfig(), description="The agent loop.")
 
