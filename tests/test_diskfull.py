@@ -121,6 +121,25 @@ def test_guard_names_a_write_error_without_errno_on_a_full_disk(tmp_path):
                 raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
 
 
+def test_guard_names_a_short_write_that_left_more_than_a_mebibyte(tmp_path):
+    """torch.distributed.checkpoint's writer on a nearly full 12 MiB disk failed with `unexpected pos 704 vs 598`
+    (no errno) while 1.5-4 MiB were still free: the write that failed needed more. A short write with little room
+    left is a full disk; the same error with room to spare is reported as itself."""
+    short = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    with pytest.raises(RuntimeError) as e:  # /tmp's filesystem has far more than 64 MiB free
+        with diskfull.guard(tmp_path):
+            raise short
+    assert not isinstance(e.value, DiskFullError)
+    with small_fs(tmp_path / "fs", "12m") as fs:
+        fill(fs, leave=3 << 20)
+        with pytest.raises(DiskFullError):
+            with diskfull.guard(fs / "step_3"):
+                raise short
+        with pytest.raises(ValueError):  # not a write error: passed through
+            with diskfull.guard(fs / "step_3"):
+                raise ValueError("bad config")
+
+
 def test_child_reason_for_rl(tmp_path):
     line = describe(tmp_path / "weights")
     (tmp_path / "t.reason").write_text(line + "\n")

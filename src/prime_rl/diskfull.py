@@ -32,6 +32,8 @@ REASON_ENV = "PRIME_RL_REASON_FILE"
 _ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 # messages of errors that carry no errno: safetensors (Rust io::Error), torch's C++ writers, wrapped OSErrors
 _TEXTS = re.compile(r"no space left on device|disk quota exceeded|os error (?:28|122)\b|errno (?:28|122)\b", re.I)
+# a write that stopped short without an errno (torch's zip writer: `unexpected pos 704 vs 598`, `file write failed`)
+_SHORT_WRITE = re.compile(r"unexpected pos \d+ vs \d+|file write failed|failed writing file", re.I)
 LINE_RE = re.compile(r"no space left on device under \S.*? \([^()]*(?:free of|unknown)[^()]*\)")
 
 
@@ -124,14 +126,15 @@ def reason(exc: BaseException, fallback: str | os.PathLike | None = None) -> str
 @contextlib.contextmanager
 def guard(path: str | os.PathLike) -> Iterator[None]:
     """Within the block, a disk-full error (however wrapped) is raised as `DiskFullError(path)`, chained to it; so is
-    any other error while the filesystem of `path` has under 1 MiB free (writers whose message drops the errno,
-    e.g. torch's `PytorchStreamWriter failed writing file ...: file write failed`)."""
+    any other error while the filesystem of `path` has under 1 MiB free, and a write that stopped short without an
+    errno (torch's zip writer: `unexpected pos 704 vs 598`, `file write failed`) while it has under 64 MiB or 5% free:
+    such writers drop the errno, and the failed write may leave more than 1 MiB that the next write needed."""
     try:
         yield
     except DiskFullError:
         raise
     except BaseException as e:
-        if is_disk_full(e) or (isinstance(e, Exception) and _nearly_full(path)):
+        if is_disk_full(e) or (isinstance(e, Exception) and (_nearly_full(path) or (_short_write(e) and _low(path)))):
             raise DiskFullError(path) from e
         raise
 
@@ -141,6 +144,21 @@ def _nearly_full(path: str | os.PathLike) -> bool:
         return shutil.disk_usage(_existing(Path(path))).free < (1 << 20)
     except OSError:
         return False
+
+
+def _short_write(exc: BaseException) -> bool:
+    """Whether `exc` or an exception behind it is a write that stopped short without an errno."""
+    return any(_SHORT_WRITE.search(str(e)) for e in _causes(exc) if e.args)
+
+
+def _low(path: str | os.PathLike) -> bool:
+    """Under 64 MiB or 5% of its size free on the filesystem of `path`: where a short write means a full disk (a
+    short write with room to spare is some other I/O failure, reported as itself)."""
+    try:
+        usage = shutil.disk_usage(_existing(Path(path)))
+    except OSError:
+        return False
+    return usage.free < max(64 << 20, usage.total // 20)
 
 
 def _write_stderr(text: str) -> None:
