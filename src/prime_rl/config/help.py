@@ -187,12 +187,17 @@ def _merge_variants(rows: list[Row]) -> dict[str, Row]:
 
 def first_sentence(text: str) -> str:
     """The gist of a field's description for the one-screen help: `text` up to the end of its first sentence, or to
-    its first `;` or `:` when that comes earlier (and leaves at least 12 characters); `--help-all`
-    shows the whole description."""
+    its first `;` or `:` when that comes earlier (and leaves at least 12 characters), never inside parentheses;
+    `--help-all` shows the whole description."""
     text = (text or "").strip()
     cuts = [m.start() + 1 for m in re.finditer(r"\.\s+(?=[A-Z`(])", text)]  # keep the period
     cuts += [m.start() for m in re.finditer(r"[;:]\s", text)]
-    cuts = [c for c in cuts if c >= 12]
+    depth, outside = 0, set()
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth <= 0:
+            outside.add(i)
+    cuts = [c for c in cuts if c >= 12 and (c - 1) in outside and c in outside | {len(text)}]
     return text[: min(cuts)].rstrip() if cuts else text
 
 
