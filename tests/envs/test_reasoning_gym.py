@@ -86,3 +86,21 @@ def test_refusals_name_the_field(kwargs, needle):
     with pytest.raises(ValueError) as e:
         load_env("reasoning-gym", **kwargs).tasks("eval")
     assert needle in str(e.value)
+
+
+def test_evals_refuses_an_unknown_dataset_as_a_user_error(tmp_path):
+    """A mistyped dataset name in env.args is the user's to fix: exit 2 with the message, no traceback."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from prime_rl.models.tiny import cached_tiny_model
+
+    source = [{"name": "rg", "env": {"id": "reasoning-gym", "args": {"datasets": ["chainsum"]}}}]
+    r = subprocess.run([str(Path(sys.executable).parent / "evals"), "--model.name", str(cached_tiny_model()),
+                        "--backend", "transformers", "--eval.source", json.dumps(source), "--output-dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "unknown reasoning-gym dataset(s) ['chainsum']" in r.stderr + r.stdout
+    assert "Traceback" not in r.stderr + r.stdout

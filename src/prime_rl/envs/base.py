@@ -14,6 +14,11 @@ from typing import Any
 from prime_rl.registry import Registry
 
 
+class EnvArgsError(ValueError):
+    """An environment's `env.args` cannot work (an unknown dataset or game, a size below 1, a missing corpus): a
+    user error, exit 2 with the message alone; the message names the `env.args` field and the fix."""
+
+
 @dataclass
 class Task:
     """One task: chat `messages` (OpenAI format) and `tools` (OpenAI function schemas) to start an episode."""

@@ -24,7 +24,7 @@ import json
 from functools import cached_property
 from typing import Any
 
-from prime_rl.envs.base import Environment, Episode, Task, VerifyResult
+from prime_rl.envs.base import EnvArgsError, Environment, Episode, Task, VerifyResult
 from prime_rl.envs.reverse_text.env import extract_answer as strip_think
 from prime_rl.extras import require
 
@@ -64,7 +64,7 @@ def dataset_specs(datasets: str | list[str] | dict[str, float], config: dict[str
     name -> weight) and `config` (name -> the dataset's own keyword arguments, e.g. `{"chain_sum": {"min_terms": 2}}`).
 
     Raises:
-        ValueError: an empty selection, an unknown dataset name (lists the known ones), a weight that is not > 0, or a
+        EnvArgsError: an empty selection, an unknown dataset name (lists the known ones), a weight that is not > 0, or a
             `config` entry for a dataset that is not selected.
     """
     from reasoning_gym.composite import DatasetSpec
@@ -75,23 +75,23 @@ def dataset_specs(datasets: str | list[str] | dict[str, float], config: dict[str
     elif isinstance(datasets, list):
         datasets = {name: 1.0 for name in datasets}
     if not datasets:
-        raise ValueError("env.args.datasets: no reasoning-gym dataset selected; name one, e.g. datasets = "
+        raise EnvArgsError("env.args.datasets: no reasoning-gym dataset selected; name one, e.g. datasets = "
                          '["chain_sum"]')  # fmt: skip
     unknown = sorted(set(datasets) - set(known))
     if unknown:
-        raise ValueError(f"env.args.datasets: unknown reasoning-gym dataset(s) {unknown}; choose from: "
+        raise EnvArgsError(f"env.args.datasets: unknown reasoning-gym dataset(s) {unknown}; choose from: "
                          f"{', '.join(sorted(known))}")  # fmt: skip
     stray = sorted(set(config) - set(datasets))
     if stray:
-        raise ValueError(f"env.args.config names {stray}, which are not in env.args.datasets {sorted(datasets)}")
+        raise EnvArgsError(f"env.args.config names {stray}, which are not in env.args.datasets {sorted(datasets)}")
     specs = []
     for name, weight in datasets.items():
         if not isinstance(weight, int | float) or isinstance(weight, bool) or not weight > 0:
-            raise ValueError(f"env.args.datasets.{name} = {weight!r}: a weight must be a number > 0")
+            raise EnvArgsError(f"env.args.datasets.{name} = {weight!r}: a weight must be a number > 0")
         cfg = dict(config.get(name, {}))
         for key in ("seed", "size"):
             if key in cfg:
-                raise ValueError(f"env.args.config.{name}.{key}: set by the environment (use env.args.seed / "
+                raise EnvArgsError(f"env.args.config.{name}.{key}: set by the environment (use env.args.seed / "
                                  "num_train / num_eval)")  # fmt: skip
         specs.append(DatasetSpec(name=name, weight=float(weight), config=cfg))
     return specs
@@ -152,7 +152,7 @@ class ReasoningGymEnv(Environment):
         system_prompt: replaces the format's default system prompt.
 
     Raises:
-        ValueError: unknown datasets or format, sizes below 1 (when the tasks are first built).
+        EnvArgsError: unknown datasets or format, sizes below 1 (when the tasks are first built).
         MissingExtraError: reasoning-gym is not installed.
     """
 
@@ -162,9 +162,9 @@ class ReasoningGymEnv(Environment):
                  config: dict[str, dict[str, Any]] | None = None, seed: int = 0, num_train: int = 1000,
                  num_eval: int = 100, answer_format: str = "tag", system_prompt: str | None = None):  # fmt: skip
         if answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"env.args.answer_format = {answer_format!r}: choose one of {', '.join(ANSWER_FORMATS)}")
+            raise EnvArgsError(f"env.args.answer_format = {answer_format!r}: choose one of {', '.join(ANSWER_FORMATS)}")
         if num_train < 1 or num_eval < 1:
-            raise ValueError(f"env.args.num_train = {num_train}, num_eval = {num_eval}: each must be >= 1")
+            raise EnvArgsError(f"env.args.num_train = {num_train}, num_eval = {num_eval}: each must be >= 1")
         self.datasets, self.config = datasets, dict(config or {})
         self.seed, self.num_train, self.num_eval = seed, num_train, num_eval
         self.answer_format = answer_format

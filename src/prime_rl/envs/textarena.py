@@ -24,7 +24,7 @@ import re
 from functools import cached_property
 from typing import Any
 
-from prime_rl.envs.base import Environment, Episode, Task, VerifyResult
+from prime_rl.envs.base import EnvArgsError, Environment, Episode, Task, VerifyResult
 from prime_rl.extras import require
 
 SPLITS = ("train", "eval")
@@ -33,7 +33,7 @@ SYSTEM_PROMPT = ("You are playing a text game. Read the game's messages and repl
                  "the game asks for (for example [5]). Each reply is one move.")  # fmt: skip
 
 
-class TextArenaCorpusMissing(RuntimeError):
+class TextArenaCorpusMissing(EnvArgsError):
     """A TextArena game needs an NLTK corpus that is not installed and could not be downloaded."""
 
 
@@ -51,7 +51,7 @@ def start_game(game: str, seed: int) -> tuple[Any, str]:
     """A TextArena game reset for one player with `seed`, and its opening observation text.
 
     Raises:
-        ValueError: `game` is not a registered TextArena game, or not a single-player one.
+        EnvArgsError: `game` is not a registered TextArena game, or not a single-player one.
         TextArenaCorpusMissing: the game needs an NLTK corpus that is not installed here.
     """
     ta = _ta()
@@ -59,7 +59,7 @@ def start_game(game: str, seed: int) -> tuple[Any, str]:
 
     if game not in ENV_REGISTRY:
         near = sorted(n for n in ENV_REGISTRY if n.split("-")[0].lower() == game.split("-")[0].lower())
-        raise ValueError(f"env.args.game = {game!r}: not a TextArena game" + (f"; did you mean {near}?" if near else ""))
+        raise EnvArgsError(f"env.args.game = {game!r}: not a TextArena game" + (f"; did you mean {near}?" if near else ""))
     try:
         env = ta.make(game)
         env.reset(num_players=1, seed=seed)
@@ -71,7 +71,7 @@ def start_game(game: str, seed: int) -> tuple[Any, str]:
             "nltk_data from such a machine, NLTK_DATA names its folder), or choose a game that runs offline"
         ) from None
     except (AssertionError, ValueError, TypeError) as e:
-        raise ValueError(f"env.args.game = {game!r}: cannot start it for one player ({type(e).__name__}: {e})") from e
+        raise EnvArgsError(f"env.args.game = {game!r}: cannot start it for one player ({type(e).__name__}: {e})") from e
     _, observation = env.get_observation()
     return env, str(observation)
 
@@ -134,7 +134,7 @@ class TextArenaEnv(Environment):
         system_prompt: replaces the default system prompt.
 
     Raises:
-        ValueError: unknown or multi-player game, sizes below 1.
+        EnvArgsError: unknown or multi-player game, sizes below 1.
         TextArenaCorpusMissing: the game needs an NLTK corpus that is missing (when the tasks are first built).
         MissingExtraError: textarena is not installed.
     """
@@ -145,9 +145,9 @@ class TextArenaEnv(Environment):
     def __init__(self, game: str = "GuessTheNumber-v0", seed: int = 0, num_train: int = 1000, num_eval: int = 100,
                  unfinished_reward: float = 0.0, system_prompt: str | None = None):  # fmt: skip
         if num_train < 1 or num_eval < 1:
-            raise ValueError(f"env.args.num_train = {num_train}, num_eval = {num_eval}: each must be >= 1")
+            raise EnvArgsError(f"env.args.num_train = {num_train}, num_eval = {num_eval}: each must be >= 1")
         if not math.isfinite(unfinished_reward):
-            raise ValueError(f"env.args.unfinished_reward = {unfinished_reward}: must be a finite number")
+            raise EnvArgsError(f"env.args.unfinished_reward = {unfinished_reward}: must be a finite number")
         self.game, self.seed, self.num_train, self.num_eval = game, seed, num_train, num_eval
         self.unfinished_reward = float(unfinished_reward)
         self.system_prompt = system_prompt or SYSTEM_PROMPT

@@ -446,6 +446,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean the run's inputs cannot work (config, model name, data, prompt lengths, a missing extra):
     exit 2 with the message alone."""
     from prime_rl.config.loader import ConfigError
+    from prime_rl.envs.base import EnvArgsError
     from prime_rl.extras import MissingExtraError
     from prime_rl.hf_data import DataLoadError
     from prime_rl.models.hub import ModelNotFoundError
@@ -453,7 +454,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from prime_rl.registry import RegistryError
 
     return (ConfigError, RegistryError, ModelNotFoundError, DataLoadError, MissingExtraError, PromptTooLong,
-            ContextTooShort, FileNotFoundError)  # fmt: skip
+            ContextTooShort, FileNotFoundError, EnvArgsError)  # fmt: skip
 
 
 def orchestrate(cfg: OrchestratorConfig) -> None:
