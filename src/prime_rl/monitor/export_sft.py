@@ -77,7 +77,7 @@ def write_rows(rows: list[dict[str, Any]], out: Path) -> None:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            raise ExportError(f"{out}: writing parquet needs pyarrow (pip install pyarrow), or use a .jsonl path") from None
+            raise ExportError(f"{out}: writing parquet needs pyarrow (pip install 'prime-rl[datasets]'), or use a .jsonl path") from None
         cols = {k: [json.dumps(r.get(k), ensure_ascii=False) if k in ("messages", "tools") else r.get(k) for r in rows]
                 for k in ("messages", "tools", "task_id", "source", "step", "reward", "rollout_id")}  # fmt: skip
         tmp = out.with_name(out.name + ".tmp")
