@@ -194,6 +194,20 @@ def test_dry_run_refuses_a_taken_port(tmp_path, tiny, capsys):
     assert f"port {port} (inference.server.port) is already in use" in err
 
 
+@pytest.mark.parametrize("role", ["trainer", "orchestrator"])
+def test_dry_run_refuses_a_taken_metrics_port(tmp_path, tiny, capsys, role):
+    """The metrics endpoints are bound by the trainer and the orchestrator rl starts: a taken port is refused before
+    anything starts (it crashed the trainer with a traceback after vLLM's start-up)."""
+    rows_at(tmp_path / "gym-root")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, out, err = run_dry(demo_args(tmp_path, tiny) + [f"--{role}.metrics-server.port", str(port)], capsys)
+    assert code == 2, out + err
+    assert f"port {port} ({role}.metrics_server.port) is already in use" in err
+
+
 def test_dry_run_refuses_seq_len_above_the_models_context(tmp_path, tiny, capsys):
     rows_at(tmp_path / "gym-root")
     code, out, err = run_dry(demo_args(tmp_path, tiny, None, None, "--seq-len", "8192"), capsys)  # tiny model: 4096

@@ -176,7 +176,8 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
     mine = nodes[where.index]
     if where.here:
         own_plans = plans if "env-server" in mine.roles else []
-        checks.run("ports", preflight.check_ports, [r for r in replicas if r.index in mine.replicas], own_plans)
+        checks.run("ports", preflight.check_ports, [r for r in replicas if r.index in mine.replicas], own_plans, cfg,
+                   set(mine.roles))  # fmt: skip
     start_step, clean = checks.run("previous run", previous_run, cfg, run)
     cfg = evolve(cfg, retention(cfg))
     if cfg.resume:

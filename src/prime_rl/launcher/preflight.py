@@ -131,12 +131,18 @@ def check_capacity(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
             )
 
 
-def check_ports(replicas: list[Replica], plans: list[EnvServerPlan]) -> None:
-    """Every port rl will bind on this machine (the inference replicas, the env servers it starts) must be free
-    now; fail naming the port, its config field and its holder."""
+def check_ports(replicas: list[Replica], plans: list[EnvServerPlan], cfg: RLConfig | None = None,
+                roles: set[str] | frozenset[str] = frozenset()) -> None:  # fmt: skip
+    """Every port rl will bind on this machine (the inference replicas, the env servers it starts, and the metrics
+    endpoints of the trainer and orchestrator it runs here, from `cfg` for `roles`) must be free now; fail naming
+    the port, its config field and its holder."""
     wanted = [(r.bind_host, r.port, "inference.server.port" + (f" + {r.index} (replica {r.index})" if r.index else ""))
               for r in replicas]
     wanted += [(p.host, p.port, f"the env server for {p.url} ({', '.join(p.sources)})") for p in plans]
+    for role in ("trainer", "orchestrator"):
+        server = getattr(getattr(cfg, role, None), "metrics_server", None) if cfg is not None else None
+        if role in roles and server is not None and server.port:  # port 0: any free port
+            wanted.append((server.host, server.port, f"{role}.metrics_server.port"))
     check_free(wanted)
 
 
