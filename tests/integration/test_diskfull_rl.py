@@ -23,12 +23,7 @@ from tests.test_diskfull import small_fs
 from prime_rl.models.tiny import cached_tiny_model
 from prime_rl.ports import free_port
 
-pytestmark = [
-    pytest.mark.slow,
-    # passes alone but failed in two clean-clone `make test` runs under load (cause not yet diagnosed): run it with
-    # PRIME_RL_DISKFULL_E2E=1; tests/test_diskfull.py covers each process's full-disk path on real tmpfs mounts
-    pytest.mark.skipif(os.environ.get("PRIME_RL_DISKFULL_E2E") != "1", reason="set PRIME_RL_DISKFULL_E2E=1"),
-]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
