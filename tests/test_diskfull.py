@@ -135,6 +135,15 @@ def test_guard_names_a_short_write_that_left_more_than_a_mebibyte(tmp_path):
         with pytest.raises(DiskFullError):
             with diskfull.guard(fs / "step_3"):
                 raise short
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        wrapped = CheckpointException("failed", {0: (short, None)})  # how dcp.save raises it (a BaseException)
+        with pytest.raises(DiskFullError):
+            with diskfull.guard(fs / "step_3"):
+                raise wrapped
+        with pytest.raises(KeyboardInterrupt):  # an interruption is never turned into a full disk
+            with diskfull.guard(fs / "step_3"):
+                raise KeyboardInterrupt
         with pytest.raises(ValueError):  # not a write error: passed through
             with diskfull.guard(fs / "step_3"):
                 raise ValueError("bad config")

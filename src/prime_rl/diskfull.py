@@ -134,9 +134,15 @@ def guard(path: str | os.PathLike) -> Iterator[None]:
     except DiskFullError:
         raise
     except BaseException as e:
-        if is_disk_full(e) or (isinstance(e, Exception) and (_nearly_full(path) or (_short_write(e) and _low(path)))):
+        if is_disk_full(e) or (_is_failure(e) and (_nearly_full(path) or (_short_write(e) and _low(path)))):
             raise DiskFullError(path) from e
         raise
+
+
+def _is_failure(exc: BaseException) -> bool:
+    """An error, not an interruption: torch.distributed.checkpoint's `CheckpointException` derives from
+    `BaseException`, so "is an `Exception`" would miss every failure it wraps."""
+    return not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)) and type(exc).__name__ != "CancelledError"
 
 
 def _nearly_full(path: str | os.PathLike) -> bool:
