@@ -49,12 +49,70 @@ def test_local_folders_and_hub_ids(offline_cache, tmp_path):
     assert resolve_model("acme/tiny-qwen3") == snap
     assert is_hub_id("acme/tiny-qwen3") and not is_hub_id(str(tmp_path)) and not is_hub_id("/abs/path")
     assert resolve_model(str(snap)) == snap.resolve()
-    with pytest.raises(ModelNotFoundError, match=r"model.name = 'acme/missing': no such local folder, and no model "
-                                                 r"of that id in the local Hugging Face cache \(HF_HUB_OFFLINE=1\)"):
+    with pytest.raises(ModelNotFoundError) as e:
         resolve_model("acme/missing")
+    assert str(e.value) == (
+        "model.name = 'acme/missing': no such local folder; no model of that id in the local Hugging Face cache "
+        "(HF_HUB_OFFLINE=1). Give a local Hugging Face model folder, or a hub id that is downloaded "
+        "(`hf download acme/missing` where the hub is reachable)")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotFoundError, match="no config.json in it"):
         resolve_model(str(tmp_path / "empty"))
+
+
+FIX = ". Give a local Hugging Face model folder, or a hub id that is downloaded (`hf download Org/Model` where the hub " \
+      "is reachable)"
+HUB_LONG = ("Got: ConnectError: [Errno -2] Name or service not known\nAn error happened while trying to locate the files "
+            "on the Hub, and we cannot find the appropriate snapshot folder for the specified revision on the local "
+            "disk. Please check your internet connection and try again.")  # huggingface_hub 2.4's text, 230 chars
+
+
+def _errors():
+    import httpx
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    def answer(code: int) -> httpx.Response:
+        return httpx.Response(code, request=httpx.Request("GET", "https://huggingface.co/api/models/Org/Model"))
+
+    unreachable = LocalEntryNotFoundError(HUB_LONG)
+    unreachable.__cause__ = OSError("[Errno -2] Name or service not known")
+    long_words = " ".join(["word"] * 60) + ". Second sentence."  # 40 whole words fit in 200 characters
+    return [
+        (unreachable, "the hub is not reachable (OSError: [Errno -2] Name or service not known) and the local "
+                      "Hugging Face cache has no model of that id"),
+        (LocalEntryNotFoundError(HUB_LONG), "the hub is not reachable and the local Hugging Face cache has no model "
+                                            "of that id"),
+        (RepositoryNotFoundError("404 Client Error. Repository Not Found for url: https://huggingface.co/api/x",
+                                 response=answer(404)),
+         "the hub has no model of that id (or it is private: `hf auth login` with an account that can read it)"),
+        (GatedRepoError("403 gated", response=answer(403)), "the hub's repository of that id is gated (accept its terms on "
+                                                     "its hub page, then `hf auth login`)"),
+        (RuntimeError(long_words), "the hub lookup failed (RuntimeError: " + " ".join(["word"] * 40) + "...)"),
+    ]
+
+
+@pytest.mark.parametrize("i", range(5))
+def test_a_hub_id_that_does_not_resolve_is_named_in_whole_words(monkeypatch, i):
+    """The whole message, for each way huggingface_hub fails (its own text ran to 230 characters and was cut
+    mid-word at 160 before)."""
+    import huggingface_hub
+
+    error, reason = _errors()[i]
+
+    def fail(*a, **k):
+        raise error
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
+    resolve_model.cache_clear()
+    try:
+        with pytest.raises(ModelNotFoundError) as e:
+            resolve_model("Org/Model")
+    finally:
+        resolve_model.cache_clear()
+    assert str(e.value) == f"model.name = 'Org/Model': no such local folder; {reason}{FIX}"
+    assert e.value.named("trainer.model.name") == f"trainer.model.name = 'Org/Model': no such local folder; {reason}{FIX}"
 
 
 def test_sft_trains_a_hub_id_and_names_a_missing_one(offline_cache, tmp_path):

@@ -20,7 +20,18 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class ModelNotFoundError(ValueError):
-    """`model.name` is neither a local model folder nor a model the hub (or its local cache) has."""
+    """`model.name` is neither a local model folder nor a model the hub (or its local cache) has.
+
+    `name`: the value; `detail`: what was searched and the fix. `str(e)` is `model.name = NAME: DETAIL`;
+    `e.named(field)` puts another field name (and where it was set) in front."""
+
+    def __init__(self, name: str, detail: str):
+        self.name, self.detail = name, detail
+        super().__init__(self.named("model.name"))
+
+    def named(self, field: str) -> str:
+        """The message with `field` (e.g. `trainer.model.name`, `model.name (from --model.name)`) in front."""
+        return f"{field} = {self.name!r}: {self.detail}"
 
 
 def hub_offline() -> bool:
@@ -49,9 +60,8 @@ def resolve_model(name: str) -> Path:
             return p.resolve()
         what = "no such folder" if not p.exists() else "no config.json in it"
         raise ModelNotFoundError(
-            f"model.name = {name!r}: {what}. Give a local Hugging Face model folder (e.g. `prime-rl smollm "
-            f"outputs/smollm` or `prime-rl tiny-model outputs/tiny-model`) or a hub id such as "
-            f"'HuggingFaceTB/SmolLM2-135M-Instruct'"
+            name, f"{what}. Give a local Hugging Face model folder (e.g. `prime-rl smollm outputs/smollm` or "
+            f"`prime-rl tiny-model outputs/tiny-model`) or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'"
         )
     from huggingface_hub import snapshot_download
 
@@ -59,13 +69,37 @@ def resolve_model(name: str) -> Path:
     try:
         folder = Path(snapshot_download(name, allow_patterns=HUB_PATTERNS, local_files_only=offline))
     except Exception as e:  # noqa: BLE001 - every failure becomes one message naming the field
-        where = "the local Hugging Face cache (HF_HUB_OFFLINE=1)" if offline else "the hub or the local cache"
-        reason = " ".join(str(e).split())[:160] or type(e).__name__
         raise ModelNotFoundError(
-            f"model.name = {name!r}: no such local folder, and no model of that id in {where} "
-            f"({type(e).__name__}: {reason}). Give a local Hugging Face model folder, or a hub id that is downloaded "
-            f"(`hf download {name}` where the hub is reachable)"
+            name, f"no such local folder; {hub_reason(e, offline)}. Give a local Hugging Face model folder, or "
+            f"a hub id that is downloaded (`hf download {name}` where the hub is reachable)"
         ) from None
     if not (folder / "config.json").is_file():
-        raise ModelNotFoundError(f"model.name = {name!r}: the hub snapshot {folder} has no config.json")
+        raise ModelNotFoundError(name, f"the hub snapshot {folder} has no config.json")
     return folder
+
+
+def hub_reason(e: Exception, offline: bool) -> str:
+    """Why `snapshot_download` found no model, in whole words: offline and not cached; the hub unreachable (its
+    network error) and not cached; no such (or a private or gated) repository; else the error's first sentence."""
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    if isinstance(e, LocalEntryNotFoundError):
+        if offline:
+            return "no model of that id in the local Hugging Face cache (HF_HUB_OFFLINE=1)"
+        cause = e.__cause__ or e.__context__
+        why = f" ({type(cause).__name__}: {_clip(str(cause))})" if cause is not None else ""
+        return f"the hub is not reachable{why} and the local Hugging Face cache has no model of that id"
+    if isinstance(e, GatedRepoError):
+        return "the hub's repository of that id is gated (accept its terms on its hub page, then `hf auth login`)"
+    if isinstance(e, RepositoryNotFoundError):
+        return "the hub has no model of that id (or it is private: `hf auth login` with an account that can read it)"
+    return f"the hub lookup failed ({type(e).__name__}: {_clip(str(e))})"
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """`text` on one line, its first sentence, cut at a word boundary (with `...`) when longer than `limit`."""
+    text = " ".join(text.split())
+    first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+    if len(first) <= limit:
+        return first.rstrip(".")
+    return first[:limit].rsplit(" ", 1)[0] + "..."
