@@ -94,3 +94,42 @@ def test_inference_auto_follows_the_check_on_cpu(monkeypatch):
 def test_the_test_suite_runs_auto_as_fp32():
     """tests/conftest.py sets PRIME_RL_CPU_BF16=0: recorded numbers do not depend on this CPU's bf16 speed."""
     assert check().dtype == "float32" and check().disabled
+
+
+def _model_dir(tmp_path, name: str, config: dict):
+    import json
+
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(config))
+    return d
+
+
+def test_model_width_reads_the_hidden_size_of_a_model_folder(tmp_path):
+    assert cpu_bf16.model_width(_model_dir(tmp_path, "qwen", {"hidden_size": 576})) == 576
+    assert cpu_bf16.model_width(_model_dir(tmp_path, "gpt2", {"n_embd": 768})) == 768
+    assert cpu_bf16.model_width(_model_dir(tmp_path, "vl", {"text_config": {"hidden_size": 2048}})) == 2048
+    assert cpu_bf16.model_width(tmp_path / "missing") is None
+    assert cpu_bf16.model_width("HuggingFaceTB/SmolLM2-135M-Instruct") is None  # a hub id: unknown here
+    assert cpu_bf16.model_width(None) is None
+
+
+def test_auto_keeps_a_narrow_model_in_fp32_on_a_host_where_bf16_pays(tmp_path, monkeypatch):
+    """A 2-layer model of hidden size 128 decodes 0.59x and trains 0.92x as fast in bf16 on a host whose bf16 matmul
+    runs 3x fp32 (docs/results/2026-12-03-cpu-bf16.md): below MIN_HIDDEN, auto stays float32 without the check."""
+    from prime_rl.config.inference import InferenceConfig
+    from prime_rl.config.trainer import TrainerModelConfig
+    from prime_rl.inference.server import resolve_dtype
+    from prime_rl.trainer.model import compute_dtype
+
+    narrow = _model_dir(tmp_path, "narrow", {"hidden_size": cpu_bf16.MIN_HIDDEN - 1})
+    wide = _model_dir(tmp_path, "wide", {"hidden_size": cpu_bf16.MIN_HIDDEN})
+    monkeypatch.setattr(cpu_bf16, "cpu_check", lambda: Bf16Check(("avx512_bf16",), 60.0, 180.0))
+    assert cpu_bf16.auto_cpu_dtype(narrow) == "float32"
+    assert cpu_bf16.auto_cpu_dtype(wide) == "bfloat16"
+    assert cpu_bf16.auto_cpu_dtype(None) == "bfloat16"  # width unknown: the host decides
+    cpu = torch.device("cpu")
+    assert compute_dtype(TrainerModelConfig(name=str(narrow), dtype="auto"), cpu) == torch.float32
+    assert compute_dtype(TrainerModelConfig(name=str(wide), dtype="auto"), cpu) == torch.bfloat16
+    assert resolve_dtype(InferenceConfig(model={"name": str(narrow)}), cpu=True) == "float32"
+    assert resolve_dtype(InferenceConfig(model={"name": str(wide)}), cpu=True) == "bfloat16"

@@ -1,10 +1,15 @@
 """Whether bf16 pays on this CPU: what `dtype = "auto"` means on a CPU.
 
-`auto` on CPU resolves to bfloat16 only when both hold, else float32:
+`auto` on CPU resolves to bfloat16 only when all three hold, else float32:
 
-1. the CPU has native bf16 matmul instructions: `avx512_bf16` or `amx_bf16` among the flags of `/proc/cpuinfo`
+1. the model is wide enough: its hidden size (`hidden_size` in the model folder's `config.json`, `model_width`) is
+   at least `MIN_HIDDEN` (512). In a narrow model the time goes to per-op overhead and bf16 only adds casts (a
+   2-layer model of hidden size 128 decodes and trains slower in bf16 on a CPU where SmolLM2-135M, hidden size 576,
+   runs faster; docs/results/2026-12-03-cpu-bf16.md). A model whose width cannot be read (a hub id, no
+   `config.json`) is judged on the host alone;
+2. the CPU has native bf16 matmul instructions: `avx512_bf16` or `amx_bf16` among the flags of `/proc/cpuinfo`
    (without them torch emulates bf16 matmuls through fp32 and they are slower, not faster);
-2. a side-by-side timing of square matmuls (`matmul_gflops`: n = 512, fp32 and bf16 interleaved, best of 5 rounds,
+3. a side-by-side timing of square matmuls (`matmul_gflops`: n = 512, fp32 and bf16 interleaved, best of 5 rounds,
    about 0.1-0.3 s on 2 busy cores) measures bf16 at least `THRESHOLD` (1.3) times fp32's GFLOP/s.
 
 The check runs at most once per process (`cpu_check`, cached) and logs the decision and the measured ratio once.
@@ -29,6 +34,7 @@ from pathlib import Path
 
 NATIVE_FLAGS = ("avx512_bf16", "amx_bf16")
 THRESHOLD = 1.3
+MIN_HIDDEN = 512  # hidden sizes below it stay float32 under auto (between the widths measured slower and faster)
 ENV = "PRIME_RL_CPU_BF16"
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -154,6 +160,36 @@ def cpu_check() -> Bf16Check:
     return result
 
 
-def auto_cpu_dtype() -> str:
-    """What `dtype = "auto"` is on this CPU: "bfloat16" or "float32" (`cpu_check`)."""
+def model_width(model: str | os.PathLike | None) -> int | None:
+    """The hidden size of the model in folder `model` (`hidden_size`, `n_embd` or `d_model` of its `config.json`,
+    or of its `text_config`); None when `model` is not a local folder with a readable `config.json`."""
+    import json
+
+    if not model:
+        return None
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for section in (cfg, cfg.get("text_config") or {}):
+        for key in ("hidden_size", "n_embd", "d_model"):
+            if isinstance(section.get(key), int):
+                return section[key]
+    return None
+
+
+@functools.cache
+def _narrow(width: int) -> str:
+    line = f"dtype auto on CPU: float32 (model hidden size {width} < {MIN_HIDDEN}: bf16 casts outweigh its matmul gain)"
+    log.info("%s", line)
+    return line
+
+
+def auto_cpu_dtype(model: str | os.PathLike | None = None) -> str:
+    """What `dtype = "auto"` is on this CPU for `model` (a model folder, or None when unknown): "float32" for a model
+    narrower than `MIN_HIDDEN`, else the host's `cpu_check`: "bfloat16" or "float32"."""
+    width = model_width(model)
+    if width is not None and width < MIN_HIDDEN:
+        _narrow(width)
+        return "float32"
     return cpu_check().dtype

@@ -10,7 +10,7 @@ import pytest
 
 from prime_rl.config.loader import parse_config
 from prime_rl.config.rl import RLConfig
-from prime_rl.cpu_bf16 import Bf16Check
+from prime_rl.cpu_bf16 import MIN_HIDDEN, Bf16Check
 from prime_rl.launcher import dtype as run_dtype
 from prime_rl.launcher.dtype import run_dtypes
 from prime_rl.ports import free_port
@@ -68,7 +68,8 @@ def test_launch_plan_writes_one_dtype_into_trainer_and_inference_configs(tmp_pat
     from prime_rl.trainer.model import compute_dtype
 
     source = '[{"name": "reverse", "env": {"id": "reverse-text"}}]'
-    args = ["--model.name", str(cached_tiny_model()), "--output-dir", str(tmp_path / "run"), "--seq-len", "512",
+    wide = cached_tiny_model(hidden=MIN_HIDDEN)  # narrower models stay float32 whatever the host
+    args = ["--model.name", str(wide), "--output-dir", str(tmp_path / "run"), "--seq-len", "512",
             "--max-steps", "2", "--inference.server.port", str(free_port()), "--orchestrator.train.source", source]  # fmt: skip
     for result, dtype in ((FAST, "bfloat16"), (SLOW, "float32")):
         monkeypatch.setattr(run_dtype, "cpu_check", lambda r=result: r)
@@ -83,3 +84,18 @@ def test_launch_plan_writes_one_dtype_into_trainer_and_inference_configs(tmp_pat
         assert compute_dtype(trainer.model, torch.device("cpu")) == getattr(torch, dtype)
         flags = build_vllm_args(inference, cpu=True)
         assert flags[flags.index("--dtype") + 1] == dtype
+
+
+def test_a_narrow_model_stays_float32_without_the_host_check(tmp_path):
+    """Below `cpu_bf16.MIN_HIDDEN` (the model folder's config.json hidden size) auto is float32 in both processes,
+    even on a host where bf16 pays; the check does not run."""
+    import json
+
+    check, calls = counted(FAST)
+    for width, dtype in ((MIN_HIDDEN - 1, "float32"), (MIN_HIDDEN, "bfloat16")):
+        model = tmp_path / f"m{width}"
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps({"hidden_size": width}))
+        changes = run_dtypes(rl("--model.name", str(model)), "cpu", multi=False, check=check)
+        assert changes["trainer.model.dtype"] == changes["inference.model.dtype"] == dtype
+    assert calls == [1]  # only the wide model asked the host

@@ -23,26 +23,44 @@ __all__ = [
 
 
 NONE_TEXT = "None"
+"""How files and flags written by hand set an optional field to None (`--x None`, `x = "None"`; the config library's
+convention, which the reference's configs use). Only a field that admits None reads it so; elsewhere it is text."""
+
+NULL_KEY = "_null"
+"""The key under which a resolved config lists its section's fields that are None where their default is not (TOML
+has no null): `_null = ["max_norm"]` in `[optim]`. No field can be named so (pydantic keeps `_` names private)."""
 
 
 class BaseConfig(_LibBaseConfig):
-    """Base of every prime-rl config: unknown keys are errors; the text `"None"` sets an optional field to None.
+    """Base of every prime-rl config: unknown keys are errors. A field that admits None is set to None by the text
+    `"None"` (files and flags written by hand) or by naming it in its section's `_null` list (resolved configs,
+    `loader.config_to_toml`); any other field keeps the text `"None"` as text.
 
-    TOML has no null, so resolved configs (`configs/*.toml`) write a None that differs from the default as
-    `"None"`, and `--field None` works on the command line.
+    Raises:
+        ValueError: `_null` is not a list of field names of this section that admit None.
     """
 
     @model_validator(mode="before")
     @classmethod
-    def _none_from_text(cls, data: Any) -> Any:
+    def _none_str_to_none(cls, data: Any) -> Any:
+        # Replaces the library's validator of this name (which turns "None" into None in every field, text fields
+        # included); `config.upstream.upstream_problems` checks that the library still has it under this name.
         if not isinstance(data, dict):
             return data
-        out = None
+        out = dict(data)
+        nulls = out.pop(NULL_KEY, [])
+        if not isinstance(nulls, list) or not all(isinstance(n, str) for n in nulls):
+            raise ValueError(f"{NULL_KEY} = {nulls!r}: expected a list of field names of this section")
+        for name in nulls:
+            finfo = cls.model_fields.get(name)
+            if finfo is None or not _admits_none(finfo.annotation):
+                what = "no field of this section" if finfo is None else "a field that cannot be None"
+                raise ValueError(f"{NULL_KEY} names {name!r}: {what}")
+            out.setdefault(name, None)  # a value given for the field too (a later file, a flag) takes precedence
         for name, finfo in cls.model_fields.items():
-            if data.get(name) == NONE_TEXT and _admits_none(finfo.annotation):
-                out = dict(data) if out is None else out
+            if out.get(name) == NONE_TEXT and _admits_none(finfo.annotation):
                 out[name] = None
-        return data if out is None else out
+        return out
 
 
 def _admits_none(annotation: Any) -> bool:
@@ -77,8 +95,8 @@ class ModelConfig(BaseConfig):
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
-        description="Compute dtype; auto = bfloat16 on GPU; on CPU bfloat16 where native bf16 matmul measures >= 1.3x "
-        "fp32 at start-up, else float32 (PRIME_RL_CPU_BF16=0: float32).",
+        description="Compute dtype; auto = bfloat16 on GPU; on CPU bfloat16 for a model of hidden size >= 512 where "
+        "native bf16 matmul measures >= 1.3x fp32 at start-up, else float32 (PRIME_RL_CPU_BF16=0: float32).",
     )
     trust_remote_code: bool = Field(
         False, description="Let transformers run Python code shipped with the model folder (custom architectures)."

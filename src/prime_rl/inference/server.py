@@ -39,7 +39,8 @@ def on_cpu() -> bool:
 
 def resolve_dtype(cfg: InferenceConfig, cpu: bool) -> str:
     """`vllm.dtype`, else `model.dtype`, else bfloat16 on GPU and on CPU what `prime_rl.cpu_bf16.auto_cpu_dtype()`
-    says (bfloat16 only with native bf16 matmul that measures faster than fp32 here, else float32)."""
+    says for the model (bfloat16 only for a model at least `MIN_HIDDEN` wide, on native bf16 matmul that measures
+    faster than fp32 here; else float32)."""
     for d in (cfg.vllm.dtype, cfg.model.dtype):
         if d != "auto":
             return d
@@ -47,7 +48,7 @@ def resolve_dtype(cfg: InferenceConfig, cpu: bool) -> str:
         return "bfloat16"
     from prime_rl.cpu_bf16 import auto_cpu_dtype
 
-    return auto_cpu_dtype()
+    return auto_cpu_dtype(cfg.model.name)
 
 
 def _flag(name: str) -> str:

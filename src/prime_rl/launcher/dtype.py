@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prime_rl.config.rl import RLConfig
-from prime_rl.cpu_bf16 import Bf16Check, cpu_check
+from prime_rl.cpu_bf16 import MIN_HIDDEN, Bf16Check, cpu_check, model_width
 
 log = logging.getLogger("prime_rl.rl")
 
@@ -32,8 +32,8 @@ def run_dtypes(
     """The config changes (`evolve` paths) that give the trainer and inference one explicit dtype on CPU.
 
     On CPU, for the sections whose dtype is `auto`: the other section's explicit float32/bfloat16 when it has one,
-    else `check().dtype` (the host's bf16 check, run once), else float32 in a multi-node run (each node would
-    measure on its own). `orchestrator.model.dtype` follows, so the sections' models stay alike. Nothing changes
+    else float32 for a model narrower than `cpu_bf16.MIN_HIDDEN` (its `config.json` hidden size), else float32 in a
+    multi-node run (each node would measure on its own), else `check().dtype` (the host's bf16 check, run once). `orchestrator.model.dtype` follows, so the sections' models stay alike. Nothing changes
     on GPU (`auto` is bfloat16 in both) or when both dtypes are explicit.
 
     Args:
@@ -50,6 +50,10 @@ def run_dtypes(
     if explicit:
         dtype = explicit[0]
         log.info("dtype auto on CPU follows the other process's explicit dtype: trainer and inference use %s", dtype)
+    elif (width := model_width(cfg.trainer.model.name)) is not None and width < MIN_HIDDEN:
+        dtype = "float32"
+        log.info("dtype auto on CPU: float32 (model hidden size %d < %d: bf16 casts outweigh its matmul gain)",
+                 width, MIN_HIDDEN)  # fmt: skip
     elif multi:
         dtype = "float32"
         log.info("dtype auto on CPU in a multi-node run: float32 (set model.dtype to use bfloat16)")

@@ -37,8 +37,8 @@ def model_dir(name: str | Path) -> Path:
 
 
 def compute_dtype(cfg: TrainerModelConfig, device: torch.device, world_size: int = 1) -> torch.dtype:
-    """The named dtype, or for `auto`: bf16 on CUDA; on CPU bf16 where `prime_rl.cpu_bf16.auto_cpu_dtype()` says it
-    pays, for a lone process (ranks of one trainer could measure differently, so several CPU ranks stay fp32;
+    """The named dtype, or for `auto`: bf16 on CUDA; on CPU bf16 where `prime_rl.cpu_bf16.auto_cpu_dtype(model)`
+    says it pays for this model on this host, for a lone process (ranks of one trainer could measure differently, so several CPU ranks stay fp32;
     `rl` passes an explicit dtype), else fp32."""
     if cfg.dtype == "auto":
         if device.type == "cuda":
@@ -47,7 +47,7 @@ def compute_dtype(cfg: TrainerModelConfig, device: torch.device, world_size: int
             return torch.float32
         from prime_rl.cpu_bf16 import auto_cpu_dtype
 
-        return torch.bfloat16 if auto_cpu_dtype() == "bfloat16" else torch.float32
+        return torch.bfloat16 if auto_cpu_dtype(cfg.name) == "bfloat16" else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
 
 
