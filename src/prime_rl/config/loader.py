@@ -74,6 +74,7 @@ def parse_config(
     bound = bind_args(cls, argv, positional)
     given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
     from_bare = {p for p in positional if (f := f"--{p.replace('_', '-')}") in bound and f not in given}
+    _PARSED.update(argv=bound, positional=from_bare)
     try:
         expanded = expand_indexed_flags(cls, bound)
         return cli(cls, args=expanded, prog=prog, description=description)
@@ -202,6 +203,18 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
             got = "" if not loc or repr(value) in msg else got  # a message that quotes the value says it once
             lines.append(f"  {head}{msg}{got}{where}")
     return "\n".join(lines)
+
+
+_PARSED: dict[str, Any] = {"argv": [], "positional": frozenset()}  # the command line parse_config read last
+
+
+def where_set(dotted: str) -> str:
+    """Where the command line this process parsed last (`parse_config`) set the field `dotted` (`a.b_c`): ` (from
+    --a.b-c)`, ` (in FILE)` for the last `@` file whose TOML holds it, or "" (a default, a value derived by a
+    validator or the launcher, or nothing parsed). Checks that run after parsing name their field with it."""
+    if not _PARSED["argv"]:
+        return ""
+    return _origin(tuple(dotted.split(".")), _PARSED["argv"], _PARSED["positional"])
 
 
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.]*) = [^`]*`")  # `a.b = 3` in a validator's message

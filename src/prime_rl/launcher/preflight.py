@@ -34,20 +34,22 @@ def check_sizes(cfg: RLConfig) -> None:
 def check_model(cfg: RLConfig) -> None:
     """Every section's `model.name` must resolve (a local model folder, or a hub id downloaded once:
     `prime_rl.models.hub`), and its `model.chat_template` file exist."""
+    from prime_rl.launcher.fields import as_set
     from prime_rl.models.hub import ModelNotFoundError, resolve_model
 
     seen = set()
     for section in ("trainer", "orchestrator", "inference"):
         model = getattr(cfg, section).model
         if model.chat_template is not None and not Path(model.chat_template).expanduser().is_file():
-            raise PreflightError(f"{section}.model.chat_template = {str(model.chat_template)!r}: no such file")
+            field, where = as_set(cfg, f"{section}.model.chat_template")
+            raise PreflightError(f"{field} = {str(model.chat_template)!r}{where}: no such file")
         if model.name in seen:
             continue
         seen.add(model.name)
         try:
             resolve_model(model.name)
         except ModelNotFoundError as e:
-            raise PreflightError(f"{section}.{e}") from None
+            raise PreflightError(e.named(*as_set(cfg, f"{section}.model.name"))) from None
 
 
 def check_extensions(cfg: RLConfig) -> None:
@@ -219,18 +221,20 @@ def check_renderer(cfg: RLConfig) -> None:
 
     Raises:
         PreflightError: `make_renderer`'s reason, prefixed with the field."""
+    from prime_rl.launcher.fields import as_set
     from prime_rl.models.hub import ModelNotFoundError
     from prime_rl.models.renderer import load_tokenizer, make_renderer
 
     o = cfg.orchestrator
+    field, where = as_set(cfg, "orchestrator.model.name")
     try:
         tokenizer = load_tokenizer(o.model.name, o.model.chat_template)
     except ModelNotFoundError as e:
-        raise PreflightError(f"orchestrator.{e}") from None
+        raise PreflightError(e.named(field, where)) from None
     except Exception as e:  # noqa: BLE001 - transformers raises many kinds; each is this one user error
         reason = " ".join(str(e).split())[:300]
         raise PreflightError(
-            f"orchestrator.model.name = {str(o.model.name)!r}: its tokenizer does not load ({type(e).__name__}: "
+            f"{field} = {str(o.model.name)!r}{where}: its tokenizer does not load ({type(e).__name__}: "
             f"{reason}); give a model folder with its tokenizer files (tokenizer.json, tokenizer_config.json)"
         ) from None
     try:

@@ -23,15 +23,16 @@ class ModelNotFoundError(ValueError):
     """`model.name` is neither a local model folder nor a model the hub (or its local cache) has.
 
     `name`: the value; `detail`: what was searched and the fix. `str(e)` is `model.name = NAME: DETAIL`;
-    `e.named(field)` puts another field name (and where it was set) in front."""
+    `e.named(field, where)` names another field (and where it was set)."""
 
     def __init__(self, name: str, detail: str):
         self.name, self.detail = name, detail
         super().__init__(self.named("model.name"))
 
-    def named(self, field: str) -> str:
-        """The message with `field` (e.g. `trainer.model.name`, `model.name (from --model.name)`) in front."""
-        return f"{field} = {self.name!r}: {self.detail}"
+    def named(self, field: str, where: str = "") -> str:
+        """The message with `field` (e.g. `trainer.model.name`) in front, and `where` (` (from --model.name)`,
+        ` (in FILE)`) after the value."""
+        return f"{field} = {self.name!r}{where}: {self.detail}"
 
 
 def hub_offline() -> bool:
