@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -41,13 +42,39 @@ def _key(extra: dict) -> str:
     return next(iter(extra))
 
 
+RL_FIX = "rl trains on what this server samples, so it refuses the option whatever allow_distribution_changes says: remove it"
+
+
 @pytest.mark.parametrize("extra", SPELLINGS, ids=_key)
 def test_rl_refuses_every_spelling(extra):
-    with pytest.raises(ValidationError, match="changes the sampled distribution"):
-        RLConfig(inference={"vllm": {"extra_args": extra}})
-    # the eval-only escape hatch of the standalone server does not open training
-    with pytest.raises(ValidationError, match=r"inference.vllm.extra_args: .* training refuses it even with"):
-        RLConfig(inference={"vllm": {"extra_args": extra, "allow_distribution_changes": True}})
+    """Under rl the fix offered is the one that works (remove it), with or without the standalone server's
+    eval-only escape hatch, which does not open training."""
+    for vllm in ({"extra_args": extra}, {"extra_args": extra, "allow_distribution_changes": True}):
+        with pytest.raises(ValidationError) as e:
+            RLConfig(inference={"vllm": vllm})
+        msg = e.value.errors()[0]["msg"]
+        assert msg.startswith("Value error, extra_args '") and msg.endswith(RL_FIX), msg
+        assert "changes the sampled distribution" in msg
+        assert "allow_distribution_changes = true" not in msg
+
+
+def test_rl_command_offers_a_fix_that_works(tmp_path):
+    """The sequence a user follows on the command line: the first refusal names the option and says to remove it
+    (it offered allow_distribution_changes, which rl then refused too); the flag is refused with the same fix;
+    without the option the config parses."""
+    demo = Path(__file__).resolve().parents[2] / "examples/gridsim/rl.toml"
+    rl = [str(Path(sys.executable).parent / "rl"), "@", str(demo), "--output-dir", str(tmp_path / "run")]
+    option = ["--inference.vllm.extra-args", '{"top_p": 0.9}']
+    for extra in ([], ["--inference.vllm.allow-distribution-changes"]):
+        r = subprocess.run([*rl, *option, *extra, "--dry-run"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stdout + r.stderr
+        lines = r.stderr.splitlines()
+        assert lines[0] == "rl: config error" and len(lines) == 2, r.stderr
+        assert lines[1].startswith("  inference.vllm: extra_args 'top_p' changes the sampled distribution"), r.stderr
+        assert f"{RL_FIX} (from " in lines[1] and "allow_distribution_changes = true" not in lines[1], r.stderr
+    from prime_rl.config.loader import parse_config
+
+    assert parse_config(RLConfig, ["@", str(demo)]).inference.vllm.extra_args == {}  # removed: accepted
 
 
 @pytest.mark.parametrize("extra", SPELLINGS, ids=_key)

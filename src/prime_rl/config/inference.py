@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +23,11 @@ DISTRIBUTION_FLAGS: dict[str, str] = {
         "a sampling option is set per request (orchestrator.train.sampling / eval.sampling), not on the server",
     ),
 }
+
+
+# True while an `rl` config validates its sections (`config.rl.RLConfig`): the server samples training rollouts, so
+# `VllmConfig` refuses a distribution-changing option with rl's fix (remove it), not the eval-only escape hatch.
+SAMPLES_FOR_TRAINING: ContextVar[bool] = ContextVar("prime_rl_samples_for_training", default=False)
 
 
 def flag_name(token: str) -> str:
@@ -101,6 +107,13 @@ class VllmConfig(BaseConfig):
     @model_validator(mode="after")
     def _same_distribution(self) -> VllmConfig:
         bad = distribution_flags(self.extra_args)
+        if bad and SAMPLES_FOR_TRAINING.get():
+            key, why = bad[0]
+            raise ValueError(
+                f"extra_args {key!r} changes the sampled distribution ({why}), which the trainer's logprobs do not "
+                "replay; rl trains on what this server samples, so it refuses the option whatever "
+                "allow_distribution_changes says: remove it"
+            )
         if bad and not self.allow_distribution_changes:
             key, why = bad[0]
             raise ValueError(

@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
 from prime_rl.config.deployment import DeploymentConfig, SlurmConfig, check_slurm_nodes
-from prime_rl.config.inference import InferenceConfig, distribution_flags, flag_name
+from prime_rl.config.inference import SAMPLES_FOR_TRAINING, InferenceConfig, distribution_flags, flag_name
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.trainer import TrainerConfig
 
@@ -108,6 +108,18 @@ class RLConfig(BaseConfig):
                 "starts on the inference nodes; leave base_url unset (ports: deployment.port_base)"
             )
         return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _sections_sample_for_training(cls, data: Any, handler: Any) -> Any:
+        """While the sections validate, `inference.vllm` knows its server samples training rollouts
+        (`config.inference.SAMPLES_FOR_TRAINING`): a distribution-changing `extra_args` option is refused with rl's
+        fix."""
+        token = SAMPLES_FOR_TRAINING.set(True)
+        try:
+            return handler(data)
+        finally:
+            SAMPLES_FOR_TRAINING.reset(token)
 
     @model_validator(mode="before")
     @classmethod
