@@ -138,7 +138,7 @@ def test_loss_type_chooses_the_config_class(caplog):
     # a knob of another variant is an error naming it, not silently ignored
     with pytest.raises(ConfigError, match="kl_tau"):
         parse_config(TrainerConfig, ["--loss.type", "custom", "--loss.import-path", "a:b", "--loss.kl-tau", "0"])
-    with pytest.raises(ConfigError, match="'dppo_kl', 'custom'"):
+    with pytest.raises(ConfigError, match="'dppo_kl', 'opd', 'custom'"):
         parse_config(TrainerConfig, ["--loss.type", "nope"])
     # old spellings: `grpo` (deprecated alias, with a warning) and a bare import path
     with caplog.at_level("WARNING"):

@@ -87,6 +87,29 @@ class DPPOKLLossConfig(BaseConfig):
         "`beta`, verl `kl_loss_coef`); the reference is model.name, run by a frozen copy (one more forward per "
         "micro-batch); 0 = off. It also trains steps whose advantages are all 0.",
     )
+    adv_tau: float = Field(
+        1.0, ge=0,
+        description="Weight of the RL advantage in each token's policy-gradient advantage (0 with teacher_kl_coef > 0: "
+        "on-policy distillation alone).",
+    )
+    teacher_kl_coef: float = Field(
+        0.0, ge=0,
+        description="Weight of the teacher term: each loss token's advantage gains teacher_kl_coef * (log q - log p) "
+        "(q the teacher's logprob from [orchestrator.teacher], p the policy's, detached): the per-token reverse KL to "
+        "the teacher as a reward (on-policy distillation); 0 = off. It also trains steps whose advantages are all 0.",
+    )
+
+
+class OPDLossConfig(DPPOKLLossConfig):
+    """`type = "opd"`: on-policy distillation, the `dppo_kl` loss whose per-token advantage is the reverse KL to the
+    teacher alone (`teacher_kl_coef = 1`, `adv_tau = 0`; set `adv_tau` > 0 to add the RL advantage). Needs teacher
+    logprobs in the batch: `[orchestrator.teacher]`. Formula in docs/trainer.md."""
+
+    type: Literal["opd"] = Field("opd", description="This loss.")  # type: ignore[assignment]
+    adv_tau: float = Field(0.0, ge=0, description="Weight of the RL advantage (0: the teacher term alone).")
+    teacher_kl_coef: float = Field(
+        1.0, gt=0, description="Weight of the teacher term (log q - log p) in each loss token's advantage."
+    )
 
 
 class CustomLossConfig(BaseConfig):
@@ -98,8 +121,8 @@ class CustomLossConfig(BaseConfig):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Settings passed to the loss as `cfg.kwargs`.")
 
 
-LossConfig = Annotated[DPPOKLLossConfig | CustomLossConfig, Field(discriminator="type")]
-"""The RL loss, chosen by `type`: `dppo_kl` (default) or `custom`."""
+LossConfig = Annotated[DPPOKLLossConfig | OPDLossConfig | CustomLossConfig, Field(discriminator="type")]
+"""The RL loss, chosen by `type`: `dppo_kl` (default), `opd` (on-policy distillation) or `custom`."""
 
 DEPRECATED_LOSS_TYPES = {"grpo": "dppo_kl"}
 
@@ -164,7 +187,7 @@ class TrainerConfig(BaseConfig):
     model: TrainerModelConfig = Field(TrainerModelConfig(), description="The trained model, LoRA and FSDP2.")
     optim: OptimizerConfig = Field(OptimizerConfig(), description="AdamW.")
     scheduler: SchedulerConfig = Field(SchedulerConfig(), description="Learning-rate schedule.")
-    loss: LossConfig = Field(DPPOKLLossConfig(), description="The RL loss, chosen by `type` (dppo_kl or custom).")
+    loss: LossConfig = Field(DPPOKLLossConfig(), description="The RL loss, chosen by `type` (dppo_kl, opd or custom).")
     weights: WeightsConfig = Field(WeightsConfig(), description="Publishing policy versions to weights/step_N/.")
     ckpt: CheckpointConfig = Field(CheckpointConfig(), description="Checkpoints for resume.")
     diagnostics: DiagnosticsConfig = Field(DiagnosticsConfig(), description="Extra learning diagnostics per step.")

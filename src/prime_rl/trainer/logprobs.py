@@ -122,4 +122,5 @@ def _(mb: MicroBatch, model: nn.Module, *, index: int, seq_len: int, device: tor
     check_sampling(index, mask, temp, inf_lp, adv)
     temp = torch.where(temp > 0, temp, torch.ones_like(temp))  # non-loss tokens: any value is harmless
     lp, ent = compute_logprobs(model, ids, pos, temp)
-    return ForwardOutput(LossInputs(lp, inf_lp, adv, mask), ent, ids, len(mb))
+    teacher = None if mb.teacher_logprobs is None else torch.from_numpy(mb.teacher_logprobs).float().to(device)
+    return ForwardOutput(LossInputs(lp, inf_lp, adv, mask, teacher_logprobs=teacher), ent, ids, len(mb))

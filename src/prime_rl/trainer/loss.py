@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from prime_rl.config.trainer import CustomLossConfig, DPPOKLLossConfig
+from prime_rl.config.trainer import CustomLossConfig, DPPOKLLossConfig, OPDLossConfig
 from prime_rl.registry import Registry
 
 
@@ -33,7 +33,9 @@ class LossInputs:
     `trainer_logprobs[t]` (differentiable) and `inference_logprobs[t]` are both log p(input_ids[t] |
     input_ids[<t]) at the token's sampling temperature; `loss_mask[t]` (bool) selects the trained tokens.
     `ref_logprobs[t]` (no grad) is the same for the reference policy (the starting model), filled by the engine
-    when the trainer has one (`prime_rl.trainer.reference`), else None.
+    when the trainer has one (`prime_rl.trainer.reference`), else None. `teacher_logprobs[t]` (no grad) is the
+    teacher's log q(input_ids[t] | input_ids[<t]) (vLLM prompt logprobs, temperature 1; `[orchestrator.teacher]`)
+    when the batch carries them, else None.
     """
 
     trainer_logprobs: Tensor
@@ -41,6 +43,7 @@ class LossInputs:
     advantages: Tensor
     loss_mask: Tensor
     ref_logprobs: Tensor | None = None
+    teacher_logprobs: Tensor | None = None
 
 
 @dataclass
@@ -98,6 +101,29 @@ def _frac(mask: Tensor, over: Tensor) -> tuple[Tensor, Tensor]:
     return (mask & over).sum().float().detach(), over.sum().float().detach()
 
 
+def teacher_advantage(inputs: LossInputs, mask: Tensor) -> Tensor:
+    """The per-token teacher term log q(t) - log p(t) (no grad; [T]): q the teacher's logprob of the sampled token,
+    p the policy's (the trainer's, detached); 0 off the loss tokens. Its mean over the loss tokens is minus the
+    sampled estimator of the reverse KL(p || q) (Agarwal et al. 2024, "On-Policy Distillation of Language Models",
+    arXiv:2306.13649; Thinking Machines 2025, "On-Policy Distillation").
+
+    Raises:
+        ValueError: a micro-batch with loss tokens has no teacher logprobs, or one is NaN/inf on a loss token (the orchestrator masks
+            such rollouts, so this is a batch not written by it intact).
+    """
+    q, lp = inputs.teacher_logprobs, inputs.trainer_logprobs.detach()
+    if q is None and not bool(mask.any()):  # a loss-free padding micro-batch
+        return torch.zeros_like(lp)
+    if q is None:
+        raise ValueError("trainer.loss.teacher_kl_coef > 0 needs teacher logprobs in the batch: set "
+                         "[orchestrator.teacher] (rl: [teacher]) so the orchestrator scores every rollout with the teacher")  # fmt: skip
+    q = q.to(lp.dtype)
+    if not bool(torch.isfinite(q[mask]).all()):
+        raise ValueError("a teacher logprob is NaN or inf on a loss token; the orchestrator masks such rollouts "
+                         "(teacher/non_finite), so this batch was not written by it intact")  # fmt: skip
+    return torch.where(mask, q - lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
+
+
 @register_loss("dppo_kl", console=("mismatch_kl", "masked_frac_pos", "masked_frac_neg"))
 def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
     """Token-level policy gradient with importance ratio against the inference logprobs, a DPPO-style trust region
@@ -125,13 +151,31 @@ def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
     term it acts on steps whose advantages are all 0 too: when every rollout fails the same way, it is what pulls
     the policy back toward the starting model.
 
+    With `teacher_kl_coef` = c > 0 or `adv_tau` != 1 (on-policy distillation; `type = "opd"` is this loss with c = 1,
+    adv_tau = 0), the advantage A of every formula above is the per-token
+
+        A_t     = adv_tau * A + c * (log q_t - stopgrad(logp_trainer_t))
+
+    with q_t the teacher's logprob of the sampled token (`teacher_advantage`): log p - log q is the sampled
+    estimator of the reverse KL(p || q) at that token, so the policy gradient with this reward lowers the per-token
+    reverse KL to the teacher (Agarwal et al. 2024, "On-Policy Distillation of Language Models", arXiv:2306.13649;
+    Lu and Thinking Machines Lab 2025, "On-Policy Distillation"; the reference prime-rl's `ref_kl` loss). The
+    trust-region mask reads the sign of A_t.
+
     Metrics: `mismatch_kl` = mean over loss tokens of r - l - 1 (the k3 estimator of KL(inference||trainer));
+    `teacher_kl` = mean over loss tokens of logp_trainer - log q (with a teacher term);
     `ref_kl` = mean over loss tokens of the k3 above (with `ref_kl_coef > 0`);
     `masked_frac` over all loss tokens, `masked_frac_pos`/`masked_frac_neg` over tokens with A > 0 / A < 0;
     `tis_capped_frac` when a cap is set; `ratio` mean over loss tokens.
     """
     lp, lp_inf, adv, mask = inputs.trainer_logprobs, inputs.inference_logprobs, inputs.advantages, inputs.loss_mask
     mask = mask.bool()
+    teacher = None
+    if cfg.teacher_kl_coef > 0:
+        teacher = teacher_advantage(inputs, mask)
+        adv = cfg.adv_tau * adv.to(lp.dtype) + cfg.teacher_kl_coef * teacher
+    elif cfg.adv_tau != 1.0:
+        adv = cfg.adv_tau * adv
     log_ratio = torch.clamp(lp - lp_inf, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
     ratio = torch.exp(log_ratio)
     with torch.no_grad():
@@ -175,6 +219,8 @@ def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
             metrics["tis_capped_frac"] = _frac(capped, mask)
         if ref_k3 is not None:
             metrics["ref_kl"] = (ref_k3.sum().detach(), n)
+        if teacher is not None:
+            metrics["teacher_kl"] = (-teacher.sum(), n)
     return LossOutput(loss=loss, metrics=metrics, terms=terms)
 
 
@@ -184,3 +230,12 @@ def sft_loss(inputs: LossInputs, cfg: Any = None) -> LossOutput:
     lp, mask = inputs.trainer_logprobs, inputs.loss_mask.bool()
     nll = torch.where(mask, -lp, torch.zeros((), dtype=lp.dtype, device=lp.device)).sum()
     return LossOutput(loss=nll, metrics={"nll": (nll.detach(), mask.sum().float())})
+
+
+@register_loss("opd", console=("teacher_kl", "mismatch_kl", "masked_frac"))
+def opd_loss(inputs: LossInputs, cfg: OPDLossConfig) -> LossOutput:
+    """On-policy distillation (`loss.type = "opd"`): `dppo_kl_loss` with `OPDLossConfig`'s defaults
+    (teacher_kl_coef = 1, adv_tau = 0), i.e. each loss token's advantage is log q_t - logp_trainer_t (detached), the
+    negated sampled reverse KL to the teacher; see `dppo_kl_loss` for the formula and its sources. Raises
+    ValueError without teacher logprobs (`teacher_advantage`)."""
+    return dppo_kl_loss(inputs, cfg)

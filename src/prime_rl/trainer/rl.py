@@ -5,10 +5,10 @@ micro-batches (regrouped so a group's shared prompt runs once, with `shared_pref
 `micro_batch_tokens` tokens per forward pass when set) with the configured loss,
 publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every `ckpt.interval` steps, log. Stops
 after `max_steps`. A step in which no loss token on any rank has a nonzero advantage is published without an update
-(metric `no_signal`, only on such steps), unless the loss has a reference-KL term (`loss.ref_kl_coef > 0`), which
-trains on such steps too. With `ckpt.resume_step` set, continues at the step after the checkpoint's; with
-`ckpt.resume_dir` (another run's checkpoint) likewise, in this run's output_dir, after publishing the checkpoint's
-policy version there.
+(metric `no_signal`, only on such steps), unless the loss has a reference-KL term (`loss.ref_kl_coef > 0`) or a
+teacher term (`loss.teacher_kl_coef > 0`, on-policy distillation), which train on such steps too. With
+`ckpt.resume_step` set, continues at the step after the checkpoint's; with `ckpt.resume_dir` (another run's
+checkpoint) likewise, in this run's output_dir, after publishing the checkpoint's policy version there.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def run(cfg: TrainerConfig) -> dict[str, float] | None:
 
 def has_learning_signal(micro_batches: list[MicroBatch], device: torch.device, ref_kl: bool = False) -> bool:
     """Whether any loss token of this step, on any rank, has a nonzero advantage (collective: call on every rank);
-    with `ref_kl` (the loss has a reference-KL term, which trains on zero-advantage tokens too) whether any rank has a
-    loss token at all.
+    with `ref_kl` (the loss has a reference-KL or teacher term, which trains on zero-advantage tokens too) whether any
+    rank has a loss token at all.
 
     Without one (every group's rewards equal, e.g. all 0) the step has no learning signal, but its gradient is not
     exactly 0 (float rounding, the KL term) and AdamW normalises it per parameter into an update of up to ~lr, so
@@ -69,7 +69,7 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
     engine = Engine(EngineConfig.from_config(cfg), process="trainer")
     probe = build_probe(cfg, engine.dist.device)
     reference = build_reference(cfg, engine.dist.device)
-    ref_kl = has_ref_kl(cfg)
+    ref_kl = has_ref_kl(cfg) or float(getattr(cfg.loss, "teacher_kl_coef", 0.0)) > 0  # terms that train at A = 0
     last: dict[str, float] | None = None
     prom = None
     try:

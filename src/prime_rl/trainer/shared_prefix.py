@@ -39,6 +39,7 @@ class SharedPrefixMicroBatch:
         loss_mask: [K, S] bool, the suffix tokens trained on (a subset of `valid`).
         advantages, inference_logprobs: [K, S] float (RL; zeros for SFT), as in `transport.batch.MicroBatch`.
         temperature: [K, S] float, the temperature each suffix token was sampled at (ones for SFT).
+        teacher_logprobs: [K, S] float or None, the teacher's logprob of each suffix token (on-policy distillation).
     """
 
     prefix_ids: np.ndarray
@@ -48,6 +49,7 @@ class SharedPrefixMicroBatch:
     advantages: np.ndarray | None = None
     inference_logprobs: np.ndarray | None = None
     temperature: np.ndarray | None = None
+    teacher_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         k, s = self.suffix_ids.shape
@@ -59,8 +61,8 @@ class SharedPrefixMicroBatch:
             self.inference_logprobs = np.zeros((k, s), np.float32)
         if self.temperature is None:
             self.temperature = np.ones((k, s), np.float32)
-        for name in ("valid", "loss_mask", "advantages", "inference_logprobs", "temperature"):
-            if getattr(self, name).shape != (k, s):
+        for name in ("valid", "loss_mask", "advantages", "inference_logprobs", "temperature", "teacher_logprobs"):
+            if getattr(self, name) is not None and getattr(self, name).shape != (k, s):
                 raise ValueError(f"{name} has shape {getattr(self, name).shape}, must be [K, S] = {(k, s)}")
         if bool((self.loss_mask & ~self.valid).any()):
             raise ValueError("loss_mask is true on a padding token")
@@ -105,8 +107,8 @@ def make_shared_prefix_batch(
     extra: dict[str, Sequence[np.ndarray]] | None = None,
 ) -> SharedPrefixMicroBatch | None:
     """Build one micro-batch from K samples (`input_ids[k]`, `loss_masks[k]`: [L_k]); None when they share no
-    prefix (P = 0): pack those instead. `extra` may hold per-token `advantages`, `inference_logprobs` and
-    `temperature` ([L_k] each), cut the same way (padding: 0, 0, 1)."""
+    prefix (P = 0): pack those instead. `extra` may hold per-token `advantages`, `inference_logprobs`,
+    `temperature` and `teacher_logprobs` ([L_k] each), cut the same way (padding: 0, 0, 1, 0)."""
     p = common_prefix_len(input_ids, loss_masks)
     if p == 0:
         return None
@@ -144,12 +146,13 @@ def regroup(micro_batches: Sequence[MicroBatch], micro_batch_size: int, pad_id: 
             starts = [0, *starts]
         for a, b in zip(starts, [*starts[1:], len(mb)], strict=True):
             if mb.loss_mask[a:b].any():
-                samples.append({f: getattr(mb, f)[a:b] for f in _RL_FIELDS})
+                samples.append({f: getattr(mb, f)[a:b] for f in _RL_FIELDS if getattr(mb, f) is not None})
     samples.sort(key=lambda x: x["input_ids"].tolist())
     out: list = []
     for i in range(0, len(samples), micro_batch_size):
         g = samples[i : i + micro_batch_size]
-        extra = {f: [x[f] for x in g] for f in ("advantages", "inference_logprobs", "temperature")}
+        extra = {f: [x[f] for x in g] for f in ("advantages", "inference_logprobs", "temperature", "teacher_logprobs")
+                 if f in g[0]}  # fmt: skip
         spm = make_shared_prefix_batch([x["input_ids"] for x in g], [x["loss_mask"] for x in g], pad_id, extra)
         if spm is None:  # no common first token: one plain micro-batch per sample
             out.extend(MicroBatch(**{**x, "position_ids": np.arange(len(x["input_ids"]))}) for x in g)
@@ -158,7 +161,8 @@ def regroup(micro_batches: Sequence[MicroBatch], micro_batch_size: int, pad_id: 
     return out
 
 
-_RL_FIELDS = ("input_ids", "position_ids", "loss_mask", "advantages", "inference_logprobs", "temperature")
+_RL_FIELDS = ("input_ids", "position_ids", "loss_mask", "advantages", "inference_logprobs", "temperature",
+              "teacher_logprobs")
 
 
 def shared_prefix_logprobs(
@@ -206,4 +210,7 @@ def _(mb: SharedPrefixMicroBatch, model: nn.Module, *, index: int, seq_len: int,
     lp, ent = shared_prefix_logprobs(model, mb, device)
     ids = torch.from_numpy(mb.suffix_ids).long().to(device).reshape(-1)
     n = mb.num_samples * len(mb.prefix_ids) + int(mb.valid.sum())
-    return ForwardOutput(LossInputs(lp.reshape(-1), inf_lp, adv, mask), ent.reshape(-1), ids, n)
+    teacher = None
+    if mb.teacher_logprobs is not None:
+        teacher = torch.from_numpy(mb.teacher_logprobs).float().to(device).reshape(-1)
+    return ForwardOutput(LossInputs(lp.reshape(-1), inf_lp, adv, mask, teacher_logprobs=teacher), ent.reshape(-1), ids, n)

@@ -9,7 +9,9 @@ File `rollouts/step_N/rank_R.bin` is msgpack (never pickle) of::
 
 Every rank's file of one step holds the same number of micro-batches (the orchestrator pads with micro-batches
 whose `loss_mask` is all zero), so FSDP collectives line up. Per micro-batch, all fields are 1-D of length T
-(T <= seq_len): the samples packed back to back, `position_ids` restarting at 0 for each sample.
+(T <= seq_len): the samples packed back to back, `position_ids` restarting at 0 for each sample. The optional
+field `teacher_logprobs` (float32 [T], the teacher's logprob of each token; on-policy distillation,
+`[orchestrator.teacher]`) is present in every micro-batch of a step that has it, and absent otherwise.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ FIELDS: dict[str, str] = {
     "inference_logprobs": "float32",
     "temperature": "float32",
 }
+# optional fields: written when set, read when present
+OPTIONAL_FIELDS: dict[str, str] = {"teacher_logprobs": "float32"}
 
 
 class BatchFormatError(ValueError):
@@ -47,7 +51,8 @@ class MicroBatch:
     """One packed sequence of T tokens; every array has shape [T].
 
     `inference_logprobs[t]` is the inference engine's logprob (at `temperature[t]`) of token `input_ids[t]`
-    given the tokens before it; it is only meaningful where `loss_mask[t]` is true.
+    given the tokens before it; it is only meaningful where `loss_mask[t]` is true. `teacher_logprobs[t]` (optional,
+    None when the run has no teacher) is the teacher's logprob of the same token at temperature 1.
     """
 
     input_ids: np.ndarray
@@ -56,10 +61,11 @@ class MicroBatch:
     advantages: np.ndarray
     inference_logprobs: np.ndarray
     temperature: np.ndarray
+    teacher_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = None
-        for name, dtype in FIELDS.items():
+        for name, dtype in self.dtypes().items():
             arr = np.ascontiguousarray(np.asarray(getattr(self, name)).astype(dtype, copy=False))
             if arr.ndim != 1:
                 raise BatchFormatError(f"micro-batch field {name!r} must be 1-D, got shape {arr.shape}")
@@ -69,6 +75,10 @@ class MicroBatch:
                 raise BatchFormatError(f"micro-batch field {name!r} has length {arr.shape[0]}, expected {n}")
             setattr(self, name, arr)
 
+    def dtypes(self) -> dict[str, str]:
+        """Field name -> dtype of the fields this micro-batch holds (`FIELDS`, plus the optional ones that are set)."""
+        return {**FIELDS, **{k: v for k, v in OPTIONAL_FIELDS.items() if getattr(self, k) is not None}}
+
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
@@ -77,24 +87,29 @@ class MicroBatch:
         return int(self.loss_mask.sum())
 
     def nonfinite_fields(self) -> list[str]:
-        """Fields holding NaN or inf on a loss token (`advantages`, `inference_logprobs`, `temperature`); [] when
-        none does. One vectorised check per field (docs/design.md invariant 7)."""
+        """Fields holding NaN or inf on a loss token (`advantages`, `inference_logprobs`, `temperature`,
+        `teacher_logprobs` when set); [] when none does. One vectorised check per field (docs/design.md invariant 7)."""
         m = self.loss_mask
-        return [name for name in ("advantages", "inference_logprobs", "temperature")
-                if not bool(np.isfinite(getattr(self, name)[m]).all())]  # fmt: skip
+        names = ["advantages", "inference_logprobs", "temperature"] + [k for k in OPTIONAL_FIELDS if getattr(self, k) is not None]
+        return [name for name in names if not bool(np.isfinite(getattr(self, name)[m]).all())]
 
     @classmethod
-    def empty_like(cls, length: int = 1, pad_id: int = 0) -> MicroBatch:
-        """A padding micro-batch with no loss tokens."""
+    def empty_like(cls, length: int = 1, pad_id: int = 0, teacher: bool = False) -> MicroBatch:
+        """A padding micro-batch with no loss tokens (with `teacher`: zero `teacher_logprobs`)."""
         z = np.zeros(length, dtype=np.float32)
-        return cls(np.full(length, pad_id), np.arange(length), np.zeros(length, bool), z, z, np.ones(length))
+        return cls(np.full(length, pad_id), np.arange(length), np.zeros(length, bool), z, z, np.ones(length),
+                   z if teacher else None)
 
 
 def concat_micro_batches(mbs: list[MicroBatch], max_tokens: int) -> list[MicroBatch]:
     """Concatenate consecutive micro-batches while the result holds at most `max_tokens` tokens (one that is longer
     on its own stays as it is). The result is again a packed micro-batch: `position_ids` still restart at 0 for
-    each sample, so the samples stay separate; every token keeps its fields, in order. Returns new micro-batches
-    (the inputs when nothing merges)."""
+    each sample, so the samples stay separate; every token keeps its fields, in order (a loss-free micro-batch
+    without the optional `teacher_logprobs` merged with ones that have them gets zeros there). Returns new
+    micro-batches (the inputs when nothing merges).
+
+    Raises:
+        BatchFormatError: a micro-batch with loss tokens lacks `teacher_logprobs` that another one has."""
     groups: list[list[MicroBatch]] = []
     size = 0
     for mb in mbs:
@@ -104,8 +119,18 @@ def concat_micro_batches(mbs: list[MicroBatch], max_tokens: int) -> list[MicroBa
         else:
             groups.append([mb])
             size = len(mb)
-    return [g[0] if len(g) == 1 else MicroBatch(**{f: np.concatenate([getattr(m, f) for m in g]) for f in FIELDS})
-            for g in groups]  # fmt: skip
+    return [g[0] if len(g) == 1 else _concat(g) for g in groups]
+
+
+def _concat(mbs: list[MicroBatch]) -> MicroBatch:
+    fields = {f: np.concatenate([getattr(m, f) for m in mbs]) for f in FIELDS}
+    for f, dtype in OPTIONAL_FIELDS.items():
+        if all(getattr(m, f) is None for m in mbs):
+            continue
+        if any(getattr(m, f) is None and m.num_loss_tokens for m in mbs):
+            raise BatchFormatError(f"micro-batches to concatenate differ in {f!r}: one with loss tokens lacks it")
+        fields[f] = np.concatenate([np.zeros(len(m), dtype) if getattr(m, f) is None else getattr(m, f) for m in mbs])
+    return MicroBatch(**fields)
 
 
 @dataclass
@@ -120,9 +145,10 @@ class StepBatch:
 
 def encode_batch(batch: StepBatch) -> bytes:
     mbs = [
-        {name: {"dtype": FIELDS[name], "shape": [len(mb)], "data": getattr(mb, name).tobytes()} for name in FIELDS}
+        {name: {"dtype": dtype, "shape": [len(mb)], "data": getattr(mb, name).tobytes()}
+         for name, dtype in mb.dtypes().items()}
         for mb in batch.micro_batches
-    ]
+    ]  # fmt: skip
     return msgpack.packb(
         {
             "format": FORMAT,
@@ -143,7 +169,7 @@ def decode_batch(data: bytes, source: str = "<bytes>") -> StepBatch:
 
     Raises:
         BatchFormatError: wrong format/version, missing field, bad dtype/shape, or a NaN/inf advantage, inference
-            logprob or temperature on a loss token (names `source`, the micro-batch and the field).
+            logprob, temperature or teacher logprob on a loss token (names `source`, the micro-batch and the field).
     """
     try:
         obj = msgpack.unpackb(data, raw=False)
@@ -163,6 +189,12 @@ def decode_batch(data: bytes, source: str = "<bytes>") -> StepBatch:
             if ent["dtype"] != dtype:
                 raise BatchFormatError(f"{source}: micro_batches[{i}].{name} has dtype {ent['dtype']}, expected {dtype}")
             arrays[name] = np.frombuffer(ent["data"], dtype=dtype).reshape(ent["shape"]).copy()
+        for name, dtype in OPTIONAL_FIELDS.items():
+            if name in raw:
+                ent = raw[name]
+                if ent["dtype"] != dtype:
+                    raise BatchFormatError(f"{source}: micro_batches[{i}].{name} has dtype {ent['dtype']}, expected {dtype}")
+                arrays[name] = np.frombuffer(ent["data"], dtype=dtype).reshape(ent["shape"]).copy()
         mb = MicroBatch(**arrays)
         bad = mb.nonfinite_fields()
         if bad:
