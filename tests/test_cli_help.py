@@ -42,6 +42,68 @@ def test_short_and_full_help_of_every_command(prog, cmd):
     assert all(f in full for f in all_flags(cls))
 
 
+_BOX = set("╭╮╰╯│─")
+
+
+def _shape(text: str) -> list[str]:
+    """Each line of a help text as its kind: blank, heading (unindented), row (`  --flag`, `  -h`) or more
+    (the description continued from column 30); anything else is returned as the line itself."""
+    kinds = []
+    for line in text.splitlines():
+        if not line.strip():
+            kinds.append("blank")
+        elif not line.startswith(" "):
+            kinds.append("heading")
+        elif line.startswith(("  --", "  -h")):
+            kinds.append("row")
+        elif line.startswith("  ") and kinds and kinds[-1] == "heading":
+            kinds.append("heading")  # a long heading wrapped
+        elif line.startswith(" " * 30):
+            kinds.append("more")
+        else:
+            kinds.append(line)
+    return kinds
+
+
+@pytest.mark.parametrize("prog, cmd", _commands(), ids=[p for p, _ in _commands()])
+def test_help_is_plain_text_of_one_shape(prog, cmd):
+    """Every command's `--help` and `--help-all` are plain text: headings, `  --flag` rows, their descriptions
+    continued from column 30 (a command with few flags printed boxed panels before)."""
+    cls = import_path(cmd.config, "config")
+    for text in (render_help(cls, prog, cmd.help, common=cmd.common), render_help(cls, prog, cmd.help, full=True)):
+        assert not _BOX & set(text), prog
+        body = text.split("\noptions:\n", 1)
+        assert len(body) == 2, prog
+        assert set(_shape("options:\n" + body[1])) <= {"blank", "heading", "row", "more"}, prog
+
+
+@pytest.mark.parametrize("argv, flags", [
+    (["prime-rl", "dashboard"], ["--run PATH", "--port INT", "--host STR", "--token STR|None"]),
+    (["prime-rl", "export-sft"], ["--run PATH", "--out PATH", "--top-k INT|None", "--errors/--no-errors"]),
+    (["dashboard"], ["--run PATH", "--port INT"]),
+])  # fmt: skip
+def test_small_command_help_lists_every_flag_plainly(argv, flags):
+    """A command with few flags: `--help` shows each of them with its whole description, in the shape of `rl
+    --help` (headings and rows, no box), with no sections line."""
+    import os
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).parent / argv[0]
+    r = subprocess.run([str(exe), *argv[1:], "--help"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "COLUMNS": "100"})  # fmt: skip
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert not _BOX & set(r.stdout), r.stdout
+    rows = r.stdout.split("\noptions:\n", 1)[1]
+    assert rows.startswith("  -h, --help                  this help\n  --help-all                  every flag"), rows
+    for flag in flags:
+        assert f"\n  {flag} " in rows, (flag, rows)
+    assert "sections (" not in r.stdout and "most used:" not in r.stdout
+    if argv[-1] == "dashboard":  # a description is whole, not cut to its first sentence
+        assert "Without it, a bind other than loopback shows the run to anyone who reaches the port." in " ".join(
+            rows.split())
+
+
 def test_rl_help_is_one_screen_with_the_most_used_flags(capsys):
     from prime_rl.cli.rl import main
 

@@ -2,7 +2,9 @@
 
 `--help` is one screen: the command's purpose, the usage line, the top-level options, the most used flags of the
 sections (`common`, a command's own list) and one line per section with its flag count. `--help-all` lists every
-flag, panel by panel, as `prime-pydantic-config` renders them, with two changes so that every flag shown is one the
+flag, section by section, as `prime-pydantic-config` collects them. Both are plain text in one shape (`title:`,
+then a flag per line with its description from column 30); a command with at most 30 flags shows them all in
+`--help`, descriptions whole. Flags read with two changes so that every flag shown is one the
 loader accepts: a boolean reads `--x/--no-x` (not `{True,False}`), and the fields of a list of sections read
 `--LIST.N.FIELD` (an item an `@` file gave, counted from 0: `prime_rl.config.list_flags`) instead of the library's
 `LIST[*].FIELD`, which no parser accepts (a boolean inside a union reads `BOOL`: `--model.fsdp BOOL|{auto}`). docs/config.md holds the same fields as tables.
@@ -135,7 +137,7 @@ def render_help(cls: type[BaseModel], prog: str, description: str | None = None,
     Raises:
         KeyError: a `common` field that is not a flag of `cls`.
     """
-    from prime_rl.config.upstream import render_panel, term_width
+    from prime_rl.config.upstream import term_width
 
     width = term_width(True)
     root, subs = panels(cls)
@@ -150,7 +152,7 @@ def render_help(cls: type[BaseModel], prog: str, description: str | None = None,
               "`--x` / `--x true` or `--no-x` / `--x false`; `--x None` clears an optional field.", ""]  # fmt: skip
     if full or n_flags <= 30:
         for title, rows in [("options", head + root), *subs]:
-            lines += [*render_panel(title, rows, width), ""]
+            lines += _compact(title, rows, width, whole=True)
         return "\n".join(lines).rstrip() + "\n"
     by_flag = _merge_variants([row for _, rows in subs for row in rows])
     picked = []
@@ -201,14 +203,16 @@ def first_sentence(text: str) -> str:
     return text[: min(cuts)].rstrip() if cuts else text
 
 
-def _compact(title: str, rows: list[Row], width: int, col: int = 30) -> list[str]:
-    """`title:` then one entry per row: the flag, the first sentence of its description from column `col` (below a
-    longer flag), wrapped to `width`."""
+def _compact(title: str, rows: list[Row], width: int, col: int = 30, whole: bool = False) -> list[str]:
+    """`title:` (wrapped to `width`) then one entry per row: the flag, the first sentence of its description
+    (`whole`: all of it) from column `col` (below a longer flag), wrapped to `width`. Plain text: every `--help`
+    and `--help-all` panel has this one shape."""
     import textwrap
 
-    out = [f"{title}:"]
+    heading = title if title.endswith((":", ".")) else f"{title}:"
+    out = textwrap.wrap(heading, width, subsequent_indent="    ", break_on_hyphens=False, break_long_words=False)
     for flag, desc, anno in rows:
-        desc = first_sentence(desc)
+        desc = (desc or "").strip() if whole else first_sentence(desc)
         text = f"{desc} ({anno})" if desc and anno else (desc or anno)
         body = textwrap.wrap(text, max(20, width - col), break_on_hyphens=False, break_long_words=False) or [""]
         first = f"  {flag}"
