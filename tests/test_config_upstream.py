@@ -26,6 +26,17 @@ def test_the_check_fails_when_upstream_changes(monkeypatch):
     assert any(p.startswith("pydantic_config.cli._deep_merge('base', 'override', 'strict')") for p in problems)
 
 
+def test_the_check_fails_when_the_replaced_validator_is_renamed(monkeypatch):
+    """`config.base.BaseConfig` replaces the library's "None" -> None validator by its name; were it renamed, the
+    library's would run too and turn a text field's "None" into None again."""
+    from pydantic_config import BaseConfig as LibBaseConfig
+
+    validators = LibBaseConfig.__pydantic_decorators__.model_validators
+    monkeypatch.setitem(validators, "_none_to_null", validators["_none_str_to_none"])
+    monkeypatch.delitem(validators, "_none_str_to_none")
+    assert "pydantic_config.BaseConfig has no validator _none_str_to_none" in upstream.upstream_problems()
+
+
 def test_the_adapter_works_on_a_real_config(tmp_path):
     from prime_rl.config.orchestrator import OrchestratorConfig
 

@@ -22,8 +22,10 @@ Generated from the config models by `python -m prime_rl.cli.config_docs --write 
 hand (`tests/test_config_docs.py` fails when this page is stale). Every field can be set in a TOML file passed with
 `@ file.toml` (the dotted name is the TOML table and key) or on the command line as `--dotted.name value` (dashes or
 underscores); precedence is defaults < files (left to right) < flags. `None` in a file or on the command line
-sets an optional field to None. `prime-rl eval` takes the same flags as `evals`, `prime-rl dashboard` as `dashboard`;
-`gridsim X` is `prime-rl gridsim X`.
+sets a field that admits None to None (a text field that does not keeps "None" as text). The resolved configs
+(`configs/*.toml`) leave out a None whose default is None and list a section's other None fields under `_null`
+(`_null = ["max_norm"]` in `[optim]`). `prime-rl eval` takes the same flags as `evals`, `prime-rl dashboard` as
+`dashboard`; `gridsim X` is `prime-rl gridsim X`.
 For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands. A list of
 sections (`X.N`, e.g. `eval.source.N`) is given as `[[X]]` tables in a file, or whole as JSON (`--X '[{...}]'`);
 `--X.N.FIELD VALUE` changes one field of item N (counted from 0) of the list a file gave. A boolean flag is `--x`

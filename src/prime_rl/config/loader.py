@@ -367,10 +367,11 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
 def config_to_toml(cfg: BaseModel) -> str:
     """Serialise a config to TOML so that parsing it back gives the same config.
 
-    TOML has no null: a None whose field default is also None is omitted; any other None is written as the text
-    `"None"`, the config library's own spelling of null in files and flags (`--x None`), which `BaseConfig` reads
-    back as None for a field that admits None (`tests/test_config_roundtrip.py` checks write -> read for every
-    command). docs/config.md states the convention.
+    TOML has no null: a None whose field default is also None is omitted; the fields that are None where their
+    default is not are listed in their section's `_null` key (`base.NULL_KEY`: `_null = ["max_norm"]` under
+    `[optim]`), which `BaseConfig` reads back as None. No value is written as the text `"None"`, so a text field
+    holding "None" reads back as that text (`tests/test_config_roundtrip.py`: write -> read for every command and
+    for the processes' configs of a dry run). docs/config.md states the convention.
     """
     import tomli_w
 
@@ -378,16 +379,19 @@ def config_to_toml(cfg: BaseModel) -> str:
 
 
 def _dump_for_toml(model: BaseModel) -> dict[str, Any]:
-    from prime_rl.config.base import NONE_TEXT
+    from prime_rl.config.base import NULL_KEY
 
     out: dict[str, Any] = {}
+    nulls = []
     for name, finfo in type(model).model_fields.items():
         value = getattr(model, name)
         if value is None:
             if finfo.default is not None or finfo.default_factory is not None:
-                out[name] = NONE_TEXT
+                nulls.append(name)
             continue
         out[name] = _dump_value(value)
+    if nulls:
+        out = {NULL_KEY: nulls, **out}
     return out
 
 

@@ -29,6 +29,11 @@ PRIVATE: dict[str, tuple[str, ...]] = {
 }
 """Private functions of `pydantic_config.cli` used here -> their parameter names (prime-pydantic-config 0.4.x)."""
 
+REPLACED_VALIDATORS = ("_none_str_to_none",)
+"""Model validators of the library's `BaseConfig` that `config.base.BaseConfig` replaces by defining one of the same
+name (the library's turns the text "None" into None in every field; prime-rl's only where None is allowed). Under
+another name the library's would run as well."""
+
 
 def _lib() -> Any:
     # `import pydantic_config.cli` would give the `cli` function, which the package re-exports under that name
@@ -50,6 +55,8 @@ def upstream_problems() -> list[str]:
         got = tuple(inspect.signature(fn).parameters)
         if got != params:
             out.append(f"pydantic_config.cli.{name}{got} (expected parameters {params})")
+    validators = lib.BaseConfig.__pydantic_decorators__.model_validators
+    out += [f"pydantic_config.BaseConfig has no validator {name}" for name in REPLACED_VALIDATORS if name not in validators]
     return out
 
 
