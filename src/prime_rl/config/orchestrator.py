@@ -13,6 +13,7 @@ from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelC
 from prime_rl.config.eval_sweep import EvalCheckpointsConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.recipes import CurriculumConfig, GateConfig, LengthPenaltyConfig
+from prime_rl.config.rollout_transport import RolloutTransportConfig
 from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
     AgentConfig,
     BuiltinEnvConfig,
@@ -302,6 +303,9 @@ class OrchestratorConfig(BaseConfig):
     max_async_level: int = Field(1, ge=0, description="Steps the orchestrator may run ahead of the trainer.")
     max_off_policy_steps: int = Field(8, ge=0, description="Drop rollouts (and their group) older than this.")
     num_train_ranks: int = Field(1, gt=0, description="Trainer data-parallel ranks (one rank_R.bin each).")
+    rollout_transport: RolloutTransportConfig = Field(
+        RolloutTransportConfig(), description="How each step's batches reach the trainer ranks (files or TCP)."
+    )
     traces_per_step: int = Field(4, ge=0, description="Readable rollouts written to traces.jsonl per step.")
     archive: ArchiveConfig = Field(ArchiveConfig(), description="Every train and eval rollout, readable (archive/).")
     metrics_server: MetricsServerConfig | None = Field(

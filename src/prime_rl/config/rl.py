@@ -1,7 +1,7 @@
 """Configuration of the `rl` launcher: trainer, orchestrator and inference sections plus shared fields.
 
-Shared top-level fields (`model`, `max_steps`, `seq_len`, `output_dir`, `ckpt`, `wandb`) are copied into every
-section that has them. Setting a shared field both at the top and in a section with different values is an error.
+Shared top-level fields (`model`, `max_steps`, `seq_len`, `output_dir`, `ckpt`, `wandb`, `rollout_transport`) are
+copied into every section that has them. Setting a shared field both at the top and in a section with different values is an error.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelC
 from prime_rl.config.deployment import DeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.inference import SAMPLES_FOR_TRAINING, InferenceConfig, distribution_flags, flag_name
 from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.config.rollout_transport import RolloutTransportConfig
 from prime_rl.config.trainer import TrainerConfig
 
-SHARED_FIELDS = ("model", "max_steps", "seq_len", "output_dir", "ckpt", "wandb")
+SHARED_FIELDS = ("model", "max_steps", "seq_len", "output_dir", "ckpt", "wandb", "rollout_transport")
 SECTIONS = ("trainer", "orchestrator", "inference")
 
 
@@ -73,6 +74,9 @@ class RLConfig(BaseConfig):
     output_dir: Path | None = Field(None, description="Shared: the run directory of every process.")
     ckpt: CheckpointConfig | None = Field(None, description="Shared: checkpoints of trainer and orchestrator.")
     wandb: WandbConfig | None = Field(None, description="Shared: one W&B run for trainer and orchestrator.")
+    rollout_transport: RolloutTransportConfig | None = Field(
+        None, description="Shared: how the orchestrator's batches reach the trainer ranks (files or TCP)."
+    )
 
     resume: bool = Field(False, description="Continue the run from its newest complete checkpoint.")
     startup_timeout_s: float = Field(600.0, gt=0, description="Per-process health wait.")

@@ -21,6 +21,7 @@ from prime_rl.config.deployment import SFTDeploymentConfig, SlurmConfig, check_s
 from prime_rl.config.inference import InferenceConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.orchestrator import EvalConfig, RendererConfig
+from prime_rl.config.rollout_transport import RolloutTransportConfig
 from prime_rl.config.sft import LossMaskConfig, SFTSourceConfig, SFTValConfig
 
 
@@ -202,6 +203,9 @@ class TrainerConfig(BaseConfig):
     seq_len: int = Field(2048, gt=0, description="Tokens per packed micro-batch.")
     seed: int = Field(0, description="Seed of torch, numpy and random (the same on every rank).")
     data_timeout_s: float = Field(1800.0, gt=0, description="How long to wait for the next step's rollouts.")
+    rollout_transport: RolloutTransportConfig = Field(
+        RolloutTransportConfig(), description="How each step's batches arrive from the orchestrator (files or TCP)."
+    )
     shared_prefix: bool = Field(
         False,
         description="Regroup each step's samples so that those sharing a prompt (a GRPO group) share a micro-batch "

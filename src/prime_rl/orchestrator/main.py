@@ -1,11 +1,13 @@
-"""`orchestrator @ config`: plays rollouts, scores groups, writes `rollouts/step_N/rank_R.bin` for the trainer,
-follows its policy versions, evaluates, checkpoints.
+"""`orchestrator @ config`: plays rollouts, scores groups, hands each step's packed batches to the trainer
+(`rollouts/step_N/rank_R.bin`, or over TCP: `rollout_transport`, prime_rl.transport.rollouts), follows its policy
+versions, evaluates, checkpoints.
 
 Per step N (from 1, or from a checkpoint's step + 1): wait for `batch_size` rollouts (scheduler), pack their
 samples (masked rollouts carry no tokens; zero-advantage groups too with `advantage.filter_zero`), append every
 rollout to the archive (`archive/step_N/train.jsonl.gz`, prime_rl.orchestrator.archive), write
-`traces.jsonl` then every `rank_R.bin` atomically, log metrics and print the step line; checkpoint every
-`ckpt.interval` steps. A weight watcher loads every new `weights/step_N/STABLE` into the inference server and
+`traces.jsonl`, then hand the rank batches to the rollout transport (every `rank_R.bin` atomically, or held for the
+trainer's ask over TCP), log metrics and print the step line; checkpoint every `ckpt.interval` steps. Over TCP the
+run ends once the trainer took the last step. A weight watcher loads every new `weights/step_N/STABLE` into the inference server and
 evaluates the policy on version 0, every `eval.interval` versions and the final one (`eval/step_N.jsonl`).
 After `max_empty_steps` consecutive steps with nothing to train (every rollout masked, never sampled or filtered, or
 every group with equal rewards, i.e. no nonzero advantage; the trainer then skips its update) the run stops with
@@ -47,7 +49,7 @@ from prime_rl.orchestrator.curriculum import DifficultyPool
 from prime_rl.orchestrator.error_streak import ErrorStreakError
 from prime_rl.orchestrator.eval import eval_due, run_eval
 from prime_rl.orchestrator.lengths import check_prompt_lengths
-from prime_rl.orchestrator.outputs import trace_rows, write_eval_rows, write_step, write_traces
+from prime_rl.orchestrator.outputs import trace_rows, write_eval_rows, write_traces
 from prime_rl.orchestrator.packing import pack_items, pack_step
 from prime_rl.orchestrator.policy_watch import WeightWatcher
 from prime_rl.orchestrator.scheduler import Scheduler
@@ -55,6 +57,7 @@ from prime_rl.orchestrator.sources import CapacityGate, TaskSource, build_source
 from prime_rl.orchestrator.step_metrics import step_line, step_metrics
 from prime_rl.orchestrator.stream import TaskStream
 from prime_rl.orchestrator.types import PolicyVersion
+from prime_rl.transport.rollouts import RolloutSender, build_sender
 
 log = get_logger("orchestrator")
 
@@ -130,6 +133,7 @@ class Orchestrator:
         self.gate = CapacityGate()
         self.sched: Scheduler | None = None  # built in `run`, once the sources are started
         self.prom: OperatorMetrics | None = None  # the metrics_server endpoint, started in `run`
+        self.sender: RolloutSender | None = None  # the rollout transport, built in `run` (tcp binds its port)
         self.curriculum = DifficultyPool(cfg.curriculum) if cfg.curriculum.sampler == "difficulty_pool" else None
         self.stream = TaskStream(train_sources, seed=cfg.seed, weight=self._task_weight if self.curriculum else None)
         self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens, cfg.reward_range)
@@ -218,8 +222,9 @@ class Orchestrator:
 
     # ---- one step ----
     async def _write_step(self, batch: CutBatch, step_time_s: float) -> dict[str, Any]:
-        """Metrics, traces and the packed rank files of one step. The files are written (and fsynced) in a worker
-        thread, so the rollouts of the next step keep running meanwhile; this returns once all are written."""
+        """Metrics, traces and the packed rank batches of one step. Files are written (and fsynced) in a worker
+        thread, so the rollouts of the next step keep running meanwhile; this returns once the rollout transport
+        has the batches (tcp: may wait while the trainer is more than max_async_level + 1 steps behind)."""
         step = batch.step
         m = step_metrics(batch, step_time_s, self.policy.version)
         m["inflight"] = self.sched.inflight if self.sched is not None else 0
@@ -234,7 +239,9 @@ class Orchestrator:
             pad_id=self.pad_id, metrics={k: v for k, v in m.items() if isinstance(v, int | float)},
         )
         await asyncio.to_thread(self.archive.write, step, "train", batch.rollouts)
-        await asyncio.to_thread(_write_files, step_dir, traces, batches)
+        if traces is not None:
+            await asyncio.to_thread(write_traces, step_dir, traces)
+        await self.sender.send(step, batches)
         m["micro_batches_per_rank"] = len(batches[0].micro_batches)
         self.metrics.log(step, m)
         if self.prom is not None:
@@ -255,6 +262,9 @@ class Orchestrator:
             TimeoutError: no policy version came for `weights_timeout_s`.
         """
         self._resume()
+        self.sender = build_sender(self.cfg.rollout_transport, self.run_dir.root, num_ranks=self.cfg.num_train_ranks,
+                                   max_async_level=self.cfg.max_async_level, start_step=self.start_step,
+                                   timeout_s=self.cfg.weights_timeout_s)  # fmt: skip
         self.prom = start_metrics_server("orchestrator", self.cfg.metrics_server)
         for s in {id(x): x for x in self.train_sources + self.eval_sources}.values():
             await s.start()
@@ -272,17 +282,22 @@ class Orchestrator:
         try:
             async with asyncio.TaskGroup() as tasks:
                 watcher = tasks.create_task(self._watch(), name="weight-watcher")
+                server = tasks.create_task(self.sender.serve(), name="rollout-transport")
                 try:
                     out = await self._steps(sched)
                     await sched.aclose()
                     await self._final_eval()
+                    if out:
+                        await self.sender.drain(self.start_step + len(out) - 1, self.cfg.weights_timeout_s)
                 finally:
                     watcher.cancel()
+                    server.cancel()
         except BaseExceptionGroup as group:
             error = first_error(group)  # raised below, outside this handler: its own cause and traceback only
         finally:
             await sched.aclose()
             gc.unfreeze()  # collectable again at exit (extension modules report frozen objects as leaks)
+            await self.sender.aclose()
             if self.prom is not None:
                 self.prom.close()
         if error is not None:
@@ -331,13 +346,6 @@ class Orchestrator:
             return
         await self.policy.wait_for(final, self.cfg.weights_timeout_s)
         await self.final_evaluated.wait()
-
-
-def _write_files(step_dir: Path, traces: list[dict[str, Any]] | None, batches: list) -> None:
-    """A step's files, each atomically: `traces.jsonl` (when given), then every `rank_R.bin`."""
-    if traces is not None:
-        write_traces(step_dir, traces)
-    write_step(batches, step_dir)
 
 
 def tune_gc(young: int = 10_000) -> None:

@@ -1,6 +1,7 @@
 """The RL trainer loop (`trainer @ config`, usually under torchrun).
 
-Step N (N >= 1): wait for `rollouts/step_N/rank_R.bin` (at most `data_timeout_s`), take one optimizer step on its
+Step N (N >= 1): wait for this rank's batch of step N (at most `data_timeout_s`; `rollouts/step_N/rank_R.bin`, or
+asked of the orchestrator over TCP: `rollout_transport`, prime_rl.transport.rollouts), take one optimizer step on its
 micro-batches (regrouped so a group's shared prompt runs once, with `shared_prefix`; concatenated up to
 `micro_batch_tokens` tokens per forward pass when set) with the configured loss,
 publish policy version N to `weights/step_N/` (+ STABLE), checkpoint every `ckpt.interval` steps, log. Stops
@@ -28,7 +29,8 @@ from prime_rl.trainer.loss import get_loss
 from prime_rl.trainer.reference import build_reference, has_ref_kl, reference_due
 from prime_rl.trainer.shared_prefix import regroup
 from prime_rl.transport.atomic import STABLE
-from prime_rl.transport.batch import BatchFormatError, MicroBatch, concat_micro_batches, wait_for_batch
+from prime_rl.transport.batch import BatchFormatError, MicroBatch, concat_micro_batches
+from prime_rl.transport.rollouts import build_receiver
 
 
 def run(cfg: TrainerConfig) -> dict[str, float] | None:
@@ -61,8 +63,10 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
     Returns the last step's metrics (all ranks).
 
     Raises:
-        TimeoutError: the next step's batch file did not appear in time (names the file).
-        BatchFormatError: a batch file's step, rank or world size does not match this process.
+        TimeoutError: the next step's batch did not arrive in time (names the file or the orchestrator's address).
+        BatchFormatError: a batch's step, rank or world size does not match this process.
+        RolloutTransportError: (tcp) the orchestrator refused the ask (a step it no longer holds, a world size
+            other than orchestrator.num_train_ranks).
     """
     setup_logging("trainer", cfg.output_dir, cfg.log.level)
     loss = get_loss(cfg.loss)
@@ -71,7 +75,7 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
     reference = build_reference(cfg, engine.dist.device)
     ref_kl = has_ref_kl(cfg) or float(getattr(cfg.loss, "teacher_kl_coef", 0.0)) > 0  # terms that train at A = 0
     last: dict[str, float] | None = None
-    prom = None
+    prom = receiver = None
     try:
         prom = start_metrics_server("trainer", cfg.metrics_server) if engine.dist.is_main else None
         engine.maybe_resume()
@@ -83,14 +87,16 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
             f" (max_steps={cfg.max_steps})"
         )
         step = engine.step + 1
+        receiver = build_receiver(cfg.rollout_transport, engine.run_dir.root, rank=rank, world_size=world,
+                                  timeout_s=cfg.data_timeout_s)  # fmt: skip
+        resumable = engine.step  # the newest step this rank can resume from (0: none)
         while cfg.max_steps is None or step <= cfg.max_steps:
-            path = engine.run_dir.rollout_file(step, rank)
             t_wait = time.perf_counter()
-            batch = wait_for_batch(path, cfg.data_timeout_s)
+            batch = receiver.receive(step, keep_from=resumable + 1 if cfg.ckpt.interval is not None else step)
             wait_s = time.perf_counter() - t_wait
             if batch.step != step or batch.rank != rank or batch.world_size != world:
                 raise BatchFormatError(
-                    f"{path}: holds step {batch.step} rank {batch.rank} of world {batch.world_size}, expected step "
+                    f"{receiver.source(step)}: holds step {batch.step} rank {batch.rank} of world {batch.world_size}, expected step "
                     f"{step} rank {rank} of world {world} (orchestrator.num_train_ranks must equal the trainer's "
                     "process count)"
                 )
@@ -111,14 +117,19 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
             t_pub = time.perf_counter()
             engine.publish(step)
             m["publish_s"] = time.perf_counter() - t_pub
-            engine.maybe_checkpoint(step)
+            if engine.maybe_checkpoint(step) is not None:
+                resumable = step
             m["data_wait_s"] = wait_s
             engine.log_step(step, m, console=loss.console)
             if prom is not None:
                 prom.trainer_step(step, m)
             last = m
             step += 1
+        if cfg.max_steps is not None and last is not None:
+            receiver.finish(step - 1)  # tcp: the orchestrator may end once every rank took its last step
     finally:
+        if receiver is not None:
+            receiver.close()
         if prom is not None:
             prom.close()
         engine.close()
