@@ -26,7 +26,8 @@ CHECK_TEXT = {
     "data": "rows and eval rows exist (or rl writes them), data directories exist",
     "capacity": "max_inflight fits each resources server's capacity",
     "ports": "every port rl binds on the node is free",
-    "previous run": "--resume finds a complete checkpoint; a previous run needs --resume or --clean",
+    "previous run": "--resume, ckpt.resume_step or ckpt.resume_dir name a complete checkpoint (trainer and "
+                    "orchestrator); a previous run needs --resume or --clean",
     "placement": "the GPUs (or CPU cores) of each role are there",
     "prompt lengths": "a sample of each source's first prompts leaves room to sample within seq_len",
 }

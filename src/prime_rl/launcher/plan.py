@@ -70,6 +70,7 @@ class RunPlan(BaseModel):
     start_step: int = 0
     resume: bool = False
     clean: bool = False
+    fork: Path | None = None
     env_servers: list[EnvServerPlan] = Field(default_factory=list)
     env_token: str | None = None
     replicas: list[Replica] = Field(default_factory=list)
@@ -101,7 +102,8 @@ class RunPlan(BaseModel):
             ports = f", port {','.join(map(str, p.ports))}" if p.ports else ""
             health = f", health {p.health_url}" if p.health_url else ""
             lines.append(f"  {p.name:<14} {where}: {what}{ports}{health}")
-        start = f"resume after checkpoint step {self.start_step}" if self.resume else "a fresh run"
+        start = (f"resume after checkpoint step {self.start_step}" if self.resume else
+                 f"fork of checkpoint step {self.start_step} ({self.fork})" if self.fork is not None else "a fresh run")
         if self.clean:
             start += " (--clean: the previous run's artifacts are removed first)"
         head = [f"run directory {self.run_dir} ({self.layout.kind}, {start})"]
@@ -173,15 +175,15 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
     checks.run("env server identity", envserver.check_env_servers, cfg, started)
     checks.run("data", preflight.check_data, cfg, plans)
     checks.run("capacity", preflight.check_capacity, cfg, started)
+    if where.multi:
+        cfg = evolve(cfg, rollout_hosts(cfg, where))
     mine = nodes[where.index]
     if where.here:
         own_plans = plans if "env-server" in mine.roles else []
         checks.run("ports", preflight.check_ports, [r for r in replicas if r.index in mine.replicas], own_plans, cfg,
                    set(mine.roles))  # fmt: skip
-    start_step, clean = checks.run("previous run", previous_run, cfg, run)
-    cfg = evolve(cfg, retention(cfg))
-    if cfg.resume:
-        cfg = evolve(cfg, {"trainer.ckpt.resume_step": start_step, "orchestrator.ckpt.resume_step": start_step})
+    begin = checks.run("previous run", resume.start, cfg, run)
+    cfg = evolve(cfg, {**retention(cfg), **begin.changes})
     device = trainer_procs = None
     if where.here:
         placement = checks.run("placement", place, cfg, gpus, roles=set(mine.roles) if where.multi else None)
@@ -194,7 +196,8 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
     checks.run("prompt lengths", preflight.check_prompt_lengths, cfg)
     checks.deferred = [c for c in NODE_CHECKS if c not in checks.done]
     return RunPlan(
-        layout=where, nodes=nodes, run_dir=root, start_step=start_step, resume=cfg.resume, clean=clean,
+        layout=where, nodes=nodes, run_dir=root, start_step=begin.step, resume=begin.resume, clean=begin.clean,
+        fork=begin.fork,
         env_servers=plans, env_token=cfg.env_server.token, replicas=replicas,
         processes=processes(cfg, run, nodes, replicas, plans, where), checks=checks.done, deferred=checks.deferred,
         trainer_procs=trainer_procs, device=device, config=cfg, configs=configs(cfg, run, replicas, where),
@@ -211,21 +214,15 @@ def retention(cfg: RLConfig) -> dict[str, Any]:
     return {"orchestrator.ckpt.keep_last": max(o.keep_last, t.keep_last + cfg.orchestrator.max_async_level + 1)}
 
 
-def previous_run(cfg: RLConfig, run: RunDir) -> tuple[int, bool]:
-    """`(start step, clean)`: `--resume` starts after the newest complete checkpoint; `--clean` over a previous run
-    removes its artifacts first (done by the launcher, not here).
-
-    Raises:
-        PreflightError: no checkpoint to resume, or a previous run is there and neither flag was given."""
-    if cfg.resume:
-        return resume.latest_checkpoint(run), False
-    leftovers = resume.previous_run(run)
-    if leftovers and not cfg.clean:
-        raise PreflightError(
-            f"output_dir {run.root} already holds a run ({leftovers[0]}); pass --resume to continue it, "
-            f"--clean to start over there, or choose another output_dir"
-        )
-    return 0, bool(leftovers)
+def rollout_hosts(cfg: RLConfig, where: Layout) -> dict[str, Any]:
+    """Multi-node with `rollout_transport.type = "tcp"`: the orchestrator binds `deployment.bind_host` (default: its
+    node's address) and every trainer rank connects to the orchestrator node's address. Returns the change (empty
+    for the filesystem transport)."""
+    if cfg.orchestrator.rollout_transport.type != "tcp":
+        return {}
+    addr = where.addrs[cfg.deployment.orchestrator_index()]
+    return {"orchestrator.rollout_transport.host": cfg.deployment.bind_host or addr,
+            "trainer.rollout_transport.host": addr}  # fmt: skip
 
 
 def env_servers_on_node(cfg: RLConfig, plans: list[EnvServerPlan], where: Layout) -> tuple[RLConfig, list[EnvServerPlan]]:
@@ -273,7 +270,9 @@ def processes(cfg: RLConfig, run: RunDir, nodes: list[NodeRoles], replicas: list
     out.append(ProcessPlan(name="trainer", role="trainer", nodes=[n.index for n in nodes if n.train_rank is not None],
                            config=run.configs / "trainer.toml"))  # fmt: skip
     orch = next(n.index for n in nodes if "orchestrator" in n.roles)
-    out.append(ProcessPlan(name="orchestrator", role="orchestrator", nodes=[orch], config=run.configs / "orchestrator.toml"))
+    rt = cfg.orchestrator.rollout_transport
+    out.append(ProcessPlan(name="orchestrator", role="orchestrator", nodes=[orch], config=run.configs / "orchestrator.toml",
+                           ports=[rt.port] if rt.type == "tcp" else []))  # fmt: skip
     return out
 
 

@@ -41,7 +41,7 @@ class Launch:
     run: RunDir
     specs: dict[str, ChildSpec]
     health: dict[str, str]  # child name -> health URL
-    start_step: int = 0
+    start_step: int = 0  # the orchestrator's first step is the next one
     env_plans: list[envserver.EnvServerPlan] = field(default_factory=list)
 
 
@@ -85,7 +85,8 @@ def prepare(cfg: RLConfig) -> Launch:
     execute_head(plan, cfg)
     placement: Placement = place(plan.config)
     built = node_specs(plan.config, plan, 0, placement)
-    return Launch(run=RunDir(plan.run_dir), specs=built.specs, health=built.own, start_step=plan.start_step,
+    first = 0 if plan.config.orchestrator.ckpt.skip_progress else plan.start_step  # skip_progress counts from 1
+    return Launch(run=RunDir(plan.run_dir), specs=built.specs, health=built.own, start_step=first,
                   env_plans=plan.env_servers)  # fmt: skip
 
 
