@@ -13,6 +13,7 @@ from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelC
 from prime_rl.config.eval_sweep import EvalCheckpointsConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.recipes import CurriculumConfig, GateConfig, LengthPenaltyConfig
+from prime_rl.config.teacher import TeacherConfig
 from prime_rl.config.rollout_transport import RolloutTransportConfig
 from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
     AgentConfig,
@@ -281,6 +282,9 @@ class OrchestratorConfig(BaseConfig):
     )
     gate: GateConfig = Field(GateConfig(), description="Reject groups without signal; resample.")
     curriculum: CurriculumConfig = Field(CurriculumConfig(), description="Which train tasks are drawn more often.")
+    teacher: TeacherConfig | None = Field(
+        None, description="On-policy distillation: the teacher server that scores every train sample; None = off."
+    )
     token_batch_size: int | None = Field(
         None,
         gt=0,

@@ -56,6 +56,7 @@ from prime_rl.orchestrator.scheduler import Scheduler
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource, build_source
 from prime_rl.orchestrator.step_metrics import step_line, step_metrics
 from prime_rl.orchestrator.stream import TaskStream
+from prime_rl.orchestrator.teacher import Teacher, TeacherMismatch, teacher_metrics
 from prime_rl.orchestrator.types import PolicyVersion
 from prime_rl.transport.rollouts import RolloutSender, build_sender
 
@@ -118,6 +119,7 @@ class Orchestrator:
         pad_id: int = 0,
         poll_s: float = 0.01,
         echo: bool = True,
+        teacher: Teacher | None = None,
     ):
         self.cfg = cfg
         self.client, self.renderer = client, renderer
@@ -125,6 +127,7 @@ class Orchestrator:
         self.eval_sources = eval_sources if eval_sources is not None else train_sources
         self.pad_id = pad_id
         self.echo = echo
+        self.teacher = teacher
         self.run_dir = RunDir(Path(cfg.output_dir))
         self.metrics = MetricsWriter(self.run_dir.root, "orchestrator")
         self.eval_metrics = MetricsWriter(self.run_dir.root, "eval")
@@ -230,6 +233,8 @@ class Orchestrator:
         m["inflight"] = self.sched.inflight if self.sched is not None else 0
         m["weight_load_s"] = self.watcher.last_load_s
         m.update(self.sched.recipe_metrics(batch) if self.sched is not None else {})
+        if self.teacher is not None:
+            m.update(teacher_metrics(batch.rollouts))
         step_dir = self.run_dir.rollout_step(step)
         traces = None
         if self.cfg.traces_per_step:
@@ -275,7 +280,7 @@ class Orchestrator:
         tune_gc()
         sched = self.sched = Scheduler(
             self.cfg, sources=self.train_sources, stream=self.stream, client=self.client, renderer=self.renderer,
-            policy=self.policy, gate=self.gate, curriculum=self.curriculum,
+            policy=self.policy, gate=self.gate, curriculum=self.curriculum, teacher=self.teacher,
         )
         await self.watcher.poll_once()  # on resume: load the checkpoint's policy before sampling anything
         error: BaseException | None = None
@@ -326,7 +331,7 @@ class Orchestrator:
             last = now
             masked.update({k.removeprefix("errors/"): v for k, v in m.items() if k.startswith("errors/")})
             self._checkpoint(step, sched)
-            if m["loss_tokens"] > 0 and m["trainable"] > 0:
+            if m["loss_tokens"] > 0 and (m["trainable"] > 0 or self.teacher is not None):  # the teacher term trains
                 empty_since, trained = None, True
             else:
                 empty_since = step if empty_since is None else empty_since
@@ -389,13 +394,18 @@ async def _main(cfg: OrchestratorConfig) -> None:
     train_sources = [build_source(s) for s in cfg.train.source]
     eval_sources = [build_source(s) for s in cfg.eval.source] if cfg.eval.source else train_sources
     client = build_backend(cfg, loads_weights=True)
+    teacher = Teacher(cfg.teacher) if cfg.teacher is not None else None
     try:
         await client.wait_healthy()
         await check_context_length(client, cfg.seq_len)
+        if teacher is not None:
+            await teacher.check(tok, cfg.model.name, cfg.seq_len)
         orch = Orchestrator(cfg, client=client, renderer=renderer, train_sources=train_sources,
-                            eval_sources=eval_sources, pad_id=tok.pad_token_id or 0)
+                            eval_sources=eval_sources, pad_id=tok.pad_token_id or 0, teacher=teacher)
         await orch.run()
     finally:
+        if teacher is not None:
+            await teacher.aclose()
         for s in {id(x): x for x in train_sources + eval_sources}.values():
             await s.aclose()
         await client.aclose()
@@ -462,7 +472,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from prime_rl.registry import RegistryError
 
     return (ConfigError, RegistryError, ModelNotFoundError, DataLoadError, MissingExtraError, PromptTooLong,
-            ContextTooShort, FileNotFoundError, EnvArgsError)  # fmt: skip
+            ContextTooShort, FileNotFoundError, EnvArgsError, TeacherMismatch)  # fmt: skip
 
 
 def orchestrate(cfg: OrchestratorConfig) -> None:

@@ -22,13 +22,15 @@ from prime_rl.transport.batch import MicroBatch, StepBatch
 
 @dataclass
 class PackItem:
-    """One sample to pack: token ids, loss mask, inference logprobs, advantage and temperature (all per token, [T])."""
+    """One sample to pack: token ids, loss mask, inference logprobs (per token, [T]), advantage and temperature
+    (per sample), and the teacher's logprobs ([T]; None without a teacher)."""
 
     input_ids: list[int]
     loss_mask: list[bool]
     logprobs: list[float]
     advantage: float
     temperature: float
+    teacher_logprobs: list[float] | None = None
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -58,7 +60,7 @@ def pack_items(rollouts: list[Rollout], aggregation: str = "token-mean") -> list
         total, n_rollouts = sum(counts.values()), sum(1 for c in counts.values() if c > 0)
         scale = {k: total / (n_rollouts * c) if c else 1.0 for k, c in counts.items()}
     return [
-        PackItem(s.token_ids, s.loss_mask, s.logprobs, r.advantage * scale[id(r)], r.temperature)
+        PackItem(s.token_ids, s.loss_mask, s.logprobs, r.advantage * scale[id(r)], r.temperature, s.teacher_logprobs)
         for r in kept
         for s in r.samples
     ]
@@ -120,7 +122,11 @@ def build_micro_batch(items: list[PackItem]) -> MicroBatch:
 
     The per-token lists of Python numbers are converted through `struct` and `bytes` (the arrays `np.asarray` gives,
     without its per-element type discovery: ~40% less time for the conversion, the largest part of packing a step);
-    anything else (numpy scalars, a mask value other than 0/1) takes `np.asarray`.
+    anything else (numpy scalars, a mask value other than 0/1) takes `np.asarray`. Teacher logprobs are packed when
+    the items have them.
+
+    Raises:
+        ValueError: some items have teacher logprobs and others not.
     """
     try:
         ids, mask, lp = _fast_arrays(items)
@@ -131,7 +137,21 @@ def build_micro_batch(items: list[PackItem]) -> MicroBatch:
     pos = np.concatenate([np.arange(len(it), dtype=np.int32) for it in items])
     adv = np.concatenate([np.full(len(it), it.advantage, np.float32) for it in items])
     temp = np.concatenate([np.full(len(it), it.temperature, np.float32) for it in items])
-    return MicroBatch(input_ids=ids, position_ids=pos, loss_mask=mask, advantages=adv, inference_logprobs=lp, temperature=temp)
+    teacher = _teacher_array(items)
+    return MicroBatch(input_ids=ids, position_ids=pos, loss_mask=mask, advantages=adv, inference_logprobs=lp,
+                      temperature=temp, teacher_logprobs=teacher)  # fmt: skip
+
+
+def _teacher_array(items: list[PackItem]) -> np.ndarray | None:
+    """The items' teacher logprobs concatenated (float32), None when none has them. Raises ValueError when only
+    some have them (a teacher run scores every sample it trains on)."""
+    have = [it.teacher_logprobs is not None for it in items]
+    if not any(have):
+        return None
+    if not all(have):
+        raise ValueError("some samples of a micro-batch have teacher logprobs and others not: with "
+                         "[orchestrator.teacher] every trained sample must be scored by the teacher")  # fmt: skip
+    return np.concatenate([np.asarray(it.teacher_logprobs, np.float32) for it in items])
 
 
 def pack_step(
@@ -150,7 +170,8 @@ def pack_step(
     out = []
     for rank, bin_ids in enumerate(per_rank):
         mbs = [build_micro_batch([items[i] for i in bins[b]]) for b in bin_ids]
-        mbs += [MicroBatch.empty_like(1, pad_id) for _ in range(n_mb - len(mbs))]
+        teacher = any(it.teacher_logprobs is not None for it in items)
+        mbs += [MicroBatch.empty_like(1, pad_id, teacher=teacher) for _ in range(n_mb - len(mbs))]
         out.append(
             StepBatch(step=step, rank=rank, world_size=num_ranks, total_loss_tokens=total_loss, micro_batches=mbs,
                       metrics=dict(metrics or {}))

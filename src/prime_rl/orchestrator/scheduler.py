@@ -58,6 +58,7 @@ from prime_rl.orchestrator.error_streak import ErrorStreak, ErrorStreakError
 from prime_rl.orchestrator.gates import make_gate, resample_budget, shape_rewards
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.stream import TaskStream
+from prime_rl.orchestrator.teacher import Teacher
 from prime_rl.orchestrator.types import PolicyVersion, Rollout
 
 log = get_logger("orchestrator.scheduler")
@@ -103,6 +104,8 @@ class Scheduler:
         policy: the policy version the backend serves now (set by the weight watcher).
         gate: per-source capacity limits, shared with eval.
         curriculum: the difficulty pool that observes every examined group (None: no curriculum).
+        teacher: on-policy distillation's teacher, which scores every collected group before it is examined
+            (`prime_rl.orchestrator.teacher`; None: no teacher).
 
     `sem` bounds the rollouts running at once (train and eval share it) to `max_inflight`.
 
@@ -121,6 +124,7 @@ class Scheduler:
         policy: PolicyVersion,
         gate: CapacityGate | None = None,
         curriculum: DifficultyPool | None = None,
+        teacher: Teacher | None = None,
     ):
         group_size, batch_size = cfg.train.group_size, cfg.batch_size
         if batch_size % group_size:
@@ -144,6 +148,7 @@ class Scheduler:
         self.failure: BaseException | None = None  # the first collector failure, raised by next_batch
         self.errors = ErrorStreak(cfg.max_consecutive_errors, cfg.max_error_rate, cfg.error_rate_window)
         self.curriculum = curriculum
+        self.teacher = teacher
         self.gate_cfg, self.token_batch_size = cfg.gate, cfg.token_batch_size
         self.signal_gate = make_gate(cfg.gate) if cfg.gate.enabled else None
         self.budget = resample_budget(cfg.gate, self.groups_per_step) if self.signal_gate else None
@@ -194,6 +199,8 @@ class Scheduler:
     async def _collect(self, g: Group) -> None:
         try:
             g.rollouts = list(await asyncio.gather(*g.tasks))
+            if self.teacher is not None:
+                await self.teacher.score_group(g.rollouts)
         except asyncio.CancelledError:
             raise
         except Exception as e:

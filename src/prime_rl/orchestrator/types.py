@@ -15,12 +15,15 @@ class Sample:
     """One token sequence to train on: prompt, sampled completions and interleaved tool/template tokens.
 
     All lists have the same length T. `loss_mask[t]` is true exactly for tokens the inference engine sampled;
-    `logprobs[t]` is the engine's logprob of `token_ids[t]` there (0.0 elsewhere).
+    `logprobs[t]` is the engine's logprob of `token_ids[t]` there (0.0 elsewhere). `teacher_logprobs` (on-policy
+    distillation, `prime_rl.orchestrator.teacher`): the teacher's logprob of `token_ids[t]` on the loss tokens (0.0
+    elsewhere), None until the teacher scored the sample.
     """
 
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[bool] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    teacher_logprobs: list[float] | None = None
 
     def extend(self, ids: list[int], *, sampled: bool, logprobs: list[float] | None = None) -> None:
         """Append `ids`; sampled tokens need one logprob each."""
