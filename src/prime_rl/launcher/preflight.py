@@ -135,9 +135,10 @@ def check_capacity(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
 
 def check_ports(replicas: list[Replica], plans: list[EnvServerPlan], cfg: RLConfig | None = None,
                 roles: set[str] | frozenset[str] = frozenset()) -> None:  # fmt: skip
-    """Every port rl will bind on this machine (the inference replicas, the env servers it starts, and the metrics
-    endpoints of the trainer and orchestrator it runs here, from `cfg` for `roles`) must be free now; fail naming
-    the port, its config field and its holder."""
+    """Every port rl will bind on this machine (the inference replicas, the env servers it starts, the metrics
+    endpoints of the trainer and orchestrator it runs here and the orchestrator's rollout port with
+    `rollout_transport.type = "tcp"`, from `cfg` for `roles`) must be free now; fail naming the port, its config
+    field and its holder."""
     wanted = [(r.bind_host, r.port, "inference.server.port" + (f" + {r.index} (replica {r.index})" if r.index else ""))
               for r in replicas]
     wanted += [(p.host, p.port, f"the env server for {p.url} ({', '.join(p.sources)})") for p in plans]
@@ -145,6 +146,9 @@ def check_ports(replicas: list[Replica], plans: list[EnvServerPlan], cfg: RLConf
         server = getattr(getattr(cfg, role, None), "metrics_server", None) if cfg is not None else None
         if role in roles and server is not None and server.port:  # port 0: any free port
             wanted.append((server.host, server.port, f"{role}.metrics_server.port"))
+    rt = cfg.orchestrator.rollout_transport if cfg is not None else None
+    if "orchestrator" in roles and rt is not None and rt.type == "tcp":
+        wanted.append((rt.host, rt.port, "rollout_transport.port (the trainer's batches over tcp)"))
     check_free(wanted)
 
 
