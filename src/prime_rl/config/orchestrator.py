@@ -13,7 +13,6 @@ from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelC
 from prime_rl.config.eval_sweep import EvalCheckpointsConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.recipes import CurriculumConfig, GateConfig, LengthPenaltyConfig
-from prime_rl.config.teacher import TeacherConfig
 from prime_rl.config.rollout_transport import RolloutTransportConfig
 from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
     AgentConfig,
@@ -29,6 +28,7 @@ from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, i
     env_kind,
     taskset_kind,
 )
+from prime_rl.config.teacher import TeacherConfig
 
 
 class ClientConfig(BaseConfig):
