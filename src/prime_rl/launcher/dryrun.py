@@ -9,6 +9,7 @@ import sys
 
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import LaunchError
+from prime_rl.launcher.notices import metrics_urls, unused_skips
 from prime_rl.launcher.plan import CHECKS, RunPlan
 
 # what each check of `plan.resolve` looks at, for the dry run's report
@@ -35,11 +36,15 @@ assert set(CHECK_TEXT) == set(CHECKS)
 
 
 def report(plan: RunPlan) -> str:
-    """What `--dry-run` prints: every check that ran, those left to each node, and the plan."""
+    """What `--dry-run` prints: every check that ran, those left to each node, the plan, the metrics endpoints'
+    URLs and skip flags with nothing to resume (`notices`)."""
     lines = ["checked (nothing started):"]
     lines += [f"  ok  {name}: {CHECK_TEXT[name]}" for name in plan.checks]
     lines += [f"  on each node at start  {name}: {CHECK_TEXT[name]}" for name in plan.deferred]
-    return "\n".join(lines + ["plan:", plan.describe()])
+    lines += ["plan:", plan.describe()]
+    if plan.config is not None:
+        lines += [f"  {u}" for u in metrics_urls(plan.config)] + [f"warning: {w}" for w in unused_skips(plan.config)]
+    return "\n".join(lines)
 
 
 def dry_run(cfg: RLConfig) -> int:

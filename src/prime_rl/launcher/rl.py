@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prime_rl.config.rl import RLConfig
-from prime_rl.launcher import envserver, preflight, resume
+from prime_rl.launcher import envserver, notices, preflight, resume
 from prime_rl.launcher.console import StepView
 from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.health import wait_healthy
@@ -70,7 +70,9 @@ def execute_head(plan: RunPlan, cfg: RLConfig) -> None:
 
 
 def prepare(cfg: RLConfig) -> Launch:
-    """Resolve the single-node plan of `cfg` and execute its file-system part; returns what to start.
+    """Resolve the single-node plan of `cfg`, say on the console what the operator needs from it (the metrics
+    endpoints' URLs, skip flags with nothing to resume: `notices`) and execute its file-system part; returns what
+    to start.
 
     Raises:
         PreflightError: a check failed; nothing was started.
@@ -82,6 +84,10 @@ def prepare(cfg: RLConfig) -> Launch:
         f"placement: {plan.device}, trainer {plan.trainer_procs} rank(s)"
         + (f", {plan.config.trainer.threads} thread(s) each" if plan.device == "cpu" else "")
     )
+    for line in notices.metrics_urls(plan.config):
+        log.info(line)
+    for warning in notices.unused_skips(plan.config):
+        log.warning(warning)
     execute_head(plan, cfg)
     placement: Placement = place(plan.config)
     built = node_specs(plan.config, plan, 0, placement)

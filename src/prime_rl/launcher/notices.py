@@ -1,0 +1,45 @@
+"""What `rl` says on its own console before it starts anything (and `rl --dry-run` after the plan): the address
+of each Prometheus metrics endpoint the run serves, and settings that take no effect in this run (a `ckpt.skip_*`
+flag with nothing to resume). The trainer and orchestrator say the same in their logs once they run; these lines
+put them where the operator looks first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROLES = ("trainer", "orchestrator")
+
+
+def metrics_urls(cfg: Any) -> list[str]:
+    """One line per `metrics_server` set in the resolved `rl` config `cfg`: `ROLE metrics: http://HOST:PORT/metrics`
+    (port 0: the port is chosen at start and logged in `logs/ROLE.log`)."""
+    lines = []
+    for role in ROLES:
+        server = getattr(cfg, role).metrics_server
+        if server is None:
+            continue
+        host = f"[{server.host}]" if ":" in server.host else server.host
+        if server.port:
+            lines.append(f"{role} metrics: http://{host}:{server.port}/metrics")
+        else:
+            lines.append(f"{role} metrics: http://{host}:<port>/metrics, a free port chosen at start "
+                         f"({role}.metrics_server.port = 0): its log (logs/{role}.log) names it")  # fmt: skip
+    return lines
+
+
+def unused_skips(cfg: Any) -> list[str]:
+    """A warning for the `ckpt.skip_*` flags of `cfg` (the resolved `rl` config) when the run resumes nothing:
+    each flag named as set (`fields.as_set`: where it was set), with the fix. Empty when the run resumes."""
+    from prime_rl.launcher.fields import as_set
+
+    if any(getattr(cfg, role).ckpt.resuming for role in ROLES):
+        return []
+    named: dict[str, str] = {}
+    for role in ROLES:
+        for flag in getattr(cfg, role).ckpt.skips:
+            name, where = as_set(cfg, f"{role}.ckpt.{flag}")
+            named.setdefault(name, f"{name}{where}")
+    if not named:
+        return []
+    return [f"{', '.join(named.values())} set, but this run resumes nothing (no --resume, ckpt.resume_step or "
+            "ckpt.resume_dir), so nothing is skipped; remove the flag, or name the checkpoint to resume"]  # fmt: skip

@@ -1,0 +1,67 @@
+"""What `rl` says on its own console before it starts anything (`launcher.notices`): the URL of each metrics endpoint
+the run serves and a warning for `ckpt.skip_*` flags with nothing to resume. Through `rl`'s `prepare` (the plan
+resolved and its file-system part executed, nothing started) with `rl`'s console logging, and through the dry
+run. The real run's console is checked in tests/integration/test_metrics_scrape_rl.py."""
+
+from __future__ import annotations
+
+from tests.launcher.test_launch_plan import cfg_of, demo_args, rows_at, run_dry, tiny  # noqa: F401 (fixture)
+from tests.launcher.test_resume_preflight import checkpoint
+
+from prime_rl.launcher.rl import prepare
+from prime_rl.monitor.logger import setup_logging
+from prime_rl.ports import free_port
+
+
+def console_of_prepare(tmp_path, args: list[str], capsys) -> str:
+    """rl's console (stderr, as `rl` sets up its logging) while `prepare` runs on `args`."""
+    setup_logging("rl", tmp_path / "run")
+    capsys.readouterr()
+    prepare(cfg_of(args))
+    return capsys.readouterr().err
+
+
+def test_metrics_urls_on_rls_console(tmp_path, tiny, capsys):  # noqa: F811
+    rows_at(tmp_path / "gym-root")
+    port = free_port()
+
+    def args() -> list[str]:  # free ports now
+        return demo_args(tmp_path, tiny, None, None, "--trainer.metrics-server.port", str(port),
+                         "--orchestrator.metrics-server.port", "0")  # fmt: skip
+
+    err = console_of_prepare(tmp_path, args(), capsys)
+    assert f"trainer metrics: http://127.0.0.1:{port}/metrics" in err
+    assert "orchestrator metrics: http://127.0.0.1:<port>/metrics, a free port chosen at start" in err
+    assert "logs/orchestrator.log" in err
+    code, out, _ = run_dry(args() + ["--clean"], capsys)  # the dry run lists them under the plan
+    assert code == 0 and f"  trainer metrics: http://127.0.0.1:{port}/metrics" in out
+
+
+def test_no_metrics_line_without_a_metrics_server(tmp_path, tiny, capsys):  # noqa: F811
+    rows_at(tmp_path / "gym-root")
+    err = console_of_prepare(tmp_path, demo_args(tmp_path, tiny), capsys)
+    assert "metrics: http" not in err and "resumes nothing" not in err
+
+
+def test_skip_flags_without_a_resume_are_warned_on_rls_console(tmp_path, tiny, capsys):  # noqa: F811
+    rows_at(tmp_path / "gym-root")
+
+    def args() -> list[str]:  # free ports now
+        return demo_args(tmp_path, tiny, None, None, "--ckpt.skip-optimizer", "--orchestrator.ckpt.skip-dataloader")
+
+    err = console_of_prepare(tmp_path, args(), capsys)
+    line = next(ln for ln in err.splitlines() if "resumes nothing" in ln)
+    assert "WARNING" in line
+    assert "ckpt.skip_optimizer (from --ckpt.skip-optimizer)" in line
+    assert "orchestrator.ckpt.skip_dataloader (from --orchestrator.ckpt.skip-dataloader)" in line
+    assert "nothing is skipped; remove the flag, or name the checkpoint to resume" in line
+    code, out, _ = run_dry(args() + ["--clean"], capsys)
+    assert code == 0 and "warning: ckpt.skip_optimizer (from --ckpt.skip-optimizer)" in out
+
+
+def test_skip_flags_of_a_fork_are_not_warned(tmp_path, tiny, capsys):  # noqa: F811
+    rows_at(tmp_path / "gym-root")
+    src = checkpoint(tmp_path / "run-a/checkpoints", 2)
+    args = demo_args(tmp_path, tiny, None, None, "--ckpt.skip-optimizer", "--ckpt.resume-dir", str(src))
+    err = console_of_prepare(tmp_path, args, capsys)
+    assert "resumes nothing" not in err
