@@ -71,7 +71,7 @@ LAST=$(ls "$RL_OUT"/eval/step_*.jsonl | sed 's#.*/step_\([0-9]*\)\.jsonl#\1#' | 
 EVAL_T=$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["eval"]["sampling"]["temperature"])' "$RL_OUT/configs/orchestrator.toml")
 prime-rl summary --run "$RL_OUT" \
   --title "reverse-text eval (100 texts, LCS ratio; SmolLM2-135M-Instruct, RL step $LAST, sampled at temperature $EVAL_T)" \
-  --entry "raw=$OUT/raw-eval/eval/smollm2/step_0.jsonl" \
+  --entry "raw=$OUT/raw-eval/smollm2/step_0.jsonl" \
   --entry "SFT (step $FIRST)=$RL_OUT/eval/step_$FIRST.jsonl" --entry "RL (step $LAST)=$RL_OUT/eval/step_$LAST.jsonl" \
   --compare "RL (step $LAST):SFT (step $FIRST)" --compare "SFT (step $FIRST):raw" --reference raw
 echo "phase times (s):"; cat "$OUT/phase_times.txt"

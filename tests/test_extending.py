@@ -172,6 +172,6 @@ def test_backend_command_line_as_documented(examples, tmp_path):
     r = subprocess.run([str(Path(sys.executable).parent / "prime-rl"), *argv[2:], "--output-dir", str(tmp_path)],
                        cwd=examples, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    rows = (tmp_path / "eval" / "tiny-model" / "step_0.jsonl").read_text().splitlines()
+    rows = (tmp_path / "tiny-model" / "step_0.jsonl").read_text().splitlines()
     assert len(rows) == 20 and all('"avg": 1.0' in row for row in rows)
 

@@ -87,6 +87,6 @@ async def test_eval_command_with_transformers_backend(model_dir, tmp_path):
               "source": [{"name": "rev", "env": {"id": "reverse-text", "agent": {"max_turns": 1}}}]},
     )
     res = await evaluate(cfg)
-    rows = [json.loads(x) for x in (tmp_path / "eval" / model_dir.name / "step_0.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / model_dir.name / "step_0.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(len(r["rewards"]) == 2 for r in rows)
     assert res.by_source["rev"]["error_pct"] == 0.0  # every rollout was sampled and scored, none masked

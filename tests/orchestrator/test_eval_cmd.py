@@ -35,12 +35,29 @@ async def test_eval_metrics_and_table(tmp_path):
     m = res.by_source["counter"]
     # rewards per task: [1,1], [1,1], [1,0], [0,0] -> avg@2 = 5/8, pass@2 = 3/4, pass@1 = (1 + 1 + 0.5 + 0) / 4
     assert m["avg@2"] == pytest.approx(5 / 8) and m["pass@2"] == pytest.approx(3 / 4) and m["pass@1"] == pytest.approx(2.5 / 4)
-    rows = [json.loads(x) for x in (tmp_path / "out" / "eval" / "outputs--tiny-model" / "step_0.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / "out" / "outputs--tiny-model" / "step_0.jsonl").read_text().splitlines()]
     assert [sorted(r["rewards"]) for r in rows] == [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [0.0, 0.0]]
     console = Console(record=True, width=140)
     console.print(results_table(res, 2))
     text = console.export_text()
     assert "counter" in text and "0.6250" in text and "0.750" in text
+
+
+async def test_results_of_a_local_checkpoint_go_to_output_dir_model(tmp_path, monkeypatch):
+    """`evals --model.name outputs/demo/sft/weights/step_20` with the default output_dir writes
+    `outputs/eval/sft--step_20/step_0.jsonl` (docs/monitoring.md): no second `eval/` level inside output_dir."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs/demo/sft/weights/step_20").mkdir(parents=True)
+    tok = tiny_tokenizer(tmp_path / "tok")
+    _script.seen = {}
+    cfg = EvalCommandConfig(model={"name": "outputs/demo/sft/weights/step_20"}, eval={"num_examples": 2})
+    assert cfg.output_dir == Path("outputs/eval")
+    await evaluate(cfg, client=ScriptedClient(tok, _script), renderer=make_renderer(tok, cfg.renderer),
+                   sources=[InProcessSource("counter", CounterEnv(10))])  # fmt: skip
+    folder = tmp_path / "outputs/eval"
+    assert sorted(p.name for p in (folder / "sft--step_20").iterdir()) == ["step_0.json", "step_0.jsonl"]
+    assert not (folder / "eval").exists()
+    assert len((folder / "sft--step_20/step_0.jsonl").read_text().splitlines()) == 2
 
 
 def test_eval_without_server_fails_within_health_timeout_naming_the_url(tmp_path):

@@ -63,7 +63,7 @@ async def _sweep(cfg, client, tok):
 
 def _scores(out: Path) -> dict[int, float]:
     return {int(f.stem[5:]): json.loads(f.read_text())["metrics"]["eval/avg@1"]
-            for f in sorted((out / "eval" / "run").glob("step_*.json"))}  # fmt: skip
+            for f in sorted((out / "run").glob("step_*.json"))}  # fmt: skip
 
 
 async def test_sweep_every_second_step_resumes_after_an_interruption_and_never_overwrites(tmp_path, tok):
@@ -74,15 +74,15 @@ async def test_sweep_every_second_step_resumes_after_an_interruption_and_never_o
     with pytest.raises(KeyboardInterrupt):
         await _sweep(cfg, VersionClient(tok, fail_at=4), tok)
     assert _scores(cfg.output_dir) == {2: 0.5}  # step 2 done before the interruption
-    first = (cfg.output_dir / "eval" / "run" / "step_2.jsonl").read_bytes()
+    first = (cfg.output_dir / "run" / "step_2.jsonl").read_bytes()
 
     client = VersionClient(tok)
     results = await _sweep(cfg, client, tok)
     assert [v for _, v in client.updates] == [4, 6, 7]  # step 2 skipped; 7 is the newest stable one
     assert sorted(results) == [2, 4, 6, 7]
     assert _scores(cfg.output_dir) == {2: 0.5, 4: 1.0, 6: 1.0, 7: 1.0}
-    assert (cfg.output_dir / "eval" / "run" / "step_2.jsonl").read_bytes() == first
-    rows = [json.loads(x) for x in (cfg.output_dir / "eval" / "run" / "step_2.jsonl").read_text().splitlines()]
+    assert (cfg.output_dir / "run" / "step_2.jsonl").read_bytes() == first
+    rows = [json.loads(x) for x in (cfg.output_dir / "run" / "step_2.jsonl").read_text().splitlines()]
     assert [r["rewards"] for r in rows] == [[1.0], [1.0], [0.0], [0.0]] and {r["step"] for r in rows} == {2}
     metrics = [json.loads(x) for x in (cfg.output_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if m.get("process", "eval") == "eval"] == [2, 4, 6, 7]  # each once
@@ -96,7 +96,7 @@ async def test_sweep_every_second_step_resumes_after_an_interruption_and_never_o
     other = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"num_examples": 3})})
     with pytest.raises(ResultExists, match=r"step_2\.json holds an eval of run step 2 made with other settings"):
         await _sweep(other, VersionClient(tok), tok)
-    assert (cfg.output_dir / "eval" / "run" / "step_2.jsonl").read_bytes() == first
+    assert (cfg.output_dir / "run" / "step_2.jsonl").read_bytes() == first
 
 
 async def test_listed_steps_and_missing_ones(tmp_path, tok):
@@ -172,7 +172,7 @@ def test_real_sweep_on_the_tiny_model_checkpoints(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    folder = tmp_path / "out" / "eval" / "run"
+    folder = tmp_path / "out" / "run"
     assert sorted(p.name for p in folder.iterdir()) == ["step_1.json", "step_1.jsonl", "step_2.json", "step_2.jsonl",
                                                         "sweep.png"]  # fmt: skip
     rows = [[c.strip() for c in x.split("│")[1:-1]] for x in r.stdout.splitlines() if " rev " in x]

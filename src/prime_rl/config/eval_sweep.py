@@ -12,7 +12,7 @@ from prime_rl.config.base import BaseConfig
 class EvalCheckpointsConfig(BaseConfig):
     """Which of a run's checkpoints `evals` scores (prime_rl.orchestrator.eval_sweep): a sweep over the stable
     `run_dir/weights/step_N` (every `every`-th, or the `steps` listed), or with `watch` each new one as the run
-    publishes it. Results go to `output_dir/eval/<model>/step_N.{jsonl,json}`; steps already there are skipped."""
+    publishes it. Results go to `output_dir/<model>/step_N.{jsonl,json}`; steps already there are skipped."""
 
     run_dir: Path | None = Field(
         None, description="A run's output_dir whose weights/step_N (with STABLE) are evaluated; None = evaluate "
@@ -30,7 +30,9 @@ class EvalCheckpointsConfig(BaseConfig):
     )
     timeout_s: float = Field(3600.0, gt=0, description="watch: stop when no new stable version came for this long.")
     poll_s: float = Field(5.0, gt=0, description="watch: seconds between looks at run_dir/weights.")
-    plot: bool = Field(True, description="Draw avg@k and pass@k across steps (eval/<model>/sweep.png; matplotlib).")
+    plot: bool = Field(
+        True, description="Draw avg@k and pass@k across steps (output_dir/<model>/sweep.png; matplotlib)."
+    )
 
     @model_validator(mode="after")
     def _needs_run(self) -> EvalCheckpointsConfig:

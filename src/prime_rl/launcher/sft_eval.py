@@ -99,13 +99,19 @@ class OnlineEval:
         from prime_rl.orchestrator.eval_sweep import model_key
 
         ck = eval_config(self.cfg, from_step).checkpoints
-        folder = Path(self.cfg.output_dir).resolve() / "eval" / model_key(self.cfg.model.name, ck.run_dir)
+        folder = self.results_dir / model_key(self.cfg.model.name, ck.run_dir)
         stale = [f for f in folder.glob("step_*.json*") if f.name.split(".")[0][5:].isdigit()
                  and int(f.name.split(".")[0][5:]) > from_step]  # fmt: skip
         for f in stale:
             f.unlink()
         if stale:
             self.log.info(f"removed {len(stale)} eval result file(s) of steps after {from_step} from {folder}")
+
+    @property
+    def results_dir(self) -> Path:
+        """The run's `eval/`: the results go to `eval/<run dir name>/step_N.{jsonl,json}`, beside the eval rows of
+        `rl` runs (`evals` alone writes to its `output_dir/<model>/`)."""
+        return Path(self.cfg.output_dir).resolve() / "eval"
 
     def due(self, step: int, last_step: int) -> bool:
         """Whether `step` is an eval step: a multiple of `eval.interval`, or the last step."""
@@ -121,7 +127,7 @@ class OnlineEval:
         from prime_rl.orchestrator.eval_cmd import evaluate_steps
 
         self.sup.check(set())
-        results = asyncio.run(evaluate_steps(eval_config(self.cfg, step)))
+        results = asyncio.run(evaluate_steps(eval_config(self.cfg, step), results_dir=self.results_dir))
         if step not in results:
             raise RuntimeError(f"eval of weights/step_{step} produced no result (see {self.cfg.output_dir}/logs)")
         return dict(results[step].metrics)

@@ -6,10 +6,10 @@ needed).
 
 Same machinery as the orchestrator's eval (agent loop, sources, avg@k / pass@k). Scores `model.name` once (as step
 0), or with `[checkpoints]` a run's `weights/step_N`: a sweep (every N-th, or listed steps) or a watch of a running
-run (`prime_rl.orchestrator.eval_sweep`). Each step's result goes to `output_dir/eval/<model>/step_N.jsonl`
+run (`prime_rl.orchestrator.eval_sweep`). Each step's result goes to `output_dir/<model>/step_N.jsonl`
 (per-task rows) and `step_N.json` (scores; marks the step done, so an interrupted sweep resumes), never
 overwritten, plus an `eval` row in `output_dir/metrics.jsonl`; then prints one table (one row per source, and per
-step for a sweep) and, for a sweep, draws `eval/<model>/sweep.png`.
+step for a sweep) and, for a sweep, draws `output_dir/<model>/sweep.png`.
 """
 
 from __future__ import annotations
@@ -97,12 +97,14 @@ async def _open_backend(cfg: EvalCommandConfig) -> InferenceBackend:
 
 
 async def evaluate_steps(
-    cfg: EvalCommandConfig, client: InferenceBackend | None = None, renderer=None, sources=None
+    cfg: EvalCommandConfig, client: InferenceBackend | None = None, renderer=None, sources=None,
+    results_dir: Path | None = None,
 ) -> dict[int, EvalResult]:
     """Evaluate `model.name` once (step 0), or the run's checkpoints `cfg.checkpoints` selects (sweep or watch);
-    results by step, each stored under `output_dir/eval/<model>/` (`prime_rl.orchestrator.eval_sweep`; done steps
-    are read back, not evaluated again). client (the `backend`), renderer and sources are built from `cfg` unless
-    given (tests). A checkpoint is loaded into a backend that can load weights (`update_weights`: the inference
+    results by step, each stored under `results_dir/<model>/` (default `results_dir`: `output_dir`;
+    `prime_rl.orchestrator.eval_sweep`; done steps are read back, not evaluated again). client (the `backend`),
+    renderer and sources are built from `cfg` unless given (tests). A checkpoint is loaded into a backend that
+    can load weights (`update_weights`: the inference
     server, which must allow loading from the run's weights folder), else the backend is built anew on the
     checkpoint's folder (`backend = transformers`).
 
@@ -115,7 +117,7 @@ async def evaluate_steps(
     if not src_cfgs and sources is None:
         raise ValueError("eval.source is empty: name at least one environment ([[eval.source]] env.id = ...)")
     ck = cfg.checkpoints
-    store = ResultStore(Path(cfg.output_dir), model_key(cfg.model.name, ck.run_dir), settings_key(cfg))
+    store = ResultStore(Path(results_dir or cfg.output_dir), model_key(cfg.model.name, ck.run_dir), settings_key(cfg))
     sources = sources if sources is not None else [build_source(s) for s in src_cfgs]
     own = client is None
     per_checkpoint = own and ck.run_dir is not None and not BACKENDS.get(cfg.backend).loads_weights
@@ -167,7 +169,7 @@ async def evaluate_steps(
 async def evaluate(
     cfg: EvalCommandConfig, client: InferenceBackend | None = None, renderer=None, sources=None
 ) -> EvalResult:
-    """Evaluate `model.name` once (step 0; `evaluate_steps`): the result, stored under `output_dir/eval/<model>/`."""
+    """Evaluate `model.name` once (step 0; `evaluate_steps`): the result, stored under `output_dir/<model>/`."""
     return (await evaluate_steps(cfg, client, renderer, sources))[0]
 
 
@@ -192,7 +194,7 @@ def run(cfg: EvalCommandConfig) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes get the whole table
     k = cfg.eval.rollouts_per_example
     key = model_key(cfg.model.name, cfg.checkpoints.run_dir)
-    folder = Path(cfg.output_dir) / "eval" / key
+    folder = Path(cfg.output_dir) / key
     if cfg.checkpoints.run_dir is None:
         console.print(results_table(results[0], k, title=f"Eval of {cfg.model.name}"))
         print(f"per-task results: {folder / 'step_0.jsonl'}")

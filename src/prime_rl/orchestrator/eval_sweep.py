@@ -1,12 +1,13 @@
 """Eval results keyed by model and step, and the sweep over a run's checkpoints (`evals` with `[checkpoints]`).
 
-Layout under the eval command's `output_dir`:
+Layout under the results folder (the `evals` command's `output_dir`; `sft`'s online eval: its run's `eval/`):
 
-    eval/<model>/step_N.jsonl   one row per task (as the orchestrator's eval rows)
-    eval/<model>/step_N.json    {"model", "step", "settings", "metrics", "by_source"}: written last, it marks step N done
-    eval/<model>/sweep.png      avg@k and pass@k across the steps (sweep and watch)
+    <model>/step_N.jsonl   one row per task (as the orchestrator's eval rows)
+    <model>/step_N.json    {"model", "step", "settings", "metrics", "by_source"}: written last, it marks step N done
+    <model>/sweep.png      avg@k and pass@k across the steps (sweep and watch)
 
-`<model>` is the run directory's name for a sweep (`checkpoints.run_dir`), else `model.name` made file-safe. A result
+`<model>` (`model_key`) is the run directory's name for a sweep (`checkpoints.run_dir`); for a local model folder its
+name (`<run>--step_N` for a run's `weights/step_N`); else `model.name` made file-safe. A result
 is never overwritten: a step whose `step_N.json` exists with the same settings (`settings_key`: model, eval
 section, seq_len, seed) is skipped and read back (so an interrupted sweep resumes where it stopped); one with other
 settings is refused (`ResultExists`, exit 2) naming the file.
@@ -67,10 +68,10 @@ def settings_key(cfg: Any) -> str:
 
 
 class ResultStore:
-    """The results of one model (`eval/<key>/`), by step."""
+    """The results of one model (`<results folder>/<key>/`), by step."""
 
-    def __init__(self, output_dir: Path, key: str, settings: str):
-        self.dir = Path(output_dir) / "eval" / key
+    def __init__(self, results_dir: Path, key: str, settings: str):
+        self.dir = Path(results_dir) / key
         self.key, self.settings = key, settings
 
     def rows_file(self, step: int) -> Path:
