@@ -45,8 +45,8 @@ def test_gate_rejects_uniform_rewards_and_out_of_range_advantages():
     assert kl([_rollout(0.0, adv=-0.5), _rollout(1.0, adv=0.5)], adv) is not None
 
 
-def test_resample_budget_is_the_ceiling_of_factor_times_groups():
-    assert resample_budget(GateConfig(max_resample_factor=2.0), 2) == 4
+def test_resample_budget_is_the_ceiling_of_factor_times_batch_rollouts():
+    assert resample_budget(GateConfig(max_resample_factor=2.0), 4) == 8  # 4 groups of 2
     assert resample_budget(GateConfig(max_resample_factor=1.5), 3) == 5  # ceil(4.5)
     assert resample_budget(GateConfig(max_resample_factor=1.0), 4) == 4
 
@@ -121,7 +121,7 @@ async def _steps(renderer, answer, steps, *, async_level=0, check_bound=False, *
 
         def checked(step):
             launch(step)
-            bound_seen.append((sched.outstanding_groups, sched._allowed_groups(step)))
+            bound_seen.append((sched.outstanding_rollouts, sched._allowed_rollouts(step)))
 
         sched._launch = checked
     batches = []
@@ -210,14 +210,15 @@ def test_step_full_counts_prompt_and_completion_tokens():
 
     cfg = OrchestratorConfig(batch_size=6, train={"group_size": 2}, token_batch_size=30)
     sched = Scheduler.__new__(Scheduler)
-    sched.groups_per_step, sched.token_batch_size = 3, cfg.token_batch_size
+    sched.batch_size, sched.token_batch_size = cfg.batch_size, cfg.token_batch_size
     g = [
-        Group(i, 0, 0, rollouts=[_rollout(0, sampled=5, prompt=5), _rollout(0, sampled=2, prompt=5)]) for i in range(3)
+        Group(i, 0, 0, 2, rollouts=[_rollout(0, sampled=5, prompt=5), _rollout(0, sampled=2, prompt=5)])
+        for i in range(3)
     ]
     assert not sched._step_full(g[:1])  # 17 tokens
     assert sched._step_full(g[:2])  # 34 >= 30
     sched.token_batch_size = 100
-    assert not sched._step_full(g[:2]) and sched._step_full(g)  # 51 < 100, but 3 groups = batch_size / group_size
+    assert not sched._step_full(g[:2]) and sched._step_full(g)  # 51 < 100, but 3 groups of 2 = batch_size
 
 
 def test_rl_keeps_zero_advantage_groups_when_the_loss_has_a_kl_term():
@@ -260,8 +261,9 @@ async def test_a_source_with_its_own_sampling_samples_with_it(renderer):
         TrainSamplingConfig(source=[{"env": {"id": "digit-bandit"}, "sampling": {"top_p": 0.5}}])
     from prime_rl.config.orchestrator import EvalConfig
 
-    with pytest.raises(ValueError, match=r"eval.source.0.sampling is set"):
-        EvalConfig(source=[{"env": {"id": "digit-bandit"}, "sampling": {"temperature": 0.5}}])
+    # an eval source's own sampling applies (the fields it sets, over eval.sampling): tests/orchestrator/test_per_source.py
+    ev = EvalConfig(sampling={"max_completion_tokens": 40}, source=[{"env": {"id": "digit-bandit"}, "sampling": {"temperature": 0.5}}])
+    assert (ev.source[0].sampling.temperature, ev.source[0].sampling.max_completion_tokens) == (0.5, 40)
 
 
 def test_admit_uses_the_advantage_settings_of_the_groups_source():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -84,6 +85,9 @@ class SourceConfig(BaseConfig):
     advantage: AdvantageConfig | None = Field(
         None, description="Advantage estimator of this source's groups; None = orchestrator.advantage. Train sources only."
     )
+    group_size: int | None = Field(
+        None, gt=0, description="Rollouts per task of this source's groups; None = train.group_size. Train sources only."
+    )
     env: EnvConfig = Field(BuiltinEnvConfig(id="gridsim"), description="The environment.")
 
     @field_validator("env", mode="before")
@@ -105,10 +109,28 @@ def unique_source_names(sources: list[SourceConfig] | None) -> list[SourceConfig
     return sources
 
 
+class EvalSourceConfig(SourceConfig):
+    """One eval source: an environment's eval split, with its own eval settings (unset: the `[orchestrator.eval]`
+    values)."""
+
+    interval: int | None = Field(
+        None, gt=0, description="Evaluate this source every N policy versions (and the final one); None = eval.interval."
+    )
+    num_examples: int | None = Field(None, gt=0, description="Eval tasks of this source; None = eval.num_examples.")
+    rollouts_per_example: int | None = Field(
+        None, gt=0, description="Rollouts per eval task of this source; None = eval.rollouts_per_example."
+    )
+    sampling: EvalSamplingConfig | None = Field(
+        None,
+        description="Sampling of this source's eval rollouts: the fields set here replace those of eval.sampling; "
+        "None = eval.sampling.",
+    )
+
+
 class TrainSamplingConfig(BaseConfig):
     """Training rollouts: groups, sampling, sources."""
 
-    group_size: int = Field(8, gt=0, description="Rollouts per task.")
+    group_size: int = Field(8, gt=0, description="Rollouts per task (a source's own group_size overrides it).")
     sampling: SamplingConfig = Field(SamplingConfig(), description="Sampling of training rollouts.")
     source: list[SourceConfig] = Field(default_factory=lambda: [SourceConfig()], description="Task sources.")
 
@@ -133,6 +155,15 @@ class TrainSamplingConfig(BaseConfig):
             )
         return self
 
+    def group_size_of(self, source: SourceConfig) -> int:
+        """The group size of `source`'s train groups: its own `group_size`, else `train.group_size`."""
+        return source.group_size if source.group_size is not None else self.group_size
+
+    @property
+    def group_sizes(self) -> list[int]:
+        """The group size of each train source, in `source` order."""
+        return [self.group_size_of(s) for s in self.source]
+
 
 class EvalConfig(BaseConfig):
     """Evaluation on the sources' eval splits."""
@@ -142,9 +173,35 @@ class EvalConfig(BaseConfig):
     rollouts_per_example: int = Field(1, gt=0, description="Rollouts per eval task (avg@k and pass@k over them).")
     pass_threshold: float = Field(1.0, description="A rollout passes (pass@k) when its reward is at least this.")
     sampling: EvalSamplingConfig = Field(EvalSamplingConfig(temperature=1.0), description="Sampling of eval rollouts.")
-    source: list[SourceConfig] | None = Field(None, description="Default: the train sources, eval split.")
+    source: list[EvalSourceConfig] | None = Field(
+        None,
+        description="Eval sources, each with optional interval, num_examples, rollouts_per_example and sampling of "
+        "its own; default: the train sources' eval splits, with the values above.",
+    )
 
     _unique_names = field_validator("source")(unique_source_names)
+
+    @model_validator(mode="after")
+    def _merge_source_sampling(self) -> EvalConfig:
+        """A source's `sampling` holds the fields set on it over `eval.sampling` (resolved here, so the config `rl`
+        writes for the orchestrator carries the merged values)."""
+        for src in self.source or []:
+            if src.sampling is not None:
+                own = src.sampling.model_dump(exclude_unset=True)
+                src.sampling = EvalSamplingConfig(**(self.sampling.model_dump() | own))
+        return self
+
+    def settings_of(self, source: EvalSourceConfig | None) -> EvalSourceSettings:
+        """The eval settings of `source` (None: a train source evaluated on its eval split): its own values, else
+        this section's."""
+        def own(field: str) -> Any:
+            value = getattr(source, field) if source is not None else None
+            return getattr(self, field) if value is None else value
+
+        return EvalSourceSettings(
+            interval=own("interval"), num_examples=own("num_examples"),
+            rollouts_per_example=own("rollouts_per_example"), sampling=own("sampling"),
+        )  # fmt: skip
 
     @model_validator(mode="after")
     def _no_length_penalty(self) -> EvalConfig:
@@ -156,19 +213,49 @@ class EvalConfig(BaseConfig):
                 )
             if src.advantage is not None:
                 raise ValueError(f"eval.source.{i}.advantage is set: eval computes no advantages")
-            if src.sampling is not None:
+            if src.group_size is not None:
                 raise ValueError(
-                    f"eval.source.{i}.sampling is set: eval rollouts use eval.sampling; per-source sampling applies to "
-                    "[[orchestrator.train.source]] entries"
+                    f"eval.source.{i}.group_size is set: eval plays eval.source.{i}.rollouts_per_example rollouts per "
+                    "task (or eval.rollouts_per_example); set that instead"
                 )
         return self
 
     @model_validator(mode="after")
     def _no_repeated_greedy_rollouts(self) -> EvalConfig:
-        problem = repeated_greedy_problem(self.sampling.temperature, self.rollouts_per_example)
-        if problem is not None:
-            raise ValueError(problem)
+        if self.source is None:
+            problem = repeated_greedy_problem(self.sampling.temperature, self.rollouts_per_example)
+            if problem is not None:
+                raise ValueError(problem)
+        for i, src in enumerate(self.source or []):
+            s = self.settings_of(src)
+            problem = repeated_greedy_problem(s.sampling.temperature, s.rollouts_per_example, f"eval.source.{i}.")
+            if problem is not None:
+                raise ValueError(f"{problem} (unset on the source: the [orchestrator.eval] value)")
         return self
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the orchestrator evaluates at all: `interval` set here or on an eval source."""
+        return self.interval is not None or any(s.interval is not None for s in self.source or [])
+
+    def interval_problem(self, where: str) -> str | None:
+        """None unless an eval source sets its own `interval` where only `eval.interval` is used (`where`: the
+        command); else the refusal naming the field."""
+        for i, src in enumerate(self.source or []):
+            if src.interval is not None:
+                return (f"eval.source.{i}.interval is set: {where} evaluates every source at eval.interval; remove it "
+                        "(a per-source interval applies to the orchestrator's [[orchestrator.eval.source]])")
+        return None
+
+
+@dataclass(frozen=True)
+class EvalSourceSettings:
+    """One eval source's resolved settings (`EvalConfig.settings_of`)."""
+
+    interval: int | None
+    num_examples: int | None
+    rollouts_per_example: int
+    sampling: EvalSamplingConfig
 
 
 def repeated_greedy_problem(temperature: float, rollouts_per_example: int, prefix: str = "eval.") -> str | None:
@@ -351,11 +438,38 @@ class OrchestratorConfig(BaseConfig):
 
     @model_validator(mode="after")
     def _batch_multiple_of_group(self) -> OrchestratorConfig:
-        if self.batch_size % self.train.group_size:
-            raise ValueError(
-                f"batch_size ({self.batch_size}) must be a multiple of train.group_size ({self.train.group_size})"
-            )
+        problem = batch_size_problem(self.batch_size, self.train)
+        if problem is not None:
+            raise ValueError(problem)
         return self
+
+
+def batch_size_problem(batch_size: int, train: TrainSamplingConfig, prefix: str = "") -> str | None:
+    """None when `batch_size` fits the train sources' group sizes, else the refusal (fields named under `prefix`).
+
+    One group size (every source's own size unset or equal): `batch_size` must be a multiple of it, and each step
+    holds exactly `batch_size` rollouts. Several sizes: a step takes whole finished groups until they hold at least
+    `batch_size` rollouts, so `batch_size` must be at least the largest size (a step then holds fewer than
+    `batch_size` + that size rollouts); no multiple is required, since a mix drawn by ratio cannot be held to one.
+    """
+    sizes = train.group_sizes
+    if len(set(sizes)) <= 1:
+        g = sizes[0] if sizes else train.group_size
+        if batch_size % g == 0:
+            return None
+        field = "train.group_size"
+        for i, src in enumerate(train.source):
+            if src.group_size is not None:
+                field = f"train.source.{i}.group_size"
+        return (f"{prefix}batch_size ({batch_size}) must be a multiple of {prefix}{field} ({g}): every group of this "
+                f"size trains whole; e.g. {prefix}batch_size = {g * max(1, batch_size // g)}")
+    i = max(range(len(sizes)), key=sizes.__getitem__)
+    if batch_size >= sizes[i]:
+        return None
+    field = f"train.source.{i}.group_size" if train.source[i].group_size is not None else "train.group_size"
+    return (f"{prefix}batch_size ({batch_size}) is below {prefix}{field} ({sizes[i]}, source {train.source[i].name!r}): "
+            f"a step holds whole groups; raise {prefix}batch_size to at least {sizes[i]} or lower that group size")
+
 
 
 class LocalBackendConfig(BaseConfig):
@@ -379,7 +493,7 @@ class EvalCommandConfig(BaseConfig):
     client: ClientConfig = Field(ClientConfig(), description="backend = server: the inference server(s).")
     renderer: RendererConfig = Field(RendererConfig(), description="Chat format.")
     concurrency: ConcurrencyConfig = Field(ConcurrencyConfig(), description="Rollouts in flight.")
-    eval: EvalConfig = Field(EvalConfig(source=[SourceConfig()]), description="What to evaluate and how.")
+    eval: EvalConfig = Field(EvalConfig(source=[EvalSourceConfig()]), description="What to evaluate and how.")
     checkpoints: EvalCheckpointsConfig = Field(
         EvalCheckpointsConfig(), description="A run's checkpoints to evaluate (sweep or watch) instead of one model."
     )
@@ -389,6 +503,13 @@ class EvalCommandConfig(BaseConfig):
     seed: int = Field(0, description="Seed of task order and (backend = transformers) of sampling.")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
 
+    @model_validator(mode="after")
+    def _no_source_interval(self) -> EvalCommandConfig:
+        problem = self.eval.interval_problem("evals")
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
-for _model in (SourceConfig, TrainSamplingConfig, EvalConfig, OrchestratorConfig, EvalCommandConfig):
+
+for _model in (SourceConfig, EvalSourceConfig, TrainSamplingConfig, EvalConfig, OrchestratorConfig, EvalCommandConfig):
     _model.model_rebuild()  # SourceConfig.advantage names AdvantageConfig, defined after it

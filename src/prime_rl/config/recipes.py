@@ -26,8 +26,9 @@ class GateConfig(BaseConfig):
     max_resample_factor: float = Field(
         2.0,
         ge=1.0,
-        description="A step examines at most ceil(factor * batch_size / group_size) groups; when they are spent, it "
-        "trains the groups that passed and fills the batch with rejected ones, out of the loss (logged).",
+        description="A step examines groups holding at most ceil(factor * batch_size) rollouts (ceil(factor * "
+        "batch_size / group_size) groups of one size); when they are spent, it trains the groups that passed and "
+        "fills the batch with rejected ones, out of the loss (logged).",
     )
     keep_for_kl: bool = Field(
         False,

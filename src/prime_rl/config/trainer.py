@@ -330,6 +330,8 @@ class SFTConfig(BaseConfig):
         if self.eval.interval is None or not self.eval.source:
             raise ValueError("[eval] in sft needs eval.interval (steps between evals) and at least one "
                              "[[eval.source]] (an environment, e.g. env.id = \"reverse-text\")")  # fmt: skip
+        if (problem := self.eval.interval_problem("sft")) is not None:
+            raise ValueError(problem)
         if self.publish_interval is None:
             self.publish_interval = self.eval.interval
         elif self.eval.interval % self.publish_interval:

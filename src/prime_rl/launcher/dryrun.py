@@ -15,7 +15,7 @@ from prime_rl.launcher.plan import CHECKS, RunPlan
 # what each check of `plan.resolve` looks at, for the dry run's report
 CHECK_TEXT = {
     "run directory": "trainer, orchestrator and inference share one output_dir",
-    "sizes": "batch_size is a multiple of group_size",
+    "sizes": "batch_size is a multiple of the group size (at least the largest, when train sources differ)",
     "model": "every section's model.name is a model folder or a hub id that resolves; chat_template files exist",
     "extensions": "environment ids and custom advantage / loss import paths import",
     "urls": "orchestrator.client.base_url and every resources_url are http(s) URLs with a host",

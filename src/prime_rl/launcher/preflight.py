@@ -23,12 +23,11 @@ def check_run_dirs(cfg: RLConfig) -> Path:
 
 
 def check_sizes(cfg: RLConfig) -> None:
+    from prime_rl.config.orchestrator import batch_size_problem
+
     o = cfg.orchestrator
-    if o.batch_size % o.train.group_size:
-        raise PreflightError(
-            f"orchestrator.batch_size ({o.batch_size}) must be a multiple of orchestrator.train.group_size "
-            f"({o.train.group_size}); e.g. --orchestrator.batch-size {o.train.group_size * max(1, o.batch_size // o.train.group_size)}"
-        )
+    if (problem := batch_size_problem(o.batch_size, o.train, prefix="orchestrator.")) is not None:
+        raise PreflightError(problem)
 
 
 def check_model(cfg: RLConfig) -> None:
@@ -92,7 +91,7 @@ def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
                 f"`env-server write <env> ROOT` (or let rl write them: leave the server down and keep "
                 f"`env_server.auto_start = true`)"
             )
-        if cfg.orchestrator.eval.interval is not None:
+        if cfg.orchestrator.eval.scheduled:
             ev = Path(ts.eval_dataset) if ts.eval_dataset is not None else Path(ts.dataset).parent / "eval.jsonl"
             if not ev.is_file():
                 raise PreflightError(
@@ -142,6 +141,9 @@ def check_ports(replicas: list[Replica], plans: list[EnvServerPlan], cfg: RLConf
     wanted = [(r.bind_host, r.port, "inference.server.port" + (f" + {r.index} (replica {r.index})" if r.index else ""))
               for r in replicas]
     wanted += [(p.host, p.port, f"the env server for {p.url} ({', '.join(p.sources)})") for p in plans]
+    teacher = getattr(cfg, "teacher", None) if cfg is not None else None
+    if teacher is not None and (not roles or "inference" in roles):
+        wanted.append((teacher.server.host, teacher.server.port, "teacher.server.port (the teacher inference server)"))
     for role in ("trainer", "orchestrator"):
         server = getattr(getattr(cfg, role, None), "metrics_server", None) if cfg is not None else None
         if role in roles and server is not None and server.port:  # port 0: any free port
@@ -281,7 +283,7 @@ def check_prompt_lengths(cfg: RLConfig) -> None:
 
     o = cfg.orchestrator
     wanted = [(s, "train") for s in o.train.source]
-    if o.eval.interval is not None:
+    if o.eval.scheduled:
         wanted += [(s, "eval") for s in (o.eval.source or o.train.source)]
     wanted = [(s, split) for s, split in wanted if s.env.id is not None or (
         s.env.taskset.id == "nemo-gym" and s.env.taskset.dataset is not None and Path(s.env.taskset.dataset).is_file())]

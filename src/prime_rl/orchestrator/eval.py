@@ -16,10 +16,12 @@ all masked is left out of the three (its row's `avg` is null) and counted in `ta
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prime_rl.config.orchestrator import SamplingConfig, repeated_greedy_problem
+from prime_rl.config.orchestrator import EvalSourceSettings, SamplingConfig, repeated_greedy_problem
 from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.progress import Progress
 from prime_rl.orchestrator.admission import log_masked
@@ -85,41 +87,60 @@ async def run_eval(
     inflight_sem: asyncio.Semaphore | None = None,
     gate: CapacityGate | None = None,
     max_inflight: int = 32,
+    settings: Mapping[str, EvalSourceSettings] | None = None,
 ) -> EvalResult:
-    """Play `rollouts_per_example` rollouts of each eval task of each source (concurrently, bounded), with a
-    progress bar (or log lines when not on a terminal) over the rollouts. Masked rollouts' reasons are logged, a
-    few per kind.
+    """Play the rollouts of each eval task of each source (concurrently, bounded), with a progress bar (or log lines
+    when not on a terminal) over the rollouts. Masked rollouts' reasons are logged, a few per kind.
+
+    A source named in `settings` (`EvalConfig.settings_of`) plays its own `num_examples` tasks,
+    `rollouts_per_example` rollouts each, with its own `sampling` (and its `max_completion_tokens` in `limits`);
+    the others use the arguments. The all-source metrics (`eval/avg@k`, ...) are written when every source has one
+    k; with several, only `eval/pass@1` and the counts are, beside each source's own.
 
     Raises:
         ValueError: temperature 0 with more than one rollout per example (identical rollouts counted as
             independent; `config.orchestrator.repeated_greedy_problem`).
     """
-    problem = repeated_greedy_problem(sampling.temperature, rollouts_per_example, prefix="")
-    if problem is not None:
-        raise ValueError(problem)
+    if not sources or any(s.name not in (settings or {}) for s in sources):
+        problem = repeated_greedy_problem(sampling.temperature, rollouts_per_example, prefix="")
+        if problem is not None:
+            raise ValueError(problem)
+    plans = {}
+    for src in sources:
+        own = (settings or {}).get(src.name)
+        if own is None:
+            plans[src.name] = (num_examples, rollouts_per_example, sampling, limits)
+        else:
+            plans[src.name] = (own.num_examples, own.rollouts_per_example, own.sampling,
+                               dataclasses.replace(limits, max_completion_tokens=own.sampling.max_completion_tokens))
+        _, k_src, samp, _ = plans[src.name]
+        problem = repeated_greedy_problem(samp.temperature, k_src, prefix="")
+        if problem is not None:
+            raise ValueError(f"eval source {src.name!r}: {problem}")
     sem = inflight_sem or asyncio.Semaphore(max_inflight)
     gate = gate or CapacityGate()
-    k = rollouts_per_example
     progress = Progress("eval rollouts", total=None, unit="rollouts")
 
     async def one(src, task, j):
+        _, _, samp, lim = plans[src.name]
         async with sem, gate(src):
-            r = await run_rollout(task, src, client, renderer, sampling, limits, rollout_id=f"eval/{src.name}/{task.task_id}/{j}")
+            r = await run_rollout(task, src, client, renderer, samp, lim, rollout_id=f"eval/{src.name}/{task.task_id}/{j}")
         progress.advance()
         return r
 
     rows, metrics, by_source = [], {}, {}
     per_source = []
     for src in sources:
-        tasks = eval_tasks(src, num_examples)
+        n, k, _, _ = plans[src.name]
+        tasks = eval_tasks(src, n)
         futs = [[asyncio.create_task(one(src, t, j)) for j in range(k)] for t in tasks]
         per_source.append((src, tasks, futs))
-    progress.total = sum(len(t) * k for _, t, _ in per_source)
+    progress.total = sum(len(fs) for _, _, futs in per_source for fs in futs)
     with progress:
         try:
             for src, tasks, futs in per_source:
                 done = [list(await asyncio.gather(*fs)) for fs in futs]
-                by_source[src.name] = summarize(done, k, pass_threshold)
+                by_source[src.name] = summarize(done, plans[src.name][1], pass_threshold)
                 for t, rs in zip(tasks, done, strict=True):
                     rows.append(
                         {
@@ -149,8 +170,12 @@ async def run_eval(
         allr = []
         for _, _, futs in per_source:
             allr += [[f.result() for f in fs] for fs in futs]
+        ks = {plans[s.name][1] for s in sources}
+        k = min(ks)
+        mixed = {f"avg@{k}", f"pass@{k}"} - {"pass@1"} if len(ks) > 1 else set()  # no one k: per source only
         for name, v in summarize(allr, k, pass_threshold).items():
-            metrics[f"eval/{name}"] = v
+            if name not in mixed:
+                metrics[f"eval/{name}"] = v
     else:
         for name, v in by_source[sources[0].name].items():
             metrics[f"eval/{name}"] = v

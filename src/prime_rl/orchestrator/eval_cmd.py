@@ -31,6 +31,7 @@ from prime_rl.orchestrator.eval_sweep import (
     NoCheckpoints,
     ResultExists,
     ResultStore,
+    k_of,
     model_key,
     score_step,
     settings_key,
@@ -60,7 +61,9 @@ def results_table(res: EvalResult, k: int, title: str = "Eval"):
         return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
 
     for name, m in res.by_source.items():
-        row = [name, str(int(m["tasks"])), str(int(m["rollouts"])), f(m[f"avg@{k}"]), f(m[f"pass@{k}"], 3)]
+        ks = k_of(m)  # a source's own rollouts_per_example: shown beside its name, its scores in the same columns
+        label = name if ks == k else f"{name} (k={ks})"
+        row = [label, str(int(m["tasks"])), str(int(m["rollouts"])), f(m[f"avg@{ks}"]), f(m[f"pass@{ks}"], 3)]
         row += [f(m["pass@1"], 3)] if k != 1 else []
         row += [f"{m['error_pct']:.1f}%", f"{m['truncated_pct']:.1f}%", f(m["turns"], 1)]
         t.add_row(*row)
@@ -146,6 +149,7 @@ async def evaluate_steps(
                 AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens),
                 num_examples=cfg.eval.num_examples, rollouts_per_example=cfg.eval.rollouts_per_example,
                 pass_threshold=cfg.eval.pass_threshold, max_inflight=cfg.concurrency.max_inflight, gate=CapacityGate(),
+                settings={c.name: cfg.eval.settings_of(c) for c in cfg.eval.source or []},
             )
         finally:
             if per_checkpoint:

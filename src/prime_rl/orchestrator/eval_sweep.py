@@ -183,8 +183,15 @@ async def watch(ck: EvalCheckpointsConfig, store: ResultStore, evaluate: Evaluat
     return dict(sorted(results.items()))
 
 
+def k_of(metrics: dict[str, float]) -> int:
+    """The rollouts per task (k) of one source's eval metrics (`summarize`'s `avg@k` key)."""
+    return next(int(key[len("avg@"):]) for key in metrics if key.startswith("avg@"))
+
+
 def sweep_table(results: dict[int, EvalResult], k: int, title: str):
-    """A rich Table across steps: one row per (step, source) with tasks, avg@k, pass@k, pass@1 and error %."""
+    """A rich Table across steps: one row per (step, source) with tasks, avg@k, pass@k, pass@1 and error %. A source
+    evaluated with another k (its own `rollouts_per_example`) shows its k beside its name, its scores in the same
+    columns."""
     from rich.table import Table
 
     t = Table(title=title)
@@ -199,7 +206,9 @@ def sweep_table(results: dict[int, EvalResult], k: int, title: str):
 
     for step, res in results.items():
         for name, m in res.by_source.items():
-            row = [str(step), name, str(int(m["tasks"])), f(m[f"avg@{k}"], 4), f(m[f"pass@{k}"], 3)]
+            ks = k_of(m)
+            label = name if ks == k else f"{name} (k={ks})"
+            row = [str(step), label, str(int(m["tasks"])), f(m[f"avg@{ks}"], 4), f(m[f"pass@{ks}"], 3)]
             t.add_row(*row, *([f(m["pass@1"], 3)] if k != 1 else []), f"{m['error_pct']:.1f}%")
     return t
 
@@ -215,9 +224,10 @@ def sweep_plot(results: dict[int, EvalResult], k: int, path: Path, title: str) -
     sources = sorted({s for r in results.values() for s in r.by_source})
     for s in sources:
         pts = [(n, r.by_source[s]) for n, r in results.items() if s in r.by_source]
-        line = ax.plot([n for n, _ in pts], [m[f"avg@{k}"] for _, m in pts], marker="o", label=f"{s} avg@{k}")[0]
-        ax.plot([n for n, _ in pts], [m[f"pass@{k}"] for _, m in pts], marker="x", linestyle="--",
-                color=line.get_color(), label=f"{s} pass@{k}")  # fmt: skip
+        ks = k_of(pts[0][1])
+        line = ax.plot([n for n, _ in pts], [m[f"avg@{ks}"] for _, m in pts], marker="o", label=f"{s} avg@{ks}")[0]
+        ax.plot([n for n, _ in pts], [m[f"pass@{ks}"] for _, m in pts], marker="x", linestyle="--",
+                color=line.get_color(), label=f"{s} pass@{ks}")  # fmt: skip
     ax.set_xlabel("step (policy version)")
     ax.set_ylabel("score")
     ax.set_title(title)

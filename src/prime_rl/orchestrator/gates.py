@@ -3,7 +3,7 @@ penalty (reward shaping before advantages).
 
 - Gate (`[orchestrator.gate]`): a group is rejected when its unmasked rollouts all have one reward
   (`reject_uniform`) or its largest |advantage| lies outside `advantage_range`. The scheduler samples a replacement
-  for each rejected group, up to `max_resample_factor` times the step's groups (`resample_budget`); this is DAPO's
+  for each rejected group, up to `max_resample_factor` times the step's rollouts (`resample_budget`); this is DAPO's
   dynamic sampling (Yu et al. 2025, arXiv:2503.14476, section 3.2). With `keep_for_kl` a group whose advantages are
   all 0 is admitted: the trainer's reference-KL term still has a gradient on it.
 - Length penalty (`length_penalty` of a train source): DAPO's overlong reward shaping (arXiv:2503.14476, eq. 13) on
@@ -44,9 +44,11 @@ def make_gate(cfg: GateConfig):
     return gate
 
 
-def resample_budget(cfg: GateConfig, groups_per_step: int) -> int:
-    """Most groups one step examines: ceil(max_resample_factor * groups_per_step)."""
-    return math.ceil(cfg.max_resample_factor * groups_per_step - 1e-9)
+def resample_budget(cfg: GateConfig, batch_size: int) -> int:
+    """Most rollouts one step examines, each examined group counted with its own size:
+    ceil(max_resample_factor * batch_size). With one group size g this is ceil(max_resample_factor * batch_size / g)
+    groups."""
+    return math.ceil(cfg.max_resample_factor * batch_size - 1e-9)
 
 
 def length_penalty(num_tokens: int, cfg: LengthPenaltyConfig) -> float:

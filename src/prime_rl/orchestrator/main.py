@@ -8,7 +8,8 @@ rollout to the archive (`archive/step_N/train.jsonl.gz`, prime_rl.orchestrator.a
 `traces.jsonl`, then hand the rank batches to the rollout transport (every `rank_R.bin` atomically, or held for the
 trainer's ask over TCP), log metrics and print the step line; checkpoint every `ckpt.interval` steps. Over TCP the
 run ends once the trainer took the last step. A weight watcher loads every new `weights/step_N/STABLE` into the inference server and
-evaluates the policy on version 0, every `eval.interval` versions and the final one (`eval/step_N.jsonl`).
+evaluates the policy on version 0, every `eval.interval` versions (an eval source's own `interval` for that source)
+and the final one (`eval/step_N.jsonl`).
 After `max_empty_steps` consecutive steps with nothing to train (every rollout masked, never sampled or filtered, or
 every group with equal rewards, i.e. no nonzero advantage; the trainer then skips its update) the run stops with
 `NoProgressError` (exit 1), naming what masked the rollouts or the mean reward; so does a run that reaches
@@ -142,6 +143,8 @@ class Orchestrator:
         self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens, cfg.reward_range)
         self.watcher = WeightWatcher(self.run_dir.weights, client.update_weights, self.policy, poll_s=poll_s,
                                      on_loaded=self._on_loaded, alive=client.check_alive)
+        own = {c.name: c for c in cfg.eval.source or []}
+        self.eval_settings = {s.name: cfg.eval.settings_of(own.get(s.name)) for s in self.eval_sources}
         self.evaluated: list[int] = []
         self.final_evaluated = asyncio.Event()  # set once the final policy (`max_steps`) is evaluated
         self.start_step = 1
@@ -152,22 +155,30 @@ class Orchestrator:
         return self.curriculum.weight(self.train_sources[i].name, task.task_id) if self.curriculum else 1.0
 
     # ---- eval ----
+    def _due_sources(self, version: int) -> list[TaskSource]:
+        """The eval sources due at policy `version` (each by its own interval: `eval.source.N.interval`, else
+        `eval.interval`); none once `version` was evaluated."""
+        return [s for s in self.eval_sources
+                if eval_due(version, self.eval_settings[s.name].interval, self.cfg.max_steps, self.evaluated)]
+
     def _eval_due(self, version: int) -> bool:
-        return eval_due(version, self.cfg.eval.interval, self.cfg.max_steps, self.evaluated)
+        return bool(self._due_sources(version))
 
     async def _on_loaded(self, version: int) -> None:
         if self._eval_due(version):
             await self.evaluate(version)
 
     async def evaluate(self, version: int) -> dict[str, float]:
-        """Evaluate the loaded policy (version `version`): `eval/step_N.jsonl` and an `eval` metrics row."""
+        """Evaluate the loaded policy (version `version`) on the eval sources due at it (all of them when none is):
+        `eval/step_N.jsonl` and an `eval` metrics row."""
         t0 = time.monotonic()
+        sources = self._due_sources(version) or self.eval_sources
         res = await run_eval(
-            self.eval_sources, self.client, self.renderer, self.cfg.eval.sampling, self.eval_limits,
+            sources, self.client, self.renderer, self.cfg.eval.sampling, self.eval_limits,
             num_examples=self.cfg.eval.num_examples, rollouts_per_example=self.cfg.eval.rollouts_per_example,
             pass_threshold=self.cfg.eval.pass_threshold, gate=self.gate,
             inflight_sem=self.sched.sem if self.sched is not None else None,
-            max_inflight=self.cfg.concurrency.max_inflight,
+            max_inflight=self.cfg.concurrency.max_inflight, settings=self.eval_settings,
         )
         write_eval_rows(self.run_dir.eval / f"step_{version}.jsonl", version, res.rows)
         await asyncio.to_thread(self.archive.write, version, "eval", res.rollouts)
@@ -176,8 +187,9 @@ class Orchestrator:
         self.evaluated.append(version)
         if version == self.cfg.max_steps:
             self.final_evaluated.set()
-        k = self.cfg.eval.rollouts_per_example
-        summary = " | ".join(f"{s} avg@{k} {m[f'avg@{k}']:.4f} pass@{k} {m[f'pass@{k}']:.3f}" for s, m in res.by_source.items())
+        ks = {s: self.eval_settings[s].rollouts_per_example for s in res.by_source}
+        summary = " | ".join(f"{s} avg@{ks[s]} {m[f'avg@{ks[s]}']:.4f} pass@{ks[s]} {m[f'pass@{ks[s]}']:.3f}"
+                             for s, m in res.by_source.items())  # fmt: skip
         log.info("Eval policy %d | %s", version, summary)
         return res.metrics
 
@@ -238,7 +250,7 @@ class Orchestrator:
         step_dir = self.run_dir.rollout_step(step)
         traces = None
         if self.cfg.traces_per_step:
-            traces = trace_rows(batch.rollouts, self.cfg.traces_per_step, self.cfg.train.group_size, step)
+            traces = trace_rows(batch.rollouts, self.cfg.traces_per_step, step)
         batches = pack_step(
             pack_items(batch.rollouts, self.cfg.loss_aggregation), step=step, seq_len=self.cfg.seq_len, num_ranks=self.cfg.num_train_ranks,
             pad_id=self.pad_id, metrics={k: v for k, v in m.items() if isinstance(v, int | float)},
@@ -274,8 +286,8 @@ class Orchestrator:
         for s in {id(x): x for x in self.train_sources + self.eval_sources}.values():
             await s.start()
         pairs = [(s, "train") for s in self.train_sources]
-        if self.cfg.eval.interval is not None:
-            pairs += [(s, "eval") for s in self.eval_sources]
+        if self.cfg.eval.scheduled:
+            pairs += [(s, "eval") for s in self.eval_sources if self.eval_settings[s.name].interval is not None]
         check_prompt_lengths(pairs, self.renderer, self.cfg.seq_len)
         tune_gc()
         sched = self.sched = Scheduler(

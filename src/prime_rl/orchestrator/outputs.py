@@ -23,9 +23,10 @@ def write_step(batches: list[StepBatch], step_dir: Path) -> list[Path]:
     return paths
 
 
-def trace_rows(rollouts: list[Rollout], n: int, group_size: int, step: int) -> list[dict[str, Any]]:
-    """Up to `n` readable rollouts, one per group first."""
-    picked = rollouts[::group_size][:n]
+def trace_rows(rollouts: list[Rollout], n: int, step: int) -> list[dict[str, Any]]:
+    """Up to `n` readable rollouts: the first of each group (groups of any size, listed group by group) first."""
+    firsts = [r for i, r in enumerate(rollouts) if i == 0 or r.group_id != rollouts[i - 1].group_id]
+    picked = firsts[:n]
     if len(picked) < n:
         picked += [r for r in rollouts if r not in picked][: n - len(picked)]
     return [

@@ -1,25 +1,30 @@
 """Continuous rollout scheduling with bounded staleness.
 
 - Up to `max_inflight` rollouts run at once (the scheduler's semaphore, shared with eval; lowered to what the
-  sources admit together); groups of `group_size` rollouts of one task are launched as a unit.
+  sources admit together); a group of one task's rollouts (its source's group size: the source's `group_size`,
+  else `train.group_size`) is launched as a unit.
 - Asynchrony: step N's batch may only use policy versions >= N - 1 - max_async_level (docs/design.md, "Policy versions").
-  With the latest loaded version v, steps up to S = v + 1 + max_async_level may be produced, so at most
-  (S - N + 1) * batch_size / group_size groups are outstanding (running or finished but not yet cut) while
-  step N is being filled. `max_async_level = 0` is the synchronous baseline: one step's groups, all sampled
+  With the latest loaded version v, steps up to S = v + 1 + max_async_level may be produced, so groups are launched
+  only while the outstanding ones (running or finished but not yet cut) hold fewer than (S - N + 1) * batch_size
+  rollouts while step N is being filled. `max_async_level = 0` is the synchronous baseline: one step's groups, all sampled
   with version N - 1.
 - Staleness: when step N's batch is cut, a group whose oldest token came from a version older than
   N - 1 - max_off_policy_steps is dropped whole and replaced.
-- Finished groups are cut in completion order (the first `batch_size / group_size` finished groups make the step);
+- Finished groups are cut in completion order: the first ones that hold `batch_size` rollouts make the step (with
+  one group size, `batch_size / group_size` groups; with several, the group that reaches `batch_size` is included,
+  so a step holds fewer than `batch_size` + the largest group size rollouts, and a group launched for step N may
+  be cut into step N + 1);
   within the step they are listed in launch order (group id), so the trainer's input, and the order of its fp32
   sums, do not depend on which group finished first (a seeded synchronous run is reproducible bit for bit under
   any load). The cut groups go through admission (`prime_rl.orchestrator.admission.admit`: advantages, filters,
   truncation mask); the masked rollouts' reasons are logged, a few per kind.
 - Signal gate and refill (`[orchestrator.gate]`, `prime_rl.orchestrator.gates`): finished groups are examined in
   completion order; a group the gate rejects leaves the outstanding count, so a replacement is launched within the
-  same bound. A step examines at most `resample_budget` groups; when they are spent it is cut with the groups that
-  passed, filled with rejected ones (out of the loss) to its size, and a warning says so.
+  same bound. A step examines groups holding at most `resample_budget` rollouts (each group counted with its own
+  size); when they are spent it is cut with the groups that passed, filled with rejected ones (out of the loss) to
+  its size, and a warning says so.
 - `token_batch_size`: a step is cut once its groups hold that many prompt+completion tokens, or at `batch_size`
-  rollouts, whichever comes first (the bound above still counts `batch_size / group_size` groups per step).
+  rollouts, whichever comes first (the bound above still counts `batch_size` rollouts per step).
 - Curriculum (`prime_rl.orchestrator.curriculum`): every examined group's outcomes are recorded in the pool.
 - Per-source settings: a train source's own `sampling` (and its `max_completion_tokens`) samples its rollouts; its
   own `advantage` section computes its groups' advantages and filters, in the gate and in admission.
@@ -41,7 +46,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.config.orchestrator import OrchestratorConfig, batch_size_problem
 from prime_rl.inference.backend import InferenceBackend
 from prime_rl.monitor.logger import get_logger
 from prime_rl.orchestrator.admission import (
@@ -68,11 +73,13 @@ __all__ = ["CutBatch", "Group", "Scheduler", "effective_max_inflight", "off_poli
 
 @dataclass
 class Group:
-    """A group of `group_size` rollouts of one task: its rollout tasks, then (collected) its rollouts."""
+    """A group of `size` rollouts of one task (its source's group size): its rollout tasks, then (collected) its
+    rollouts."""
 
     gid: int
     source_idx: int
     task_pos: int
+    size: int = 0
     rollouts: list[Rollout] = field(default_factory=list)
     tasks: list[asyncio.Task] = field(default_factory=list)
     collector: asyncio.Task | None = None
@@ -110,7 +117,7 @@ class Scheduler:
     `sem` bounds the rollouts running at once (train and eval share it) to `max_inflight`.
 
     Raises:
-        ValueError: `batch_size` is not a multiple of the group size.
+        ValueError: `batch_size` does not fit the sources' group sizes (`config.orchestrator.batch_size_problem`).
     """
 
     def __init__(
@@ -126,14 +133,14 @@ class Scheduler:
         curriculum: DifficultyPool | None = None,
         teacher: Teacher | None = None,
     ):
-        group_size, batch_size = cfg.train.group_size, cfg.batch_size
-        if batch_size % group_size:
-            raise ValueError(f"batch_size ({batch_size}) must be a multiple of group_size ({group_size})")
+        if (problem := batch_size_problem(cfg.batch_size, cfg.train)) is not None:
+            raise ValueError(problem)
         self.sources, self.stream, self.client, self.renderer = sources, stream, client, renderer
         self.sampling, self.advantage, self.policy = cfg.train.sampling, cfg.advantage, policy
         self.limits = AgentLimits(cfg.seq_len, cfg.train.sampling.max_completion_tokens, cfg.reward_range)
-        self.group_size, self.batch_size = group_size, batch_size
-        self.groups_per_step = batch_size // group_size
+        self.batch_size = cfg.batch_size
+        self.size_of = {s.name: cfg.train.group_size_of(s) for s in cfg.train.source}
+        self.default_group_size = cfg.train.group_size
         self.max_inflight = effective_max_inflight(cfg.concurrency.max_inflight, sources)
         self.max_async_level, self.max_off_policy_steps = cfg.max_async_level, cfg.max_off_policy_steps
         self.weights_timeout_s = cfg.weights_timeout_s
@@ -151,18 +158,23 @@ class Scheduler:
         self.teacher = teacher
         self.gate_cfg, self.token_batch_size = cfg.gate, cfg.token_batch_size
         self.signal_gate = make_gate(cfg.gate) if cfg.gate.enabled else None
-        self.budget = resample_budget(cfg.gate, self.groups_per_step) if self.signal_gate else None
+        self.budget = resample_budget(cfg.gate, self.batch_size) if self.signal_gate else None
         self.advantage_of = {s.name: s.advantage for s in cfg.train.source if s.advantage is not None}
         self.sampling_of = {s.name: s.sampling for s in cfg.train.source if s.sampling is not None}
         self.penalties = {s.name: s.length_penalty for s in cfg.train.source if s.length_penalty is not None}
         self.passed: list[Group] = []  # examined groups of the step being filled that the gate admitted
         self.rejected: list[Group] = []  # ... that it rejected
         self.total_rejected = 0
+        self._drawn: tuple[int, int, Any] | None = None  # a task drawn whose group did not fit max_inflight yet
 
     # ---- launching ----
-    def _allowed_groups(self, step: int) -> int:
+    def group_size(self, source_idx: int) -> int:
+        """The group size of train source `source_idx` (its own `group_size`, else `train.group_size`)."""
+        return self.size_of.get(self.sources[source_idx].name, self.default_group_size)
+
+    def _allowed_rollouts(self, step: int) -> int:
         s_max = self.policy.version + 1 + self.max_async_level
-        return max(0, s_max - step + 1) * self.groups_per_step
+        return max(0, s_max - step + 1) * self.batch_size
 
     @property
     def outstanding_groups(self) -> int:
@@ -170,18 +182,27 @@ class Scheduler:
         return len(self.running) + len(self.ready) + len(self.passed)
 
     @property
+    def outstanding_rollouts(self) -> int:
+        """Rollouts of the outstanding groups (`outstanding_groups`), each group counted with its own size."""
+        return sum(g.size for groups in (self.running.values(), self.ready, self.passed) for g in groups)
+
+    @property
     def inflight(self) -> int:
         """Train rollouts running now (started, not finished)."""
         return sum(1 for g in self.running.values() for t in g.tasks if not t.done())
 
     def _launch(self, step: int) -> None:
-        while self.outstanding_groups < self._allowed_groups(step):
-            if self.running and self.inflight + self.group_size > self.max_inflight:
-                return
-            i, j, task = self.stream.next()
-            g = Group(next(self._gid), i, j)
+        while self.outstanding_rollouts < self._allowed_rollouts(step):
+            if self._drawn is None:
+                self._drawn = self.stream.next()
+            i, j, task = self._drawn
+            size = self.group_size(i)
+            if self.running and self.inflight + size > self.max_inflight:
+                return  # launched once enough of the running rollouts finish
+            self._drawn = None
+            g = Group(next(self._gid), i, j, size)
             src = self.sources[i]
-            for k in range(self.group_size):
+            for k in range(size):
                 rid = f"{task.task_id}/g{g.gid}/r{k}"
                 g.tasks.append(asyncio.create_task(self._one(src, task, g.gid, rid), name=rid))
             self.running[g.gid] = g
@@ -233,7 +254,7 @@ class Scheduler:
         return dropped
 
     def _step_full(self, groups: list[Group]) -> bool:
-        if len(groups) >= self.groups_per_step:
+        if sum(g.size for g in groups) >= self.batch_size:
             return True
         if self.token_batch_size is None:
             return False
@@ -257,7 +278,7 @@ class Scheduler:
             (self.passed if reason is None else self.rejected).append(g)
 
     def _budget_spent(self) -> bool:
-        return self.budget is not None and len(self.passed) + len(self.rejected) >= self.budget
+        return self.budget is not None and sum(g.size for g in (*self.passed, *self.rejected)) >= self.budget
 
     async def next_batch(self, step: int) -> CutBatch:
         """Wait until `batch_size` rollouts for `step` are ready, take them and admit them (`admission.admit`).
@@ -311,12 +332,13 @@ class Scheduler:
         groups = sorted(chosen + fill, key=lambda g: g.gid)
         n_rejected = len(self.rejected)
         self.total_rejected += n_rejected
+        extra = sum(g.size for g in self.rejected) - sum(g.size for g in fill)  # sampled beyond the batch
         self.passed, self.rejected = [], []
         batch = admit([g.rollouts for g in groups], self.advantage, step=step, penalties=self.penalties,
                       per_source=self.advantage_of, gate=self.signal_gate, dropped_stale_groups=dropped,
                       wait_s=time.monotonic() - t0)  # fmt: skip
         batch.gate_rejected_groups = n_rejected
-        batch.gate_extra_rollouts = (n_rejected - len(fill)) * self.group_size
+        batch.gate_extra_rollouts = extra
         batch.gate_budget_spent = spent
         log_masked(step, batch.rollouts)
         self._launch(step + 1)
@@ -340,9 +362,11 @@ class Scheduler:
 
     # ---- checkpoint / shutdown ----
     def outstanding(self) -> list[tuple[int, int]]:
-        """(source idx, task position) of every group drawn but not cut yet, in draw order."""
+        """(source idx, task position) of every group drawn but not cut yet, in draw order (a task drawn but not
+        launched yet last)."""
         groups = sorted(list(self.running.values()) + list(self.ready) + self.passed, key=lambda g: g.gid)
-        return [(g.source_idx, g.task_pos) for g in groups]
+        drawn = [] if self._drawn is None else [self._drawn[:2]]
+        return [(g.source_idx, g.task_pos) for g in groups] + drawn
 
     async def aclose(self) -> None:
         """Cancel running rollouts (each closes its episode) and their collectors, and wait for them."""

@@ -137,7 +137,10 @@ def plan_for_run(run: Path, meas: RunMeasurement, inference: dict[str, float], *
     """The `PlanConfig` fields (a dict) that model `run`: its orchestrator settings (`configs/orchestrator.toml`),
     the measured trainer, publish and weight-load times, its traced rollout shape, and the given inference and
     control-plane inputs (measured apart: `benchmarks/plan_inputs.py`). The first prompt's tokens are the mean
-    sequence length less the sampled tokens and the environment answers (characters of the traced tool messages)."""
+    sequence length less the sampled tokens and the environment answers (characters of the traced tool messages).
+
+    Raises:
+        ValueError: the run's train sources have different group sizes (the plan models one)."""
     import tomllib
 
     o = tomllib.loads((Path(run) / "configs" / "orchestrator.toml").read_text())
@@ -146,6 +149,11 @@ def plan_for_run(run: Path, meas: RunMeasurement, inference: dict[str, float], *
     env_tokens = round(shape.env_chars_per_turn)
     prompt = meas.seq_len_mean - meas.loss_tokens_per_rollout - env_tokens * (shape.turns - 1)
     group = o.get("train", {}).get("group_size", 1)
+    sizes = {src.get("group_size") or group for src in o.get("train", {}).get("source", [])} or {group}
+    if len(sizes) > 1:
+        raise ValueError(f"{run}: the train sources' group sizes differ ({sorted(sizes)}, orchestrator.train.source.*"
+                         ".group_size); the plan models one group size: set pipeline.group_size in the plan config")
+    group = sizes.pop()
     steps = meas.last
     return {
         "inference": dict(inference),
