@@ -176,3 +176,12 @@ def test_config_shared_by_rl_and_zmq_read_as_tcp():
         assert section.rollout_transport.type == "tcp" and section.rollout_transport.port == 31111
     assert cfg.trainer.rollout_transport.endpoint == "tcp://127.0.0.1:31111"
     assert RLConfig().trainer.rollout_transport.type == "filesystem"
+
+
+def test_rl_refuses_trainer_and_orchestrator_on_different_transports():
+    with pytest.raises(ValueError, match=r"trainer.rollout_transport \(type 'filesystem'.*set \[rollout_transport\] once"):
+        RLConfig(orchestrator={"rollout_transport": {"type": "tcp"}})
+    with pytest.raises(ValueError, match="port 29650"):
+        RLConfig(orchestrator={"rollout_transport": {"type": "tcp", "port": 1234}}, trainer={"rollout_transport": {"type": "tcp"}})
+    cfg = RLConfig(orchestrator={"rollout_transport": {"type": "tcp", "host": "0.0.0.0"}}, trainer={"rollout_transport": {"type": "tcp"}})
+    assert cfg.orchestrator.rollout_transport.host != cfg.trainer.rollout_transport.host  # hosts may differ

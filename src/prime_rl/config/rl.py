@@ -165,6 +165,20 @@ class RLConfig(BaseConfig):
         return self
 
     @model_validator(mode="after")
+    def _same_rollout_transport(self) -> RLConfig:
+        """Trainer and orchestrator must use one rollout transport (type and port; the hosts may differ: a
+        multi-node trainer connects to the orchestrator's node), or the trainer would wait for batches that never
+        come its way."""
+        t, o = self.trainer.rollout_transport, self.orchestrator.rollout_transport
+        if (t.type, t.port) != (o.type, o.port):
+            raise ValueError(
+                f"trainer.rollout_transport (type {t.type!r}, port {t.port}) differs from orchestrator.rollout_transport "
+                f"(type {o.type!r}, port {o.port}): the trainer would never receive its batches; set [rollout_transport] "
+                "once at the top of the rl config"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _gate_keeps_kl_groups(self) -> RLConfig:
         """With a reference-KL term in the loss (`trainer.loss.ref_kl_coef > 0`) a group whose advantages are all 0
         still has a gradient: the orchestrator's signal gate admits it (`orchestrator.gate.keep_for_kl`)."""
