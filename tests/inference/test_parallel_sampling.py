@@ -15,7 +15,6 @@ from aiohttp import web
 
 from prime_rl.config.orchestrator import ClientConfig, EvalCommandConfig, SamplingConfig
 from prime_rl.inference.client import InferenceClient, InferenceError
-from prime_rl.inference.local_client import TransformersClient
 from prime_rl.ports import free_port
 
 
@@ -195,10 +194,17 @@ async def test_later_turns_of_every_member_go_to_the_replica_that_answered(fake_
     assert [h for h, _ in fake.calls] == [group_host] * 4
 
 
-def test_the_transformers_backend_refuses_the_setting(tmp_path):
-    cfg = EvalCommandConfig(backend="transformers", model={"name": str(tmp_path)}, client={"parallel_sampling": True})
-    with pytest.raises(ValueError, match="client.parallel_sampling"):
-        TransformersClient.from_config(cfg)
+def test_the_transformers_backend_refuses_the_setting():
+    """parallel_sampling is a setting of the server backend: beside backend.type = transformers the config is
+    refused when read, in the flat form ([client]) and in [backend], naming the field and the fix."""
+    from prime_rl.config.loader import ConfigError, parse_config
+
+    with pytest.raises(ValueError, match=r"client.parallel_sampling: a setting of backend.type = 'server', but "
+                                         r"backend.type is 'transformers'; drop \[client\]"):
+        EvalCommandConfig(backend="transformers", client={"parallel_sampling": True})
+    with pytest.raises(ConfigError, match=r"backend.parallel_sampling .*not a setting of backend.type = 'transformers'"
+                                          r".*drop --backend.parallel-sampling, or choose type 'server'"):
+        parse_config(EvalCommandConfig, ["--backend", "transformers", "--backend.parallel-sampling"])
 
 
 @pytest.mark.slow

@@ -93,7 +93,7 @@ def test_prime_rl_eval_forwards_to_the_eval_command(tmp_path):
                        "--output-dir", str(tmp_path), "--dry-run"])
     assert e.value.code == 0
     written = (tmp_path / "configs" / "evals.toml").read_text()
-    assert 'backend = "transformers"' in written and "gridsim" in written
+    assert '[backend]\ntype = "transformers"' in written and "gridsim" in written
 
 
 def test_eval_refuses_a_model_name_the_server_does_not_serve(tmp_path):

@@ -44,7 +44,7 @@ def test_server_and_eval_settings(tmp_path):
     assert inf.model.name == "m" and inf.model.dtype == "float32" and inf.server.port == 8123
     assert inf.server.weights_dir == (tmp_path / "run" / "weights").resolve()  # the server may load the run's steps
     ev = eval_config(cfg, 4)
-    assert ev.client.base_url == ["http://127.0.0.1:8123"] and ev.model.name == "m"
+    assert ev.backend.base_url == ["http://127.0.0.1:8123"] and ev.model.name == "m"
     assert ev.checkpoints.run_dir == (tmp_path / "run").resolve() and ev.checkpoints.steps == [4]
     assert ev.output_dir == (tmp_path / "run").resolve() and ev.eval == cfg.eval
 

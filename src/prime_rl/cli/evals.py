@@ -11,7 +11,7 @@ from prime_rl.cli.command import Command
 main = Command("evals", "prime_rl.config.orchestrator:EvalCommandConfig", "prime_rl.orchestrator.eval_cmd:run",
                "evaluate a model on environments' eval splits (served by `inference`, or in-process)",
                user_errors=("prime_rl.hf_data:DataLoadError", "prime_rl.models.hub:ModelNotFoundError"),
-               common=("model.name", "client.base_url", "eval.num_examples", "eval.rollouts_per_example",
+               common=("model.name", "backend.base_url", "eval.num_examples", "eval.rollouts_per_example",
                        "eval.sampling.temperature", "eval.sampling.max_completion_tokens"))  # fmt: skip
 
 if __name__ == "__main__":

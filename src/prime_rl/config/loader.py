@@ -12,6 +12,7 @@ collects both values (`--entry a=x --entry b=y` = `--entry a=x b=y`).
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import sys
 import types
@@ -99,6 +100,7 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
     out: list[str | list[str]] = []  # a list field's values stay one (growing) entry until the end
     bare: list[str] = []
     lists: dict[str, list[str]] = {}
+    as_json: set[int] = set()  # lists inside an optional section or a union variant: the loader reads them as JSON
     i, n = 0, len(args)
     while i < n:
         tok = args[i]
@@ -112,6 +114,12 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             continue
         kind = _flag_kind(cls, tok[2:]) if "=" not in tok else "given"
         i += 1
+        if kind.startswith("tagged:"):  # `--backend transformers` = `--backend.type transformers`
+            if i < n and not args[i].startswith(("-", "@")) and args[i] != "None":
+                out += [f"{tok}.{kind[7:]}", args[i]]
+                i += 1
+                continue
+            kind = "section"
         if kind == "list":
             j = i
             while j < n and not args[j].startswith("--") and args[j] != "@":
@@ -119,6 +127,8 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             if tok not in lists:
                 lists[tok] = []
                 out += [tok, lists[tok]]
+                if _in_optional_or_union(cls, tok[2:]):
+                    as_json.add(id(lists[tok]))
             lists[tok] += args[i:j]
             i = j
             continue
@@ -134,6 +144,8 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             i += 1
     flat: list[str] = []
     for x in out:
+        if isinstance(x, list) and id(x) in as_json and not (len(x) == 1 and x[0].startswith("[")):
+            x = [json.dumps(x)]
         flat.extend(x if isinstance(x, list) else [x])
     for name, value in zip(positional, bare, strict=False):
         flat += [f"--{name.replace('_', '-')}", value]
@@ -141,8 +153,9 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
 
 
 def _flag_kind(cls: type[BaseModel], flag: str) -> str:
-    """What `--flag` takes: "bool", "negated" (`--no-flag` of a bool: no value), "list", "section" (a sub-config)
-    or "value" (anything else, unknown flags included, as the loader reads them)."""
+    """What `--flag` takes: "bool", "negated" (`--no-flag` of a bool: no value), "list", "tagged:TAG" (a union of
+    sections told apart by field TAG: a bare value sets it), "section" (a sub-config) or "value" (anything else,
+    unknown flags included, as the loader reads them)."""
     if flag.startswith("no-") and _flag_kind(cls, flag[3:]) == "bool":
         return "negated"
     current: Any = cls
@@ -161,9 +174,30 @@ def _flag_kind(cls: type[BaseModel], flag: str) -> str:
         return "bool"
     if any(typing.get_origin(a) is list for a in args):
         return "list"
-    if any(isinstance(a, type) and issubclass(a, BaseModel) for a in args):
+    models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+    if len(models) > 1 and isinstance(finfo.discriminator, str):
+        return f"tagged:{finfo.discriminator}"
+    if models:
         return "section"
     return "value"
+
+
+def _in_optional_or_union(cls: type[BaseModel], flag: str) -> bool:
+    """Whether `--flag` names a field inside a section that may be None or is one variant of a union (the config
+    library reads a value there as one string, or as JSON when it starts with `[` or `{`)."""
+    current: Any = cls
+    for seg in flag.split(".")[:-1]:
+        models = _models_in(current)
+        name = seg.replace("-", "_")
+        finfo = next((m.model_fields[name] for m in models if name in m.model_fields), None)
+        if finfo is None:
+            return False
+        current = finfo.annotation
+        inner = [a for a in typing.get_args(current) if a is not type(None)]
+        if typing.get_origin(current) in (typing.Union, types.UnionType) and (len(inner) > 1 or len(inner) < len(
+                typing.get_args(current))):  # fmt: skip
+            return True
+    return False
 
 
 def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: list[str] | None = None,

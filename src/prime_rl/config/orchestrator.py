@@ -11,6 +11,8 @@ from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.archive import ArchiveConfig
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
+from prime_rl.config.client import ClientConfig
+from prime_rl.config.eval_backend import BackendConfig, ServerBackendConfig, backend_from_flat
 from prime_rl.config.eval_sweep import EvalCheckpointsConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.recipes import CurriculumConfig, GateConfig, LengthPenaltyConfig
@@ -30,27 +32,6 @@ from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, i
     taskset_kind,
 )
 from prime_rl.config.teacher import TeacherConfig
-
-
-class ClientConfig(BaseConfig):
-    """How the orchestrator reaches the inference server(s)."""
-
-    base_url: list[str] = Field(
-        default_factory=lambda: ["http://127.0.0.1:8000"],
-        description="One URL per inference server (data-parallel: round robin, sticky per rollout).",
-    )
-    request_timeout_s: float = Field(600.0, gt=0, description="Read timeout of one generate request.")
-    connect_timeout_s: float = Field(10.0, gt=0, description="TCP connect timeout of one request.")
-    max_retries: int = Field(5, ge=0, description="Retries on 5xx and transport errors (exponential backoff).")
-    health_timeout_s: float = Field(300.0, gt=0, description="How long to wait for the servers' /health at start.")
-    api_key: str | None = Field(None, description="Sent as `Authorization: Bearer KEY` (servers started with one).")
-    parallel_sampling: bool = Field(
-        False,
-        description="Send the generate calls that ask for the same prompt with the same settings at once (a group's "
-        "first turn) as one request with n samples (vLLM parallel sampling: the prompt is prefilled once, fewer "
-        "requests). Seeds are per request (choice i: seed + i), so seeded runs sample differently than with false. "
-        "backend = server only.",
-    )
 
 
 class SamplingConfig(BaseConfig):
@@ -472,25 +453,17 @@ def batch_size_problem(batch_size: int, train: TrainSamplingConfig, prefix: str 
 
 
 
-class LocalBackendConfig(BaseConfig):
-    """`eval --backend transformers`: sampling in the eval process itself (transformers `generate`)."""
-
-    max_batch: int = Field(64, gt=0, description="Most concurrent requests sampled in one generate call.")
-    threads: int | None = Field(None, gt=0, description="torch threads (default: torch's choice).")
-
-
 class EvalCommandConfig(BaseConfig):
     """`evals @ config`: evaluate a model on environments' eval splits, with a results table."""
 
     model: ModelConfig = Field(ModelConfig(), description="The evaluated model (its name must match the server's).")
-    backend: str = Field(
-        "server",
-        description="Inference backend (prime_rl.inference.backend): server = the inference server(s) at "
-        "client.base_url serve model.name; transformers = load model.name in this process and sample with "
-        "transformers generate (no server; slower per token); or a registered name / module:Class.",
+    backend: BackendConfig = Field(
+        ServerBackendConfig(),
+        description="Where the model is sampled, chosen by `type`: server = the inference server(s) at "
+        "backend.base_url serve model.name; transformers = load model.name in this process and sample with "
+        "transformers generate (no server; slower per token); custom = backend.import_path. `--backend NAME` sets "
+        "the type; `backend = \"NAME\"` with [client] (server) or [local] (transformers) is read as [backend].",
     )
-    local: LocalBackendConfig = Field(LocalBackendConfig(), description="backend = transformers: batching, threads.")
-    client: ClientConfig = Field(ClientConfig(), description="backend = server: the inference server(s).")
     renderer: RendererConfig = Field(RendererConfig(), description="Chat format.")
     concurrency: ConcurrencyConfig = Field(ConcurrencyConfig(), description="Rollouts in flight.")
     eval: EvalConfig = Field(EvalConfig(source=[EvalSourceConfig()]), description="What to evaluate and how.")
@@ -500,8 +473,13 @@ class EvalCommandConfig(BaseConfig):
     log: LogConfig = Field(LogConfig(), description="Logging.")
     output_dir: Path = Field(Path("outputs/eval"), description="Where results, the table and logs go.")
     seq_len: int = Field(2048, gt=0, description="Max tokens per rollout.")
-    seed: int = Field(0, description="Seed of task order and (backend = transformers) of sampling.")
+    seed: int = Field(0, description="Seed of task order and (backend.type = transformers) of sampling.")
     dry_run: bool = Field(False, description="Write the resolved config and exit.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_backend(cls, data: Any) -> Any:
+        return backend_from_flat(data)
 
     @model_validator(mode="after")
     def _no_source_interval(self) -> EvalCommandConfig:

@@ -1,5 +1,6 @@
 """The inference-backend seam: what the orchestrator, the eval command and the agent loop need from an engine
-that samples the policy, and the registry that picks one by name (`backend = "server"`).
+that samples the policy, and the registry that picks one by name (the orchestrator's `backend = "server"`, `evals`'
+`backend.type`).
 
 A backend takes prompt token ids and returns sampled token ids, the engine's logprob of each (the behaviour policy
 of the loss, docs/design.md invariant 2) and the policy version that sampled them. Built in, one module each:
@@ -122,19 +123,29 @@ BACKENDS: Registry[type[InferenceBackend]] = Registry("inference backend", "back
 })
 
 
+def backend_name(cfg: OrchestratorConfig | EvalCommandConfig) -> str:
+    """The `BACKENDS` name of `cfg`'s backend: the orchestrator's `backend`, or `evals`' `backend.type` (for
+    `type = "custom"` its `import_path`)."""
+    backend = cfg.backend
+    if isinstance(backend, str):
+        return backend
+    return backend.import_path if backend.type == "custom" else backend.type
+
+
 def build_backend(cfg: OrchestratorConfig | EvalCommandConfig, *, loads_weights: bool = False) -> InferenceBackend:
-    """The backend `cfg.backend` names, built from `cfg`. With `loads_weights`, refuse one that cannot load new
-    policy versions.
+    """The backend `cfg.backend` names (`backend_name`), built from `cfg`. With `loads_weights`, refuse one that
+    cannot load new policy versions.
 
     Raises:
-        RegistryError (a ValueError): unknown `backend`, or one that cannot load weights when that is needed
+        RegistryError (a ValueError): unknown backend, or one that cannot load weights when that is needed
             (names the field and the choices).
     """
-    cls = BACKENDS.get(cfg.backend)
+    name = backend_name(cfg)
+    cls = BACKENDS.get(name)
     if loads_weights and not cls.loads_weights:
         able = [n for n in BACKENDS.names() if getattr(BACKENDS.get(n), "loads_weights", False)]
         raise RegistryError(
-            f"backend = {cfg.backend!r}: this backend cannot load new policy versions, so training could never "
+            f"backend = {name!r}: this backend cannot load new policy versions, so training could never "
             f"sample from the trained policy; choose one that can: {', '.join(able)}"
         )
     return cls.from_config(cfg)

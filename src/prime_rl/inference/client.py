@@ -65,8 +65,11 @@ class InferenceClient:
 
     @classmethod
     def from_config(cls, cfg: OrchestratorConfig | EvalCommandConfig) -> InferenceClient:
-        """The client of `cfg.client` (server URLs, timeouts, retries)."""
-        return cls(cfg.client)
+        """The client of the orchestrator's `client` or `evals`' `backend` (type server): server URLs, timeouts,
+        retries."""
+        from prime_rl.config.client import ClientConfig
+
+        return cls(cfg.backend if isinstance(cfg.backend, ClientConfig) else cfg.client)
 
     # -- sampling --------------------------------------------------------------------------------------------------
     async def generate(

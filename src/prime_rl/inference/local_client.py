@@ -77,23 +77,23 @@ class TransformersClient:
 
     @classmethod
     def from_config(cls, cfg: OrchestratorConfig | EvalCommandConfig) -> TransformersClient:
-        """`model.name` (a local folder) loaded with the `local` settings (max_batch, threads) and `seed`.
+        """`model.name` (a local folder) loaded with `evals`' `backend` settings (type transformers: max_batch,
+        threads) and `seed`.
 
         Raises:
             FileNotFoundError: `model.name` is not a folder (names the field).
-            ValueError: `client.parallel_sampling` is set (it applies to backend = server only).
+            ValueError: `cfg` has no transformers backend settings (the orchestrator's config).
         """
-        if cfg.client.parallel_sampling:
-            raise ValueError("client.parallel_sampling = true applies to backend = server (vLLM's parallel sampling); "
-                             "backend = transformers samples every rollout on its own: drop the setting")
+        from prime_rl.config.eval_backend import TransformersBackendConfig
+
+        if not isinstance(cfg.backend, TransformersBackendConfig):
+            raise ValueError("backend = 'transformers' samples in the evals process only (its backend.type = "
+                             "\"transformers\"); the orchestrator samples from the inference server")
         if not Path(cfg.model.name).is_dir():
             raise FileNotFoundError(f"model.name = {cfg.model.name!r}: no such model folder (backend = transformers "
                                     "loads a local Hugging Face folder, e.g. outputs/demo/sft/weights/step_N)")
-        local = getattr(cfg, "local", None)
-        if local is None:
-            raise ValueError("backend = 'transformers' needs the `local` settings of the eval command's config")
         log.info("sampling in this process with transformers (backend = transformers): %s", cfg.model.name)
-        return cls(cfg.model.name, max_batch=local.max_batch, seed=cfg.seed, threads=local.threads)
+        return cls(cfg.model.name, max_batch=cfg.backend.max_batch, seed=cfg.seed, threads=cfg.backend.threads)
 
     async def wait_healthy(self, timeout_s: float | None = None) -> None:
         """Ready at once: the model was loaded by the constructor."""

@@ -20,8 +20,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from prime_rl.config.eval_backend import ServerBackendConfig
 from prime_rl.config.inference import InferenceConfig
-from prime_rl.config.orchestrator import ClientConfig, EvalCommandConfig
+from prime_rl.config.orchestrator import EvalCommandConfig
 from prime_rl.config.trainer import SFTConfig
 
 
@@ -40,7 +41,7 @@ def eval_config(cfg: SFTConfig, step: int) -> EvalCommandConfig:
     url = f"http://{inf.server.host}:{inf.server.port}"
     return EvalCommandConfig(
         model={"name": cfg.model.name, "chat_template": cfg.model.chat_template},
-        client=ClientConfig(base_url=[url]),
+        backend=ServerBackendConfig(base_url=[url]),
         renderer=cfg.renderer,
         eval=cfg.eval,
         checkpoints={"run_dir": Path(cfg.output_dir).resolve(), "steps": [step], "plot": False},

@@ -1,7 +1,7 @@
 """`evals @ config` (also `prime-rl eval`): evaluate a model on environments' eval splits, with a results table.
 
-The model is sampled by the inference backend `backend` names (`prime_rl.inference.backend`): the inference
-server(s) at `client.base_url` (`server`, the default) or transformers in this process (`transformers`: no server
+The model is sampled by the inference backend `backend.type` names (`prime_rl.inference.backend`): the inference
+server(s) at `backend.base_url` (`server`, the default) or transformers in this process (`transformers`: no server
 needed).
 
 Same machinery as the orchestrator's eval (agent loop, sources, avg@k / pass@k). Scores `model.name` once (as step
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.config.orchestrator import EvalCommandConfig
-from prime_rl.inference.backend import BACKENDS, InferenceBackend, InferenceError, build_backend
+from prime_rl.inference.backend import BACKENDS, InferenceBackend, InferenceError, backend_name, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.orchestrator.agent import AgentLimits
@@ -91,7 +91,7 @@ async def _open_backend(cfg: EvalCommandConfig) -> InferenceBackend:
     """The backend `cfg` names, healthy and serving `cfg.model.name` (closed again when either check fails)."""
     client = build_backend(cfg)
     try:
-        await wait_with_progress(client.wait_healthy(), f"waiting for inference ({cfg.backend})")
+        await wait_with_progress(client.wait_healthy(), f"waiting for inference ({backend_name(cfg)})")
         await client.check_model(cfg.model.name)
     except BaseException:
         await client.aclose()
@@ -123,7 +123,7 @@ async def evaluate_steps(
     store = ResultStore(Path(results_dir or cfg.output_dir), model_key(cfg.model.name, ck.run_dir), settings_key(cfg))
     sources = sources if sources is not None else [build_source(s) for s in src_cfgs]
     own = client is None
-    per_checkpoint = own and ck.run_dir is not None and not BACKENDS.get(cfg.backend).loads_weights
+    per_checkpoint = own and ck.run_dir is not None and not BACKENDS.get(backend_name(cfg)).loads_weights
     if own and not per_checkpoint:
         client = await _open_backend(cfg)
     if renderer is None:  # after the server check: a wrong model.name is named there, not in a hub download
