@@ -18,6 +18,7 @@ from prime_rl.config.deployment import DeploymentConfig, SlurmConfig, check_slur
 from prime_rl.config.inference import SAMPLES_FOR_TRAINING, InferenceConfig, distribution_flags, flag_name
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.rollout_transport import RolloutTransportConfig
+from prime_rl.config.teacher import TeacherConfig, TeacherServerConfig
 from prime_rl.config.trainer import TrainerConfig
 
 SHARED_FIELDS = ("model", "max_steps", "seq_len", "output_dir", "ckpt", "wandb", "rollout_transport")
@@ -66,6 +67,10 @@ class RLConfig(BaseConfig):
     deployment: DeploymentConfig = Field(DeploymentConfig(), description="Nodes and devices per role (docs/scaling.md).")
     slurm: SlurmConfig | None = Field(None, description="Submit the run as a Slurm batch job (see docs/scaling.md).")
     env_server: EnvServerLaunchConfig = Field(EnvServerLaunchConfig(), description="The resources server rl starts.")
+    teacher: TeacherServerConfig | None = Field(
+        None, description="On-policy distillation: the teacher inference server rl starts (single-node) and points "
+        "orchestrator.teacher at; None = none started.",
+    )
     log: LogConfig = Field(LogConfig(), description="The launcher's logging.")
 
     model: ModelConfig | None = Field(None, description="Shared: copied into trainer, orchestrator and inference.")
@@ -180,11 +185,49 @@ class RLConfig(BaseConfig):
 
     @model_validator(mode="after")
     def _gate_keeps_kl_groups(self) -> RLConfig:
-        """With a reference-KL term in the loss (`trainer.loss.ref_kl_coef > 0`) a group whose advantages are all 0
-        still has a gradient: the orchestrator's signal gate admits it (`orchestrator.gate.keep_for_kl`)."""
-        if float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0:
+        """With a reference-KL or teacher term in the loss (`trainer.loss.ref_kl_coef > 0`, `teacher_kl_coef > 0`) a
+        group whose advantages are all 0 still has a gradient: the orchestrator's signal gate admits it
+        (`orchestrator.gate.keep_for_kl`)."""
+        if float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0 or _teacher_term(self):
             self.orchestrator.gate.keep_for_kl = True
         return self
+
+    @model_validator(mode="after")
+    def _wire_teacher(self) -> RLConfig:
+        check_teacher(self)
+        return self
+
+
+def _teacher_term(cfg: RLConfig) -> bool:
+    return float(getattr(cfg.trainer.loss, "teacher_kl_coef", 0.0)) > 0
+
+
+def check_teacher(cfg: RLConfig) -> None:
+    """On-policy distillation's three parts must come together: `[teacher]` (the server rl starts; single-node)
+    sets `orchestrator.teacher` to it (name and URL); a teacher (either way) needs a teacher term in the loss
+    (`trainer.loss.type = "opd"` or `teacher_kl_coef > 0`), and that term needs a teacher. Raises ValueError
+    naming the fields."""
+    t = cfg.teacher
+    if t is not None:
+        if cfg.deployment.type == "multi-node":
+            raise ValueError("[teacher] starts the teacher server on a single-node run only; on several nodes start "
+                             "one yourself (`inference @ teacher.toml`) and set [orchestrator.teacher] name and base_url")  # fmt: skip
+        wired = TeacherConfig(name=t.model.name, base_url=[t.url])
+        if cfg.orchestrator.teacher is not None and (cfg.orchestrator.teacher.name, cfg.orchestrator.teacher.base_url) \
+                != (wired.name, wired.base_url):
+            raise ValueError(f"[teacher] starts {t.model.name!r} at {t.url}, but [orchestrator.teacher] names "
+                             f"{cfg.orchestrator.teacher.name!r} at {cfg.orchestrator.teacher.base_url}: set one of them")  # fmt: skip
+        if cfg.orchestrator.teacher is None:
+            cfg.orchestrator.teacher = wired
+        if t.server.port == cfg.inference.server.port:
+            raise ValueError(f"teacher.server.port = {t.server.port} is inference.server.port too: give the teacher "
+                             "server its own port")  # fmt: skip
+    if cfg.orchestrator.teacher is not None and not _teacher_term(cfg):
+        raise ValueError("a teacher is set ([teacher] or [orchestrator.teacher]) but trainer.loss has no teacher term, "
+                         "so its logprobs would be ignored: set [trainer.loss] type = \"opd\" (or teacher_kl_coef > 0)")  # fmt: skip
+    if cfg.orchestrator.teacher is None and _teacher_term(cfg):
+        raise ValueError("trainer.loss has a teacher term (type = \"opd\" or teacher_kl_coef > 0) but no teacher "
+                         "scores the rollouts: set [teacher.model] name = ... (rl starts it) or [orchestrator.teacher]")  # fmt: skip
 
 
 def check_lengths(cfg: RLConfig) -> None:

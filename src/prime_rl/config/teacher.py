@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from prime_rl.config.base import BaseConfig
+from prime_rl.config.base import BaseConfig, ModelConfig
+from prime_rl.config.inference import InferenceConfig, ServerConfig, VllmConfig
 
 if TYPE_CHECKING:
     from prime_rl.config.orchestrator import ClientConfig
@@ -36,3 +38,28 @@ class TeacherConfig(BaseConfig):
 
         return ClientConfig(base_url=self.base_url, api_key=self.api_key, request_timeout_s=self.request_timeout_s,
                             max_retries=self.max_retries, health_timeout_s=self.health_timeout_s)  # fmt: skip
+
+
+class TeacherServerConfig(BaseConfig):
+    """`[teacher]` of `rl`: the teacher inference server `rl` starts next to the policy's (single-node runs), serving
+    `model.name` frozen (no weight updates); `rl` points `[orchestrator.teacher]` at it. Its tokenizer must be the
+    student's. On GPU it shares the first inference GPU: set both servers' `vllm.gpu_memory_utilization` so they
+    fit together."""
+
+    model: ModelConfig = Field(description="The teacher model (`[teacher.model] name = ...`).")
+    server: ServerConfig = Field(ServerConfig(port=8001), description="Address of the teacher server (port 8001).")
+    vllm: VllmConfig = Field(VllmConfig(), description="vLLM engine options of the teacher server.")
+
+    def inference_config(self, output_dir: Path) -> InferenceConfig:
+        """The `inference` config of the teacher server: its vLLM log `<output_dir>/logs/vllm-teacher.log` unless
+        `server.log_file` is set."""
+        server = self.server
+        if server.log_file is None:
+            server = server.model_copy(update={"log_file": Path(output_dir) / "logs" / "vllm-teacher.log"})
+        return InferenceConfig(model=self.model, server=server, vllm=self.vllm, output_dir=output_dir)
+
+    @property
+    def url(self) -> str:
+        """The teacher server's base URL as the orchestrator reaches it."""
+        host = "127.0.0.1" if self.server.host in ("0.0.0.0", "::") else self.server.host
+        return f"http://{host}:{self.server.port}"

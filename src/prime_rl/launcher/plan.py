@@ -267,6 +267,9 @@ def processes(cfg: RLConfig, run: RunDir, nodes: list[NodeRoles], replicas: list
     node_of = {r: n.index for n in nodes for r in n.replicas}
     out += [ProcessPlan(name=r.name, role="inference", nodes=[node_of[r.index]], config=run.configs / f"{r.name}.toml",
                         health_url=r.health_url, ports=[r.port]) for r in replicas]  # fmt: skip
+    if cfg.teacher is not None:  # single-node only (config.rl.check_teacher)
+        out.append(ProcessPlan(name="teacher", role="inference", nodes=[0], config=run.configs / "teacher.toml",
+                               health_url=cfg.teacher.url + "/health", ports=[cfg.teacher.server.port]))  # fmt: skip
     out.append(ProcessPlan(name="trainer", role="trainer", nodes=[n.index for n in nodes if n.train_rank is not None],
                            config=run.configs / "trainer.toml"))  # fmt: skip
     orch = next(n.index for n in nodes if "orchestrator" in n.roles)
@@ -299,6 +302,8 @@ def configs(cfg: RLConfig, run: RunDir, replicas: list[Replica], where: Layout) 
     out["orchestrator"] = evolve(cfg.orchestrator, {"wandb": None})
     for rep in replicas:
         out[rep.name] = replica_config(cfg, run, rep, multi=where.multi)
+    if cfg.teacher is not None:
+        out["teacher"] = cfg.teacher.inference_config(run.root)
     return out
 
 

@@ -34,6 +34,7 @@ def check_model(cfg: RLConfig) -> None:
     """Every section's `model.name` must resolve (a local model folder, or a hub id downloaded once:
     `prime_rl.models.hub`), and its `model.chat_template` file exist."""
     from prime_rl.launcher.fields import as_set
+    from prime_rl.launcher.teacher import check_teacher_model
     from prime_rl.models.hub import ModelNotFoundError, resolve_model
 
     seen = set()
@@ -49,6 +50,7 @@ def check_model(cfg: RLConfig) -> None:
             resolve_model(model.name)
         except ModelNotFoundError as e:
             raise PreflightError(e.named(*as_set(cfg, f"{section}.model.name"))) from None
+    check_teacher_model(cfg)  # [teacher]: its model resolves and its tokenizer is the student's
 
 
 def check_extensions(cfg: RLConfig) -> None:
@@ -141,6 +143,9 @@ def check_ports(replicas: list[Replica], plans: list[EnvServerPlan], cfg: RLConf
     wanted = [(r.bind_host, r.port, "inference.server.port" + (f" + {r.index} (replica {r.index})" if r.index else ""))
               for r in replicas]
     wanted += [(p.host, p.port, f"the env server for {p.url} ({', '.join(p.sources)})") for p in plans]
+    teacher = getattr(cfg, "teacher", None) if cfg is not None else None
+    if teacher is not None and (not roles or "inference" in roles):
+        wanted.append((teacher.server.host, teacher.server.port, "teacher.server.port (the teacher inference server)"))
     teacher = getattr(cfg, "teacher", None) if cfg is not None else None
     if teacher is not None and (not roles or "inference" in roles):
         wanted.append((teacher.server.host, teacher.server.port, "teacher.server.port (the teacher inference server)"))

@@ -50,6 +50,10 @@ def node_specs(cfg: RLConfig, plan: RunPlan, index: int, placement: Placement, n
     for j, rep in enumerate(node_replicas):
         out.specs[rep.name] = replicas.replica_spec(run, rep, placement.replica_env(j, per_node))
         out.own[rep.name] = rep.health_url
+    if "teacher" in mine:  # on-policy distillation's teacher server (`[teacher]`), beside replica 0
+        argv = [sys.executable, "-m", "prime_rl.cli.inference", "@", str(run.configs / "teacher.toml")]
+        out.specs["teacher"] = ChildSpec("teacher", argv, run.log_file("teacher.console"), placement.replica_env(0, 1))
+        out.own["teacher"] = plan.process("teacher").health_url
     if "trainer" in mine:
         out.specs["trainer"] = ChildSpec("trainer", _torchrun(cfg, plan, index, placement) +
                                          ["-m", "prime_rl.cli.trainer", "@", str(run.configs / "trainer.toml")],
@@ -59,6 +63,8 @@ def node_specs(cfg: RLConfig, plan: RunPlan, index: int, placement: Placement, n
         out.specs["orchestrator"] = ChildSpec("orchestrator", argv, run.log_file("orchestrator.console"),
                                               placement.env_for("orchestrator"))  # fmt: skip
         out.needs = {r.name: r.health_url for r in plan.replicas}
+        if cfg.teacher is not None:
+            out.needs["teacher"] = plan.process("teacher").health_url
         out.needs.update({f"env server {p.url}": p.health_url for p in plan.env_servers})
     if multi:
         for spec in out.specs.values():

@@ -1,0 +1,87 @@
+"""On-policy distillation in `rl`: `[teacher]` adds a teacher inference server to the plan (its config, port and
+health URL), points `[orchestrator.teacher]` at it, and the pre-flight checks cover its port and its tokenizer; a
+teacher without a teacher term in the loss (or the term without a teacher), a multi-node run, a shared port are
+refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+
+import pytest
+from tests.launcher.test_launch_plan import cfg_of, demo_args, rows_at, tiny  # noqa: F401 (fixture)
+
+from prime_rl.config.rl import RLConfig
+from prime_rl.launcher.errors import PreflightError
+from prime_rl.launcher.layout import Layout
+from prime_rl.launcher.plan import resolve
+from prime_rl.ports import free_port
+
+
+def _teacher_args(port: int) -> list[str]:
+    from prime_rl.models.tiny import cached_tiny_model
+
+    return ["--trainer.loss.type", "opd", "--teacher.model.name", str(cached_tiny_model(hidden=64, layers=2, seed=1)),
+            "--teacher.server.port", str(port)]  # fmt: skip
+
+
+def test_plan_starts_the_teacher_and_wires_the_orchestrator(tmp_path, tiny):  # noqa: F811
+    rows_at(tmp_path / "gym-root")
+    port = free_port()
+    cfg = cfg_of(demo_args(tmp_path, tiny, None, None, *_teacher_args(port)))
+    plan = resolve(cfg, Layout.single(), probe=lambda url: False, gpus=[])
+    p = plan.process("teacher")
+    assert (p.role, p.ports, p.health_url) == ("inference", [port], f"http://127.0.0.1:{port}/health")
+    t = plan.config.orchestrator.teacher
+    assert t.base_url == [f"http://127.0.0.1:{port}"] and t.name == cfg.teacher.model.name
+    assert plan.config.orchestrator.gate.keep_for_kl
+    inf = plan.configs["teacher"]
+    assert inf.model.name == cfg.teacher.model.name and inf.server.port == port
+    assert inf.server.log_file == plan.run_dir / "logs" / "vllm-teacher.log"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        with pytest.raises(PreflightError, match=f"port {port} \\(teacher.server.port"):
+            resolve(cfg, Layout.single(), probe=lambda url: False, gpus=[])
+
+
+def test_preflight_refuses_a_teacher_with_another_tokenizer(tmp_path, tiny):  # noqa: F811
+    """A copy of the tiny teacher whose tokenizer swaps the ids of two byte tokens: refused before anything starts,
+    naming both models."""
+    from prime_rl.models.tiny import cached_tiny_model
+
+    other = tmp_path / "other-teacher"
+    shutil.copytree(cached_tiny_model(hidden=64, layers=2, seed=1), other)
+    tj = json.loads((other / "tokenizer.json").read_text())
+    vocab = tj["model"]["vocab"]
+    a, b = list(vocab)[:2]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (other / "tokenizer.json").write_text(json.dumps(tj))
+    rows_at(tmp_path / "gym-root")
+    args = demo_args(tmp_path, tiny, None, None, *_teacher_args(free_port()))
+    args[args.index("--teacher.model.name") + 1] = str(other)
+    with pytest.raises(PreflightError, match=rf"teacher.model.name = '{other}' and model.name = .* map 2 token"):
+        resolve(cfg_of(args), Layout.single(), probe=lambda url: False, gpus=[])
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"teacher": {"model": {"name": "t"}}}, "no teacher term"),
+    ({"trainer": {"loss": {"type": "opd"}}}, "no teacher scores the rollouts"),
+    ({"trainer": {"loss": {"teacher_kl_coef": 0.5}}}, "no teacher scores the rollouts"),
+    ({"teacher": {"model": {"name": "t"}, "server": {"port": 8000}}, "trainer": {"loss": {"type": "opd"}}},
+     "its own port"),
+    ({"teacher": {"model": {"name": "t"}}, "trainer": {"loss": {"type": "opd"}},
+      "orchestrator": {"teacher": {"name": "u"}}}, "set one of them"),
+    ({"teacher": {"model": {"name": "t"}}, "trainer": {"loss": {"type": "opd"}},
+      "deployment": {"type": "multi-node", "num_infer_nodes": 1, "num_train_nodes": 1}}, "single-node run only"),
+])  # fmt: skip
+def test_refused_combinations(data, match):
+    with pytest.raises(ValueError, match=match):
+        RLConfig.model_validate(data)
+
+
+def test_orchestrator_teacher_without_teacher_server_is_accepted():
+    cfg = RLConfig.model_validate({"orchestrator": {"teacher": {"name": "t", "base_url": ["http://10.0.0.2:9000"]}},
+                                   "trainer": {"loss": {"teacher_kl_coef": 0.5}}})  # fmt: skip
+    assert cfg.teacher is None and cfg.orchestrator.teacher.base_url == ["http://10.0.0.2:9000"]
