@@ -219,11 +219,11 @@ def test_errors_name_the_file_or_flag_and_both_spellings(tmp_path):
     with pytest.raises(ConfigError) as e:
         parse_config(RLConfig, ["@", good, "--orchestrator.batch-size", "many"])
     assert "(from --orchestrator.batch-size)" in str(e.value)
-    # a section-level validator error: the flag under the section is named, next to the file that holds the section
+    # a section-level validator error naming the field: its flag is named, not a file that holds the section only
     trains = _write(tmp_path, "train.toml", "[orchestrator.train]\ngroup_size = 4\n")
     with pytest.raises(ConfigError) as e:
         parse_config(RLConfig, ["@", trains, "--orchestrator.train.sampling.top-p", "0.9"])
-    assert f"(from --orchestrator.train.sampling.top-p, or in {trains})" in str(e.value)
+    assert "(from --orchestrator.train.sampling.top-p)" in str(e.value) and str(trains) not in str(e.value)
     assert "top_p = 0.9 truncates the sampling distribution" in str(e.value)
 
 

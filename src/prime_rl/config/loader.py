@@ -208,10 +208,12 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
     came from: the last `@` file that sets that key, or the command-line flag (`positional`: fields a bare argument
     set, named as `the FIELD argument`); a suggestion gives both spellings (`a.b_c`, flag `--a.b-c`). A key that
     belongs to another variant of a section chosen by `type` names the type, where it was set, and the types that
-    have the key. Backticked `a.b = value` pairs in a validator's message get their origin too.
+    have the key. Backticked `a.b = value` pairs in a validator's message get their origin too. A section's problem
+    whose message names fields of the section (`ckpt.resume_dir`) names where those fields were set, not every flag
+    under the section; a problem repeated under a section that holds a copy of a shared value is said once.
     """
     lines = []
-    for e in err.errors():
+    for e in _without_copies(err.errors()):
         loc, tag = _untag(cls, tuple(e.get("loc", ())))
         path = _dotted(loc)
         value = e.get("input")
@@ -230,6 +232,9 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
             lines.append(f"  {path}: unknown key{got}{where}{hint}")
         else:
             msg = str(e.get("msg", "")).removeprefix("Value error, ")
+            named = _named_fields(cls, loc, msg)
+            if argv and named:
+                where = _fields_origin(loc, named, argv, positional)
             if argv:
                 msg = _BACKTICKED.sub(lambda m: m.group(0) + _origin(tuple(m.group(1).split(".")), argv, positional),
                                       msg)  # fmt: skip
@@ -237,6 +242,46 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
             got = "" if not loc or repr(value) in msg else got  # a message that quotes the value says it once
             lines.append(f"  {head}{msg}{got}{where}")
     return "\n".join(lines)
+
+
+def _without_copies(errors: list[Any]) -> list[Any]:
+    """`errors` without those that repeat, under a longer location, another error's message at a location the
+    longer one ends with: rl copies the shared `[ckpt]` into `trainer.ckpt` and `orchestrator.ckpt`, and a problem
+    of `ckpt` is said once, at the field the user set."""
+    seen = [(tuple(e.get("loc", ())), e.get("msg")) for e in errors]
+    return [e for e in errors if not any(
+        0 < len(loc) < len(e.get("loc", ())) and tuple(e["loc"])[-len(loc):] == loc and msg == e.get("msg")
+        for loc, msg in seen)]  # fmt: skip
+
+
+def _named_fields(cls: type[BaseModel], loc: tuple, msg: str) -> list[tuple[str, ...]]:
+    """The fields under the section at `loc` that the message names as `SECTION.field[.sub...]`
+    (`ckpt.resume_dir` for the section `trainer.ckpt`, `train.sampling.top_p` for `orchestrator.train`), each as
+    its path below the section, in the order they are first named; empty when `loc` is not a section."""
+    if not loc or isinstance(loc[-1], int) or not _field_names_at(cls, loc):
+        return []
+    found: list[tuple[str, ...]] = []
+    for m in re.finditer(rf"(?<![\w]){re.escape(str(loc[-1]))}\.([A-Za-z_][\w.]*\w)", msg):
+        path: tuple[str, ...] = ()
+        for part in m.group(1).split("."):
+            if part not in _field_names_at(cls, loc + path):
+                break
+            path += (part,)
+        if path and path not in found:
+            found.append(path)
+    return found
+
+
+def _fields_origin(loc: tuple, paths: list[tuple[str, ...]], argv: list[str],
+                   positional: set[str] | frozenset[str]) -> str:  # fmt: skip
+    """Where the fields `paths` under the section at `loc` were set: ` (from --flag)` / ` (in FILE)` when one place
+    set them all, else ` (a.b from --flag, a.c in FILE)`; "" when all are defaults."""
+    said = [(path, w) for path in paths if (w := _origin(loc + path, argv, positional))]
+    if not said:
+        return ""
+    if len({w for _, w in said}) == 1 and len(said) == len(paths):
+        return said[0][1]
+    return " (" + ", ".join(f"{_dotted(loc + path)} {w.strip()[1:-1]}" for path, w in said) + ")"
 
 
 _PARSED: dict[str, Any] = {"argv": [], "positional": frozenset()}  # the command line parse_config read last

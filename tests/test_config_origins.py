@@ -1,0 +1,57 @@
+"""Where a config error says a value came from (`loader.format_validation_error`): a section's problem whose message
+names its fields names the flags or files that set those fields, not every flag under the section nor a file that
+holds the section without them; a problem of the shared `[ckpt]` that `rl` copies into `trainer.ckpt` and
+`orchestrator.ckpt` is said once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prime_rl.config.loader import ConfigError, parse_config
+from prime_rl.config.rl import RLConfig
+
+
+def error(argv: list[str]) -> str:
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, argv)
+    return str(e.value)
+
+
+def toml(tmp_path: Path, name: str, text: str) -> str:
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
+
+
+def test_a_shared_ckpt_problem_is_said_once_with_the_flag_that_set_the_field(tmp_path):
+    other = toml(tmp_path, "other.toml", "[ckpt]\ninterval = 2\nkeep_last = 3\n")
+    msg = error(["@", other, "--ckpt.resume-dir", "x/checkpoints/foo", "--ckpt.keep-last", "4"])
+    lines = [ln for ln in msg.splitlines() if "not a checkpoint folder" in ln]
+    assert len(lines) == 1 and lines[0].startswith("  ckpt: ckpt.resume_dir = 'x/checkpoints/foo'"), msg
+    assert lines[0].endswith("(from --ckpt.resume-dir)")  # not --ckpt.keep-last, nor other.toml
+    assert "keep-last" not in msg and other not in msg
+
+
+def test_the_file_that_set_the_field_is_named_not_unrelated_flags(tmp_path):
+    fork = toml(tmp_path, "fork.toml", '[ckpt]\ninterval = 2\nresume_dir = "x/checkpoints/foo"\n')
+    msg = error(["@", fork, "--ckpt.keep-last", "4"])
+    assert msg.count("not a checkpoint folder") == 1 and msg.endswith(f"(in {fork})"), msg
+
+
+def test_fields_set_in_different_places_are_named_each(tmp_path):
+    fork = toml(tmp_path, "fork.toml", '[ckpt]\nresume_dir = "x/checkpoints/step_2"\n')
+    step = toml(tmp_path, "step.toml", "[ckpt]\nresume_step = 2\n")
+    msg = error(["@", fork, "@", step])
+    assert msg.count("both set") == 1, msg
+    assert msg.endswith(f"(ckpt.resume_dir in {fork}, ckpt.resume_step in {step})")
+    msg = error(["@", fork, "--ckpt.resume-step", "2"])
+    assert msg.endswith(f"(ckpt.resume_dir in {fork}, ckpt.resume_step from --ckpt.resume-step)")
+
+
+def test_a_nested_field_named_by_a_sections_problem_names_its_own_flag(tmp_path):
+    trains = toml(tmp_path, "train.toml", "[orchestrator.train]\ngroup_size = 4\n")
+    msg = error(["@", trains, "--orchestrator.train.sampling.temperature", "0.7",
+                 "--orchestrator.train.sampling.top-p", "0.9"])  # fmt: skip
+    assert "train.sampling.top_p = 0.9 truncates" in msg
+    assert msg.endswith("(from --orchestrator.train.sampling.top-p)"), msg  # not the temperature flag, nor the file
