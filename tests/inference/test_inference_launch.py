@@ -93,6 +93,10 @@ def test_inference_cli_taken_port_exits_under_5s(held_port, tmp_path, tiny_model
         timeout=60,
     )
     elapsed = time.monotonic() - t
-    assert p.returncode == 1, p.stderr
-    assert f"port {held_port}" in p.stderr and "already in use" in p.stderr
+    # a user error: exit 2 and one line naming the port, its holder, the field and flag, and the fix (it was exit 1)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert lines[0].startswith(f"inference: error: port {held_port} on 127.0.0.1 is already in use by pid {os.getpid()} ")
+    assert lines[0].endswith("; stop it or choose another port (server.port / --server.port)"), lines[0]
     assert elapsed < 5, f"took {elapsed:.1f} s"

@@ -214,17 +214,18 @@ class VllmServer:
 
 
 def run(cfg: InferenceConfig) -> None:
-    """Serve `cfg.model.name` until vLLM exits or SIGINT/SIGTERM; exit code 1 on start failures."""
+    """Serve `cfg.model.name` until vLLM exits or SIGINT/SIGTERM; exit code 1 when vLLM fails to start or dies.
+
+    Raises:
+        PortInUseError: `server.port` is taken (checked before anything slow, and again as vLLM starts); the
+            `inference` command prints it and exits 2, as for every user error.
+        ModelNotFoundError, FileNotFoundError: `model.name` or `model.chat_template` is not there (exit 2 too).
+    """
     from prime_rl.models.hub import resolve_model
     from prime_rl.monitor.logger import setup_logging
-    from prime_rl.ports import PortInUseError
 
     log = setup_logging("inference", cfg.output_dir, cfg.log.level)
-    try:
-        check_port_free(cfg.server.host, cfg.server.port)  # before anything slow: fail in well under a second
-    except PortInUseError as e:
-        log.error("%s", e)
-        raise SystemExit(1) from None
+    check_port_free(cfg.server.host, cfg.server.port)  # before anything slow: fail in well under a second
     resolve_model(cfg.model.name)  # a local folder or a hub id in the cache, else one error naming model.name
     if cfg.model.chat_template is not None and not Path(cfg.model.chat_template).expanduser().is_file():
         raise FileNotFoundError(f"model.chat_template = {str(cfg.model.chat_template)!r}: no such file")
@@ -246,11 +247,7 @@ def run(cfg: InferenceConfig) -> None:
     signal.signal(signal.SIGINT, _on_signal)
     code = 0
     try:
-        try:
-            server.start()
-        except PortInUseError as e:
-            log.error("%s", e)
-            raise SystemExit(1) from None
+        server.start()
         log.info("vLLM starting for %s on %s (log: %s)", cfg.model.name, server.base_url, server.log_path)
         try:
             server.wait_healthy()
