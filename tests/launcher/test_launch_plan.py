@@ -158,7 +158,7 @@ def test_dry_run_refuses_a_model_that_does_not_resolve(tmp_path):
     r = subprocess.run([str(BIN / "rl"), "@", str(DEMO), "--model.name", "does/not/exist", "--output-dir",
                         str(tmp_path / "run"), "--dry-run"], capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "model.name = 'does/not/exist': no such folder" in r.stderr and "Traceback" not in r.stderr
+    assert "model.name = 'does/not/exist' (from --model.name): no such folder" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "run/configs").exists()
 
 
