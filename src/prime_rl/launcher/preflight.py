@@ -146,9 +146,6 @@ def check_ports(replicas: list[Replica], plans: list[EnvServerPlan], cfg: RLConf
     teacher = getattr(cfg, "teacher", None) if cfg is not None else None
     if teacher is not None and (not roles or "inference" in roles):
         wanted.append((teacher.server.host, teacher.server.port, "teacher.server.port (the teacher inference server)"))
-    teacher = getattr(cfg, "teacher", None) if cfg is not None else None
-    if teacher is not None and (not roles or "inference" in roles):
-        wanted.append((teacher.server.host, teacher.server.port, "teacher.server.port (the teacher inference server)"))
     for role in ("trainer", "orchestrator"):
         server = getattr(getattr(cfg, role, None), "metrics_server", None) if cfg is not None else None
         if role in roles and server is not None and server.port:  # port 0: any free port
