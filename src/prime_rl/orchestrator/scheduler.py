@@ -195,19 +195,19 @@ class Scheduler:
         while self.outstanding_rollouts < self._allowed_rollouts(step):
             if self._drawn is None:
                 self._drawn = self.stream.next()
-            i, j, task = self._drawn
-            size = self.group_size(i)
+            source_idx, task_pos, task = self._drawn
+            size = self.group_size(source_idx)
             if self.running and self.inflight + size > self.max_inflight:
                 return  # launched once enough of the running rollouts finish
             self._drawn = None
-            g = Group(next(self._gid), i, j, size)
-            src = self.sources[i]
-            for k in range(size):
-                rid = f"{task.task_id}/g{g.gid}/r{k}"
-                g.tasks.append(asyncio.create_task(self._one(src, task, g.gid, rid), name=rid))
-            self.running[g.gid] = g
-            g.collector = asyncio.create_task(self._collect(g), name=f"collect-g{g.gid}")
-            g.collector.add_done_callback(self._collected)
+            group = Group(next(self._gid), source_idx, task_pos, size)
+            src = self.sources[source_idx]
+            for member in range(size):
+                rid = f"{task.task_id}/g{group.gid}/r{member}"
+                group.tasks.append(asyncio.create_task(self._one(src, task, group.gid, rid), name=rid))
+            self.running[group.gid] = group
+            group.collector = asyncio.create_task(self._collect(group), name=f"collect-g{group.gid}")
+            group.collector.add_done_callback(self._collected)
 
     async def _one(self, src: TaskSource, task, gid: int, rid: str) -> Rollout:
         sampling, limits = self.sampling, self.limits
@@ -217,20 +217,20 @@ class Scheduler:
             return await run_rollout(task, src, self.client, self.renderer, sampling, limits, rollout_id=rid,
                                      group_id=gid)  # fmt: skip
 
-    async def _collect(self, g: Group) -> None:
+    async def _collect(self, group: Group) -> None:
         try:
-            g.rollouts = list(await asyncio.gather(*g.tasks))
+            group.rollouts = list(await asyncio.gather(*group.tasks))
             if self.teacher is not None:
-                await self.teacher.score_group(g.rollouts)
+                await self.teacher.score_group(group.rollouts)
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            for t in g.tasks:
-                t.cancel()
-            raise AdmissionError(f"collection of {_pending_label(g)} failed: {type(e).__name__}: {e}") from e
-        self.running.pop(g.gid, None)
-        self.ready.append(g)
-        if self.errors.enabled and (stop := self.errors.observe(g.rollouts)) is not None and self.failure is None:
+            for task in group.tasks:
+                task.cancel()
+            raise AdmissionError(f"collection of {_pending_label(group)} failed: {type(e).__name__}: {e}") from e
+        self.running.pop(group.gid, None)
+        self.ready.append(group)
+        if self.errors.enabled and (stop := self.errors.observe(group.rollouts)) is not None and self.failure is None:
             self.failure = ErrorStreakError(stop)
         self._wake.set()
 
@@ -245,11 +245,11 @@ class Scheduler:
     # ---- cutting ----
     def _drop_stale(self, step: int) -> int:
         keep, dropped = deque(), 0
-        for g in self.ready:
-            if off_policy(g.rollouts, step) > self.max_off_policy_steps:
+        for group in self.ready:
+            if off_policy(group.rollouts, step) > self.max_off_policy_steps:
                 dropped += 1
             else:
-                keep.append(g)
+                keep.append(group)
         self.ready = keep
         return dropped
 
@@ -264,18 +264,18 @@ class Scheduler:
         """Move finished groups to `passed`/`rejected` (completion order) until the step is full or the budget
         is spent."""
         while self.ready and not self._step_full(self.passed) and not self._budget_spent():
-            g = self.ready.popleft()
+            group = self.ready.popleft()
             if self.curriculum is not None:
-                self.curriculum.observe(g.rollouts)
+                self.curriculum.observe(group.rollouts)
             if self.signal_gate is None:
-                self.passed.append(g)
+                self.passed.append(group)
                 continue
             try:
-                adv = self.advantage_of.get(self.sources[g.source_idx].name, self.advantage)
-                reason = self.signal_gate(with_advantages(shape_rewards(g.rollouts, self.penalties), adv), adv)
+                adv = self.advantage_of.get(self.sources[group.source_idx].name, self.advantage)
+                reason = self.signal_gate(with_advantages(shape_rewards(group.rollouts, self.penalties), adv), adv)
             except Exception as e:
-                raise AdmissionError(f"step {step}: the gate on {_pending_label(g)} failed: {type(e).__name__}: {e}") from e
-            (self.passed if reason is None else self.rejected).append(g)
+                raise AdmissionError(f"step {step}: the gate on {_pending_label(group)} failed: {type(e).__name__}: {e}") from e
+            (self.passed if reason is None else self.rejected).append(group)
 
     def _budget_spent(self) -> bool:
         return self.budget is not None and sum(g.size for g in (*self.passed, *self.rejected)) >= self.budget
@@ -295,11 +295,11 @@ class Scheduler:
         while True:
             if self.failure is not None:
                 raise self.failure
-            n = self._drop_stale(step)
-            if n:
-                log.info("step %d: dropped %d group(s) older than max_off_policy_steps=%d", step, n, self.max_off_policy_steps)
-                dropped += n
-                self.total_dropped += n
+            stale = self._drop_stale(step)
+            if stale:
+                log.info("step %d: dropped %d group(s) older than max_off_policy_steps=%d", step, stale, self.max_off_policy_steps)
+                dropped += stale
+                self.total_dropped += stale
             self._examine(step)
             if self._step_full(self.passed) or self._budget_spent():
                 break
@@ -319,10 +319,10 @@ class Scheduler:
         await self.policy.wait_for(step - 1 - self.max_async_level, self.weights_timeout_s)
         chosen, spent = self.passed, not self._step_full(self.passed)
         fill = []
-        for g in self.rejected:
+        for group in self.rejected:
             if not spent or self._step_full(chosen + fill):
                 break
-            fill.append(g)
+            fill.append(group)
         if spent:
             log.warning(
                 "step %d: gate refill budget spent (%d groups examined, max_resample_factor=%g): training %d group(s) "
@@ -348,17 +348,17 @@ class Scheduler:
         """Metrics of the recipes that are on: `gate/rejected_groups`, `gate/extra_rollouts`, `gate/budget_spent`,
         `gate/rejected_total`; `batch_tokens` (prompt+completion) with `token_batch_size`; `curriculum/easy_tasks`,
         `curriculum/hard_tasks`, `curriculum/mixed_tasks`. The length penalty's mean is `env/length_penalty`."""
-        m: dict[str, float] = {}
+        metrics: dict[str, float] = {}
         if self.signal_gate is not None:
-            m["gate/rejected_groups"] = batch.gate_rejected_groups
-            m["gate/extra_rollouts"] = batch.gate_extra_rollouts
-            m["gate/budget_spent"] = int(batch.gate_budget_spent)
-            m["gate/rejected_total"] = self.total_rejected
+            metrics["gate/rejected_groups"] = batch.gate_rejected_groups
+            metrics["gate/extra_rollouts"] = batch.gate_extra_rollouts
+            metrics["gate/budget_spent"] = int(batch.gate_budget_spent)
+            metrics["gate/rejected_total"] = self.total_rejected
         if self.token_batch_size is not None:
-            m["batch_tokens"] = sum(r.num_tokens for r in batch.rollouts)
+            metrics["batch_tokens"] = sum(r.num_tokens for r in batch.rollouts)
         if self.curriculum is not None:
-            m.update({f"curriculum/{k}_tasks": v for k, v in self.curriculum.counts().items()})
-        return m
+            metrics.update({f"curriculum/{k}_tasks": v for k, v in self.curriculum.counts().items()})
+        return metrics
 
     # ---- checkpoint / shutdown ----
     def outstanding(self) -> list[tuple[int, int]]:
@@ -371,14 +371,14 @@ class Scheduler:
     async def aclose(self) -> None:
         """Cancel running rollouts (each closes its episode) and their collectors, and wait for them."""
         tasks = [t for g in self.running.values() for t in [*g.tasks, g.collector] if t is not None]
-        for t in tasks:
-            t.cancel()
+        for task in tasks:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.running.clear()
         if self._wake in self.policy.listeners:
             self.policy.listeners.remove(self._wake)
 
 
-def _pending_label(g: Group) -> str:
+def _pending_label(group: Group) -> str:
     """`group 3 (rollouts t0/g3/r0, ...)` from the group's rollout task names (its rollouts are not collected)."""
-    return f"group {g.gid} (rollouts {', '.join(t.get_name() for t in g.tasks)})"
+    return f"group {group.gid} (rollouts {', '.join(t.get_name() for t in group.tasks)})"
