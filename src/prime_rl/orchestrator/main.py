@@ -73,18 +73,19 @@ class ContextTooShort(ValueError):
     """`seq_len` is above the context length the inference server reports."""
 
 
-def no_progress_message(first: int, last: int, m: dict[str, Any], limit: int) -> str:
-    """Why steps `first`..`last` had nothing to train, from the last step's metrics `m` (its error kinds)."""
-    errors = {k.removeprefix("errors/"): v for k, v in m.items() if k.startswith("errors/")}
+def no_progress_message(first: int, last: int, metrics: dict[str, Any], limit: int) -> str:
+    """Why steps `first`..`last` had nothing to train, from the last step's `metrics` (its error kinds)."""
+    errors = {k.removeprefix("errors/"): v for k, v in metrics.items() if k.startswith("errors/")}
     top = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: -kv[1])) or "none"
-    reward = m.get("reward")
+    reward = metrics.get("reward")
     return (
         f"steps {first}-{last}: {last - first + 1} consecutive steps with nothing to train (no loss token, or no "
         f"rollout with a nonzero advantage; orchestrator.max_empty_steps = {limit}, None never stops). Step {last}: "
-        f"{m['num_rollouts']} rollouts, {m['error_pct']:.0f}% masked ({top}), {m['filtered_groups']} group(s) filtered "
-        f"or with equal rewards (mean reward {'n/a' if reward is None else f'{reward:.3g}'}), truncated "
-        f"{m['truncated_pct']:.0f}%. See rollouts/step_{last}/traces.jsonl and logs/orchestrator.log: errors come from "
-        "an environment whose verify fails, prompts longer than seq_len or an inference server that refuses requests; "
+        f"{metrics['num_rollouts']} rollouts, {metrics['error_pct']:.0f}% masked ({top}), "
+        f"{metrics['filtered_groups']} group(s) filtered or with equal rewards (mean reward "
+        f"{'n/a' if reward is None else f'{reward:.3g}'}), truncated {metrics['truncated_pct']:.0f}%. See "
+        f"rollouts/step_{last}/traces.jsonl and logs/orchestrator.log: errors come from an environment whose verify "
+        "fails, prompts longer than seq_len or an inference server that refuses requests; "
         "equal rewards in every group from a task too hard for the starting policy or a completion budget too small "
         "for the answer (train.sampling.max_completion_tokens)"
     )
@@ -94,14 +95,14 @@ def nothing_trained_message(first: int, steps: list[dict[str, Any]], masked: Cou
     """Why a run whose every step (`first`, first + 1, ...: their metrics `steps`) had nothing to train trained
     nothing: the rollouts, the masked ones counted by reason (`masked`: error kind -> count over the run) and the
     mean reward of the unmasked ones."""
-    n = sum(m["num_rollouts"] for m in steps)
+    num_rollouts = sum(m["num_rollouts"] for m in steps)
     top = ", ".join(f"{k} {v}" for k, v in masked.most_common()) or "none"
     rewards = [m["reward"] for m in steps if m.get("reward") is not None and m["reward"] == m["reward"]]
     mean = f"{sum(rewards) / len(rewards):.3g}" if rewards else "n/a"
     return (
         f"the run trained nothing: none of its {len(steps)} step(s) (steps {first}-{first + len(steps) - 1}) had a "
-        f"loss token with a nonzero advantage. {n} rollouts, {sum(masked.values())} masked ({top}); mean reward of "
-        f"the others {mean}. See logs/orchestrator.log (each masked reason, a few per kind and step) and "
+        f"loss token with a nonzero advantage. {num_rollouts} rollouts, {sum(masked.values())} masked ({top}); mean "
+        f"reward of the others {mean}. See logs/orchestrator.log (each masked reason, a few per kind and step) and "
         "rollouts/step_N/traces.jsonl"
     )
 
@@ -150,9 +151,9 @@ class Orchestrator:
         self.start_step = 1
         random.seed(cfg.seed)
 
-    def _task_weight(self, i: int, task: Any) -> float:
+    def _task_weight(self, source_idx: int, task: Any) -> float:
         """The curriculum's draw weight of train task `task` of source `i`."""
-        return self.curriculum.weight(self.train_sources[i].name, task.task_id) if self.curriculum else 1.0
+        return self.curriculum.weight(self.train_sources[source_idx].name, task.task_id) if self.curriculum else 1.0
 
     # ---- eval ----
     def _due_sources(self, version: int) -> list[TaskSource]:
@@ -207,7 +208,7 @@ class Orchestrator:
             root, rs = Path(ck.resume_dir).parent, int(Path(ck.resume_dir).name[len("step_"):])
         else:
             root, rs = self.run_dir.checkpoints, ck.resume_step
-        n, state = load_orchestrator_checkpoint(root, rs)
+        resumed_step, state = load_orchestrator_checkpoint(root, rs)
         if not ck.skip_dataloader:
             self.stream.load_state_dict(state["stream"])
             random.setstate(_tuple_state(state["py_rng"]))
@@ -215,8 +216,8 @@ class Orchestrator:
                 self.curriculum.load_state_dict(state["curriculum"])
         if not ck.skip_progress:
             self.evaluated = list(state.get("evaluated", []))
-            self.start_step = n + 1
-        log.info("resumed from checkpoint step %d of %s; next step %d%s", n, root, self.start_step,
+            self.start_step = resumed_step + 1
+        log.info("resumed from checkpoint step %d of %s; next step %d%s", resumed_step, root, self.start_step,
                  f" (fresh: {', '.join(s.removeprefix('skip_') for s in ck.skips)})" if ck.skips else "")  # fmt: skip
 
     def _checkpoint(self, step: int, sched: Scheduler) -> None:
@@ -241,34 +242,34 @@ class Orchestrator:
         thread, so the rollouts of the next step keep running meanwhile; this returns once the rollout transport
         has the batches (tcp: may wait while the trainer is more than max_async_level + 1 steps behind)."""
         step = batch.step
-        m = step_metrics(batch, step_time_s, self.policy.version)
-        m["inflight"] = self.sched.inflight if self.sched is not None else 0
-        m["weight_load_s"] = self.watcher.last_load_s
-        m.update(self.sched.recipe_metrics(batch) if self.sched is not None else {})
+        metrics = step_metrics(batch, step_time_s, self.policy.version)
+        metrics["inflight"] = self.sched.inflight if self.sched is not None else 0
+        metrics["weight_load_s"] = self.watcher.last_load_s
+        metrics.update(self.sched.recipe_metrics(batch) if self.sched is not None else {})
         if self.teacher is not None:
-            m.update(teacher_metrics(batch.rollouts))
+            metrics.update(teacher_metrics(batch.rollouts))
         step_dir = self.run_dir.rollout_step(step)
         traces = None
         if self.cfg.traces_per_step:
             traces = trace_rows(batch.rollouts, self.cfg.traces_per_step, step)
         batches = pack_step(
             pack_items(batch.rollouts, self.cfg.loss_aggregation), step=step, seq_len=self.cfg.seq_len, num_ranks=self.cfg.num_train_ranks,
-            pad_id=self.pad_id, metrics={k: v for k, v in m.items() if isinstance(v, int | float)},
+            pad_id=self.pad_id, metrics={k: v for k, v in metrics.items() if isinstance(v, int | float)},
         )
         await asyncio.to_thread(self.archive.write, step, "train", batch.rollouts)
         if traces is not None:
             await asyncio.to_thread(write_traces, step_dir, traces)
         await self.sender.send(step, batches)
-        m["micro_batches_per_rank"] = len(batches[0].micro_batches)
-        self.metrics.log(step, m)
+        metrics["micro_batches_per_rank"] = len(batches[0].micro_batches)
+        self.metrics.log(step, metrics)
         if self.prom is not None:
-            self.prom.orchestrator_step(step, m, running=self.sched.inflight if self.sched else 0,
+            self.prom.orchestrator_step(step, metrics, running=self.sched.inflight if self.sched else 0,
                                         ready=len(self.sched.ready) if self.sched else 0)  # fmt: skip
-        line = step_line(step, m, self.cfg.max_steps)
+        line = step_line(step, metrics, self.cfg.max_steps)
         log.info(line)
         if self.echo:
             print(line, flush=True)
-        return m
+        return metrics
 
     async def run(self) -> list[dict[str, Any]]:
         """Run until `max_steps` (forever when None); returns the per-step metrics.
@@ -283,8 +284,8 @@ class Orchestrator:
                                    max_async_level=self.cfg.max_async_level, start_step=self.start_step,
                                    timeout_s=self.cfg.weights_timeout_s)  # fmt: skip
         self.prom = start_metrics_server("orchestrator", self.cfg.metrics_server)
-        for s in {id(x): x for x in self.train_sources + self.eval_sources}.values():
-            await s.start()
+        for source in {id(x): x for x in self.train_sources + self.eval_sources}.values():
+            await source.start()
         pairs = [(s, "train") for s in self.train_sources]
         if self.cfg.eval.scheduled:
             pairs += [(s, "eval") for s in self.eval_sources if self.eval_settings[s.name].interval is not None]
@@ -338,19 +339,20 @@ class Orchestrator:
         while self.cfg.max_steps is None or step <= self.cfg.max_steps:
             batch = await sched.next_batch(step)
             now = time.monotonic()
-            m = await self._write_step(batch, now - last)
-            out.append(m)
+            metrics = await self._write_step(batch, now - last)
+            out.append(metrics)
             last = now
-            masked.update({k.removeprefix("errors/"): v for k, v in m.items() if k.startswith("errors/")})
+            masked.update({k.removeprefix("errors/"): v for k, v in metrics.items() if k.startswith("errors/")})
             self._checkpoint(step, sched)
-            if m["loss_tokens"] > 0 and (m["trainable"] > 0 or self.teacher is not None):  # the teacher term trains
+            # the teacher term trains
+            if metrics["loss_tokens"] > 0 and (metrics["trainable"] > 0 or self.teacher is not None):
                 empty_since, trained = None, True
             else:
                 empty_since = step if empty_since is None else empty_since
                 log.warning("step %d: nothing to train (no loss token, or every advantage is 0); the trainer skips its "
                             "update (unless trainer.loss.ref_kl_coef > 0, whose term trains such steps)", step)  # fmt: skip
                 if limit is not None and step - empty_since + 1 >= limit:
-                    raise NoProgressError(no_progress_message(empty_since, step, m, limit))
+                    raise NoProgressError(no_progress_message(empty_since, step, metrics, limit))
             step += 1
         if out and not trained:
             raise NoProgressError(nothing_trained_message(self.start_step, out, masked))
@@ -387,15 +389,15 @@ def first_error(group: BaseExceptionGroup) -> BaseException:
 
 
 def _leaves(group: BaseExceptionGroup):
-    for e in group.exceptions:
-        if isinstance(e, BaseExceptionGroup):
-            yield from _leaves(e)
+    for leaf in group.exceptions:
+        if isinstance(leaf, BaseExceptionGroup):
+            yield from _leaves(leaf)
         else:
-            yield e
+            yield leaf
 
 
-def _tuple_state(s: list) -> tuple:
-    return (s[0], tuple(s[1]), s[2])
+def _tuple_state(state: list) -> tuple:
+    return (state[0], tuple(state[1]), state[2])
 
 
 async def _main(cfg: OrchestratorConfig) -> None:
@@ -418,8 +420,8 @@ async def _main(cfg: OrchestratorConfig) -> None:
     finally:
         if teacher is not None:
             await teacher.aclose()
-        for s in {id(x): x for x in train_sources + eval_sources}.values():
-            await s.aclose()
+        for source in {id(x): x for x in train_sources + eval_sources}.values():
+            await source.aclose()
         await client.aclose()
 
 
