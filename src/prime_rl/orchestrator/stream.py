@@ -32,45 +32,45 @@ class TaskStream:
         self.split = split
         self.weight = weight
         self._tasks = [s.tasks(split) for s in sources]
-        for s, t in zip(sources, self._tasks, strict=True):
-            if not t:
-                raise ValueError(f"source {s.name!r} has no {split!r} tasks")
+        for source, tasks in zip(sources, self._tasks, strict=True):
+            if not tasks:
+                raise ValueError(f"source {source.name!r} has no {split!r} tasks")
         self._pick = random.Random(seed)
         self._epoch = [0] * len(sources)
         self._pos = [0] * len(sources)
         self._order = [self._shuffled(i) for i in range(len(sources))]
         self._replay: deque[tuple[int, int]] = deque()  # (source idx, task position in the split) drawn before
 
-    def _shuffled(self, i: int) -> list[int]:
-        order = list(range(len(self._tasks[i])))
-        random.Random(self.seed * 1_000_003 + i * 7919 + self._epoch[i]).shuffle(order)
+    def _shuffled(self, source_idx: int) -> list[int]:
+        order = list(range(len(self._tasks[source_idx])))
+        random.Random(self.seed * 1_000_003 + source_idx * 7919 + self._epoch[source_idx]).shuffle(order)
         return order
 
     def next(self) -> tuple[int, int, Task]:
         """The next `(source index, task position, task)`."""
         if self._replay:
-            i, j = self._replay.popleft()
-            return i, j, self._tasks[i][j]
+            source_idx, task_pos = self._replay.popleft()
+            return source_idx, task_pos, self._tasks[source_idx][task_pos]
         for _ in range(self.MAX_SKIPS):
-            i, j = self._draw()
-            w = 1.0 if self.weight is None else self.weight(i, self._tasks[i][j])
-            if w >= 1.0 or self._pick.random() < w:
-                return i, j, self._tasks[i][j]
-        i, j = self._draw()
-        return i, j, self._tasks[i][j]
+            source_idx, task_pos = self._draw()
+            weight = 1.0 if self.weight is None else self.weight(source_idx, self._tasks[source_idx][task_pos])
+            if weight >= 1.0 or self._pick.random() < weight:
+                return source_idx, task_pos, self._tasks[source_idx][task_pos]
+        source_idx, task_pos = self._draw()
+        return source_idx, task_pos, self._tasks[source_idx][task_pos]
 
     def _draw(self) -> tuple[int, int]:
         if len(self.sources) == 1:
-            i = 0
+            source_idx = 0
         else:
-            i = self._pick.choices(range(len(self.sources)), weights=[s.ratio for s in self.sources])[0]
-        if self._pos[i] >= len(self._order[i]):
-            self._epoch[i] += 1
-            self._pos[i] = 0
-            self._order[i] = self._shuffled(i)
-        j = self._order[i][self._pos[i]]
-        self._pos[i] += 1
-        return i, j
+            source_idx = self._pick.choices(range(len(self.sources)), weights=[s.ratio for s in self.sources])[0]
+        if self._pos[source_idx] >= len(self._order[source_idx]):
+            self._epoch[source_idx] += 1
+            self._pos[source_idx] = 0
+            self._order[source_idx] = self._shuffled(source_idx)
+        task_pos = self._order[source_idx][self._pos[source_idx]]
+        self._pos[source_idx] += 1
+        return source_idx, task_pos
 
     def state_dict(self, outstanding: list[tuple[int, int]] = ()) -> dict[str, Any]:
         """JSON-able state; `outstanding` = tasks drawn but not yet trained on (replayed first after a resume)."""
@@ -92,6 +92,6 @@ class TaskStream:
         self._epoch = list(state["epoch"])
         self._pos = list(state["pos"])
         self._order = [self._shuffled(i) for i in range(len(self.sources))]
-        v, internal, g = state["pick_rng"]
-        self._pick.setstate((v, tuple(internal), g))
+        version, internal, gauss_next = state["pick_rng"]
+        self._pick.setstate((version, tuple(internal), gauss_next))
         self._replay = deque((int(i), int(j)) for i, j in state["replay"])
