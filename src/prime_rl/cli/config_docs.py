@@ -29,8 +29,8 @@ sets a field that admits None to None (a text field that does not keeps "None" a
 For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands. A list of
 sections (`X.N`, e.g. `eval.source.N`) is given as `[[X]]` tables in a file, or whole as JSON (`--X '[{...}]'`);
 `--X.N.FIELD VALUE` changes one field of item N (counted from 0) of the list a file gave. A boolean flag is `--x`
-or `--no-x`. Each command's `--help` shows one screen (top-level options, most used flags, sections), `--help-all`
-every field.
+or `--no-x`. Each command's `--help` shows one screen of plain text (top-level options, most used flags, sections;
+a command with at most 30 flags lists them all), `--help-all` every field.
 """
 
 
