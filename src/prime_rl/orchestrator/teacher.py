@@ -60,14 +60,14 @@ def parse_prompt_logprobs(ids: Sequence[int], answer: dict[str, Any], url: str) 
     except (KeyError, IndexError, TypeError):
         raise InferenceError(f"{url}{COMPLETIONS_ROUTE}: the answer has no prompt_logprobs") from None
     if not isinstance(plp, list) or len(plp) != len(ids):
-        n = len(plp) if isinstance(plp, list) else None
-        raise InferenceError(f"{url}{COMPLETIONS_ROUTE}: {n} prompt logprobs for a {len(ids)}-token prompt")
+        got = len(plp) if isinstance(plp, list) else None
+        raise InferenceError(f"{url}{COMPLETIONS_ROUTE}: {got} prompt logprobs for a {len(ids)}-token prompt")
     out = [0.0] * len(ids)
-    for t in range(1, len(ids)):
-        ent = (plp[t] or {}).get(str(ids[t]))
+    for pos in range(1, len(ids)):
+        ent = (plp[pos] or {}).get(str(ids[pos]))
         if not isinstance(ent, dict) or "logprob" not in ent:
-            raise InferenceError(f"{url}{COMPLETIONS_ROUTE}: no prompt logprob of token {ids[t]} at position {t}")
-        out[t] = float(ent["logprob"])
+            raise InferenceError(f"{url}{COMPLETIONS_ROUTE}: no prompt logprob of token {ids[pos]} at position {pos}")
+        out[pos] = float(ent["logprob"])
     return out
 
 
@@ -83,14 +83,14 @@ def check_same_tokens(student_ids: list[int], teacher_ids: list[int], student: s
     """Raise TeacherMismatch, naming both models and the first differing position, unless the ids are equal."""
     if student_ids == teacher_ids:
         return
-    t = next((i for i, (a, b) in enumerate(zip(student_ids, teacher_ids, strict=False)) if a != b),
+    first = next((i for i, (a, b) in enumerate(zip(student_ids, teacher_ids, strict=False)) if a != b),
              min(len(student_ids), len(teacher_ids)))  # fmt: skip
     raise TeacherMismatch(
         f"the teacher's tokenizer differs from the student's: the probe text is {len(student_ids)} tokens for the "
         f"student {student!r} (model.name) and {len(teacher_ids)} for the teacher {teacher!r} "
-        f"(orchestrator.teacher.name), first different at token {t} (student "
-        f"{student_ids[t:t + 5]}, teacher {teacher_ids[t:t + 5]}); the teacher scores the student's token ids, so "
-        "both must share one tokenizer: choose a teacher of the student's model family"
+        f"(orchestrator.teacher.name), first different at token {first} (student "
+        f"{student_ids[first:first + 5]}, teacher {teacher_ids[first:first + 5]}); the teacher scores the student's "
+        "token ids, so both must share one tokenizer: choose a teacher of the student's model family"
     )
 
 
@@ -143,19 +143,19 @@ class Teacher:
         Raises NoReplicaLeft when every teacher server is down."""
         jobs = [(r, s) for r in rollouts if not r.masked for s in r.samples]
         results = await asyncio.gather(*(self.score(s, r.rollout_id) for r, s in jobs), return_exceptions=True)
-        for (r, s), res in zip(jobs, results, strict=True):
+        for (rollout, sample), res in zip(jobs, results, strict=True):
             if isinstance(res, NoReplicaLeft):
                 raise res
             if isinstance(res, BaseException) and not isinstance(res, Exception):
                 raise res  # cancellation
-            if r.masked:
+            if rollout.masked:
                 continue
             if isinstance(res, Exception):
-                r.mask("teacher/error", f"{type(res).__name__}: {res}")
+                rollout.mask("teacher/error", f"{type(res).__name__}: {res}")
             elif not all(math.isfinite(q) for q in res):
-                r.mask("teacher/non_finite", "a teacher logprob is NaN or inf on a loss token")
+                rollout.mask("teacher/non_finite", "a teacher logprob is NaN or inf on a loss token")
             else:
-                s.teacher_logprobs = res
+                sample.teacher_logprobs = res
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -165,15 +165,16 @@ class Teacher:
 def teacher_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
     """`teacher/kl`: mean over the loss tokens of the step's trained (unmasked, unfiltered) samples of
     logprob_inference - logprob_teacher; `teacher/tokens`: how many. {} when no sample was scored."""
-    total, n = 0.0, 0
-    for r in rollouts:
-        if r.masked or r.filtered:
+    total, tokens = 0.0, 0
+    for rollout in rollouts:
+        if rollout.masked or rollout.filtered:
             continue
-        for s in r.samples:
-            if s.teacher_logprobs is None:
+        for sample in rollout.samples:
+            if sample.teacher_logprobs is None:
                 continue
-            for p, q, m in zip(s.logprobs, s.teacher_logprobs, s.loss_mask, strict=True):
-                if m:
-                    total += p - q
-                    n += 1
-    return {"teacher/kl": total / n, "teacher/tokens": float(n)} if n else {}
+            pairs = zip(sample.logprobs, sample.teacher_logprobs, sample.loss_mask, strict=True)
+            for inference_lp, teacher_lp, in_loss in pairs:
+                if in_loss:
+                    total += inference_lp - teacher_lp
+                    tokens += 1
+    return {"teacher/kl": total / tokens, "teacher/tokens": float(tokens)} if tokens else {}
