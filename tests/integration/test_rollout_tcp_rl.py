@@ -1,7 +1,8 @@
 """`rl` end to end with `rollout_transport.type = "tcp"` on the random tiny model (digit bandit,
 examples/ladder/digit.toml): the trainer's batches come over ZMQ from the orchestrator (no rank_R.bin is
 written) and the run trains exactly what the filesystem transport's run trains, loss for loss, step for step
-(both synchronous, `max_async_level = 0`, seeded: such a run is reproducible bit for bit)."""
+(both synchronous, `max_async_level = 0`, seeded: such a run is reproducible bit for bit); a tcp run killed
+mid-run resumes with `rl --resume` and trains each remaining step once."""
 
 from __future__ import annotations
 
