@@ -31,7 +31,8 @@ def test_dry_run_names_the_flag_of_a_hub_id_that_does_not_resolve(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr == (
         "error: model.name = 'Org/Model' (from --model.name): no such local folder; no model of that id in the local "
-        "Hugging Face cache (HF_HUB_OFFLINE=1). Give a local Hugging Face model folder, or a hub id that is "
+        "Hugging Face cache (HF_HUB_OFFLINE=1). Give a local Hugging Face model folder (none at ./Org/Model: "
+        "`prime-rl tiny-model Org/Model` or `prime-rl smollm Org/Model` writes one there), or a hub id that is "
         "downloaded (`hf download Org/Model` where the hub is reachable)\n"
     )
 

@@ -53,14 +53,16 @@ def test_local_folders_and_hub_ids(offline_cache, tmp_path):
         resolve_model("acme/missing")
     assert str(e.value) == (
         "model.name = 'acme/missing': no such local folder; no model of that id in the local Hugging Face cache "
-        "(HF_HUB_OFFLINE=1). Give a local Hugging Face model folder, or a hub id that is downloaded "
+        "(HF_HUB_OFFLINE=1). Give a local Hugging Face model folder (none at ./acme/missing: `prime-rl tiny-model "
+        "acme/missing` or `prime-rl smollm acme/missing` writes one there), or a hub id that is downloaded "
         "(`hf download acme/missing` where the hub is reachable)")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotFoundError, match="no config.json in it"):
         resolve_model(str(tmp_path / "empty"))
 
 
-FIX = ". Give a local Hugging Face model folder, or a hub id that is downloaded (`hf download Org/Model` where the hub " \
+FIX = ". Give a local Hugging Face model folder (none at ./Org/Model: `prime-rl tiny-model Org/Model` or `prime-rl " \
+      "smollm Org/Model` writes one there), or a hub id that is downloaded (`hf download Org/Model` where the hub " \
       "is reachable)"
 HUB_LONG = ("Got: ConnectError: [Errno -2] Name or service not known\nAn error happened while trying to locate the files "
             "on the Hub, and we cannot find the appropriate snapshot folder for the specified revision on the local "
@@ -160,3 +162,11 @@ def test_chat_template_reaches_vllm_and_published_folders(tmp_path):
     write_chat_template(folder, tpl)
     tok = AutoTokenizer.from_pretrained(str(folder))
     assert tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False) == "[user]x"
+
+
+def test_a_relative_model_folder_that_is_missing_says_how_to_make_it(offline_cache):
+    """`outputs/tiny-model` (the configs' default) has the form of a hub id; when neither the folder nor the hub has
+    it, the message names the local path looked at and the command that writes a model there."""
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("outputs/tiny-model")
+    assert "none at ./outputs/tiny-model: `prime-rl tiny-model outputs/tiny-model`" in str(e.value)
