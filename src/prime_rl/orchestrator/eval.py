@@ -59,13 +59,14 @@ def summarize(rollouts_by_task: list[list[Rollout]], k: int, threshold: float) -
     scored = [[r for r in rs if not r.masked] for rs in rollouts_by_task]
     scored = [rs for rs in scored if rs]
     nan = float("nan")
-    n = len(scored)
+    num_scored = len(scored)
     out = {
-        f"avg@{k}": sum(sum(r.reward for r in rs) / len(rs) for rs in scored) / n if n else nan,
-        f"pass@{k}": sum(any(r.reward >= threshold for r in rs) for rs in scored) / n if n else nan,
-        "pass@1": sum(sum(r.reward >= threshold for r in rs) / len(rs) for rs in scored) / n if n else nan,
+        f"avg@{k}": sum(sum(r.reward for r in rs) / len(rs) for rs in scored) / num_scored if num_scored else nan,
+        f"pass@{k}": sum(any(r.reward >= threshold for r in rs) for rs in scored) / num_scored if num_scored else nan,
+        "pass@1": (sum(sum(r.reward >= threshold for r in rs) / len(rs) for rs in scored) / num_scored
+                   if num_scored else nan),
         "tasks": float(len(rollouts_by_task)),
-        "scored_tasks": float(n),
+        "scored_tasks": float(num_scored),
         "rollouts": float(len(all_r)),
         "error_pct": 100.0 * sum(r.masked for r in all_r) / len(all_r) if all_r else 0.0,
         "truncated_pct": 100.0 * sum(r.truncated for r in all_r) / len(all_r) if all_r else 0.0,
@@ -121,19 +122,20 @@ async def run_eval(
     gate = gate or CapacityGate()
     progress = Progress("eval rollouts", total=None, unit="rollouts")
 
-    async def one(src, task, j):
+    async def one(src, task, rep):
         _, _, samp, lim = plans[src.name]
         async with sem, gate(src):
-            r = await run_rollout(task, src, client, renderer, samp, lim, rollout_id=f"eval/{src.name}/{task.task_id}/{j}")
+            rollout = await run_rollout(task, src, client, renderer, samp, lim,
+                                        rollout_id=f"eval/{src.name}/{task.task_id}/{rep}")
         progress.advance()
-        return r
+        return rollout
 
     rows, metrics, by_source = [], {}, {}
     per_source = []
     for src in sources:
-        n, k, _, _ = plans[src.name]
-        tasks = eval_tasks(src, n)
-        futs = [[asyncio.create_task(one(src, t, j)) for j in range(k)] for t in tasks]
+        task_count, num_rollouts, _, _ = plans[src.name]
+        tasks = eval_tasks(src, task_count)
+        futs = [[asyncio.create_task(one(src, t, j)) for j in range(num_rollouts)] for t in tasks]
         per_source.append((src, tasks, futs))
     progress.total = sum(len(fs) for _, _, futs in per_source for fs in futs)
     with progress:
@@ -141,12 +143,12 @@ async def run_eval(
             for src, tasks, futs in per_source:
                 done = [list(await asyncio.gather(*fs)) for fs in futs]
                 by_source[src.name] = summarize(done, plans[src.name][1], pass_threshold)
-                for t, rs in zip(tasks, done, strict=True):
+                for eval_task, rs in zip(tasks, done, strict=True):
                     rows.append(
                         {
                             "source": src.name,
-                            "task_id": t.task_id,
-                            "index": t.index,
+                            "task_id": eval_task.task_id,
+                            "index": eval_task.index,
                             "rewards": [r.reward for r in rs],
                             "masked": [r.masked for r in rs],
                             "errors": [r.error for r in rs if r.error],
@@ -157,13 +159,13 @@ async def run_eval(
                             "pass": any(r.reward >= pass_threshold and not r.masked for r in rs),
                         }
                     )
-                for name, v in by_source[src.name].items():
-                    metrics[f"eval/{src.name}/{name}"] = v
+                for name, value in by_source[src.name].items():
+                    metrics[f"eval/{src.name}/{name}"] = value
         except BaseException:
             for _, _, futs in per_source:
                 for fs in futs:
-                    for f in fs:
-                        f.cancel()
+                    for future in fs:
+                        future.cancel()
             raise
     log_masked("eval", [r for _, _, futs in per_source for fs in futs for f in fs for r in [f.result()]])
     if len(sources) > 1:
@@ -171,13 +173,14 @@ async def run_eval(
         for _, _, futs in per_source:
             allr += [[f.result() for f in fs] for fs in futs]
         ks = {plans[s.name][1] for s in sources}
-        k = min(ks)
-        mixed = {f"avg@{k}", f"pass@{k}"} - {"pass@1"} if len(ks) > 1 else set()  # no one k: per source only
-        for name, v in summarize(allr, k, pass_threshold).items():
+        num_rollouts = min(ks)
+        # no one k: per source only
+        mixed = {f"avg@{num_rollouts}", f"pass@{num_rollouts}"} - {"pass@1"} if len(ks) > 1 else set()
+        for name, value in summarize(allr, num_rollouts, pass_threshold).items():
             if name not in mixed:
-                metrics[f"eval/{name}"] = v
+                metrics[f"eval/{name}"] = value
     else:
-        for name, v in by_source[sources[0].name].items():
-            metrics[f"eval/{name}"] = v
+        for name, value in by_source[sources[0].name].items():
+            metrics[f"eval/{name}"] = value
     rollouts = [f.result() for _, _, futs in per_source for fs in futs for f in fs]
     return EvalResult(rows=rows, metrics=metrics, by_source=by_source, rollouts=rollouts)
