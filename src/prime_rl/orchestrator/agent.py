@@ -75,13 +75,14 @@ def call_arguments(arguments: Any) -> dict[str, Any] | None:
     return arguments if isinstance(arguments, dict) else None
 
 
-def _json_kind(v: Any) -> str:
+def _json_kind(value: Any) -> str:
     """The JSON name of a value's type (for error texts the model reads)."""
-    if v is None:
+    if value is None:
         return "null"
-    if isinstance(v, str):
+    if isinstance(value, str):
         return "a string that is not a JSON object"
-    return {bool: "a boolean", list: "an array", int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+    kinds = {bool: "a boolean", list: "an array", int: "a number", float: "a number"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def malformed_call_message(status: str, raw: str) -> str:
@@ -115,12 +116,12 @@ def _turn_sampling(sampling: SamplingConfig, rollout_id: str | None, turn: int) 
     member of a group sample the same tokens (zero advantages)."""
     if sampling.seed is None:
         return sampling
-    h = int.from_bytes(hashlib.blake2b(f"{rollout_id}/{turn}".encode(), digest_size=4).digest(), "little")
-    return sampling.model_copy(update={"seed": (sampling.seed + h) % 2**31})
+    offset = int.from_bytes(hashlib.blake2b(f"{rollout_id}/{turn}".encode(), digest_size=4).digest(), "little")
+    return sampling.model_copy(update={"seed": (sampling.seed + offset) % 2**31})
 
 
-def _call_id(turn: int, k: int) -> str:
-    return f"call_{turn}_{k}"
+def _call_id(turn: int, index: int) -> str:
+    return f"call_{turn}_{index}"
 
 
 def _assistant_message(parsed: Any, args: list[dict[str, Any] | None], turn: int) -> dict[str, Any]:
@@ -172,35 +173,35 @@ async def run_rollout(
     `env.agent.max_turns`). Never raises for environment, model or inference failures (those mask the rollout);
     re-raises cancellation after closing the episode."""
     t0 = time.monotonic()
-    r = Rollout(task=task, source=source.name, group_id=group_id, temperature=sampling.temperature,
+    rollout = Rollout(task=task, source=source.name, group_id=group_id, temperature=sampling.temperature,
                 rollout_id=rollout_id)  # fmt: skip
-    r.messages = [dict(m) for m in task.messages]
+    rollout.messages = [dict(m) for m in task.messages]
     tools = task.tools or None
     episode: AsyncEpisode | None = None
     try:
         episode = await _open(source, task)
-        await _loop(r, episode, client, renderer, sampling, limits, source.max_turns, tools, rollout_id)
+        await _loop(rollout, episode, client, renderer, sampling, limits, source.max_turns, tools, rollout_id)
     except EnvError as e:
-        r.mask(f"env/{e.kind}", e.message)
+        rollout.mask(f"env/{e.kind}", e.message)
     except RolloutInvalid as e:
-        r.mask(e.kind, str(e))
+        rollout.mask(e.kind, str(e))
     except asyncio.CancelledError:
-        r.mask("cancelled", "the rollout was cancelled")
+        rollout.mask("cancelled", "the rollout was cancelled")
         raise
     except Exception as e:  # inference client gave up, or a bug: mask, keep the run going
-        r.mask(type(e).__name__, str(e))
+        rollout.mask(type(e).__name__, str(e))
     finally:
         if episode is not None:
             try:
                 await asyncio.shield(episode.close())
             except Exception as e:  # closing is best effort; the server reaps idle sessions too
                 log.warning("closing the episode of %s failed: %s", task.task_id, e)
-        r.duration_s = time.monotonic() - t0
-    return r
+        rollout.duration_s = time.monotonic() - t0
+    return rollout
 
 
 async def _loop(
-    r: Rollout,
+    rollout: Rollout,
     episode: AsyncEpisode,
     client: InferenceBackend,
     renderer: Any,
@@ -211,7 +212,7 @@ async def _loop(
     rollout_id: str | None,
 ) -> None:
     stop_ids = list(renderer.get_stop_token_ids())
-    prompt_ids = initial_prompt_ids(renderer, r.task, r.source)
+    prompt_ids = initial_prompt_ids(renderer, rollout.task, rollout.source)
     sample = Sample()
     sample.extend(prompt_ids, sampled=False)
     final_text: str | None = None
@@ -224,7 +225,7 @@ async def _loop(
                 "seq_len (and inference.vllm.max_model_len) or shorten the prompt",
             )
         if budget <= 0:
-            r.truncated = True
+            rollout.truncated = True
             break
         res = await client.generate(
             prompt_ids, _turn_sampling(sampling, rollout_id, turn), rollout_id=rollout_id, stop_token_ids=stop_ids,
@@ -246,60 +247,61 @@ async def _loop(
                 f"turn {turn}: inference returned logprob {logprobs[bad]} for sampled token {bad} of {len(logprobs)}",
             )
         sample.extend(completion, sampled=True, logprobs=logprobs)
-        r.policy_versions.append(int(res.policy_version))
-        r.num_turns = turn + 1
+        rollout.policy_versions.append(int(res.policy_version))
+        rollout.num_turns = turn + 1
         parsed = renderer.parse_response(completion, prompt_ids=prompt_ids)
         args = [call_arguments(tc.arguments) if str(tc.status) == "ok" else None for tc in parsed.tool_calls]
-        r.messages.append(_assistant_message(parsed, args, turn))
+        rollout.messages.append(_assistant_message(parsed, args, turn))
         final_text = parsed.content
         if res.finish_reason == "length":
-            r.truncated = True
-        if r.truncated:
+            rollout.truncated = True
+        if rollout.truncated:
             break
         if parsed.tool_calls:
-            new_msgs = await _run_tool_calls(r, episode, parsed, args, turn)
+            new_msgs = await _run_tool_calls(rollout, episode, parsed, args, turn)
         else:  # the final answer, unless the environment answers with a user turn
             reply = await episode.user_turn(parsed.content or "")
             if reply is None:
                 break
             new_msgs = [{"role": "user", "content": reply}]
-        r.messages.extend(new_msgs)
+        rollout.messages.extend(new_msgs)
         if turn + 1 >= max_turns:
-            r.turn_capped = True
+            rollout.turn_capped = True
             break
-        next_prompt = _next_prompt(renderer, prompt_ids, completion, new_msgs, r.messages, tools)
-        extended = _extend(r, sample, prompt_ids, completion, next_prompt, limits)
+        next_prompt = _next_prompt(renderer, prompt_ids, completion, new_msgs, rollout.messages, tools)
+        extended = _extend(rollout, sample, prompt_ids, completion, next_prompt, limits)
         if extended is None:
             break
         sample, prompt_ids = extended, next_prompt
     if any(sample.loss_mask):  # has a sampled token (`num_loss_tokens`, without summing the prompt's mask)
-        r.samples.append(sample)
-    result = await episode.verify(final_text, r.messages[len(r.task.messages) :])
+        rollout.samples.append(sample)
+    result = await episode.verify(final_text, rollout.messages[len(rollout.task.messages) :])
     if not isinstance(result, VerifyResult):
         raise RolloutInvalid("env/invalid_reward", f"verify returned {type(result).__name__}, not a VerifyResult")
-    r.env_metrics = finite_metrics(result.metrics)
+    rollout.env_metrics = finite_metrics(result.metrics)
     if result.masked:
-        r.mask("env/masked", str(result.reason))
+        rollout.mask("env/masked", str(result.reason))
         return
     bad = reward_problem(result.reward, limits.reward_range)
     if bad is not None:
         raise RolloutInvalid("env/invalid_reward", f"verify returned {bad} (expected a finite number within "
                              "orchestrator.reward_range)")
-    r.reward = float(result.reward)
+    rollout.reward = float(result.reward)
 
 
-async def _run_tool_calls(r: Rollout, episode: AsyncEpisode, parsed: Any, args: list[dict[str, Any] | None],
+async def _run_tool_calls(rollout: Rollout, episode: AsyncEpisode, parsed: Any, args: list[dict[str, Any] | None],
                           turn: int) -> list[dict[str, Any]]:  # fmt: skip
     """Run a turn's tool calls in the environment; the tool messages, in call order. A malformed call (`args[k]`
-    None) is answered with an error text and counted in `r.malformed_tool_calls`, never sent to the environment."""
+    None) is answered with an error text and counted in `rollout.malformed_tool_calls`, never sent to the
+    environment."""
     tool_msgs = []
-    for k, (tc, a) in enumerate(zip(parsed.tool_calls, args, strict=True)):
+    for index, (tc, call_args) in enumerate(zip(parsed.tool_calls, args, strict=True)):
         msg = {"role": "tool", "name": tc.name or ""}
-        if a is not None:
-            text = await episode.call_tool(tc.name, a)
-            msg["tool_call_id"] = _call_id(turn, k)
+        if call_args is not None:
+            text = await episode.call_tool(tc.name, call_args)
+            msg["tool_call_id"] = _call_id(turn, index)
         else:
-            r.malformed_tool_calls += 1
+            rollout.malformed_tool_calls += 1
             status = str(tc.status)
             if status == "ok":
                 status = f"`arguments` must be a JSON object, got {_json_kind(tc.arguments)}"
@@ -317,24 +319,24 @@ def _next_prompt(renderer: Any, prompt_ids: list[int], completion: list[int], ne
     return list(renderer.render_ids(messages, tools=tools, add_generation_prompt=True))
 
 
-def _extend(r: Rollout, sample: Sample, prompt_ids: list[int], completion: list[int], next_prompt: list[int],
+def _extend(rollout: Rollout, sample: Sample, prompt_ids: list[int], completion: list[int], next_prompt: list[int],
             limits: AgentLimits) -> Sample | None:  # fmt: skip
     """Add the next prompt's new tokens (loss mask 0) to `sample`, or start a new sample where `next_prompt` does not
-    extend `prompt_ids + completion` (`r.prefix_breaks`). The sample the next turn extends, or None when `seq_len`
-    leaves no room (then `r.truncated` is set and `sample` stays the rollout's last sample)."""
+    extend `prompt_ids + completion` (`rollout.prefix_breaks`). The sample the next turn extends, or None when `seq_len`
+    leaves no room (then `rollout.truncated` is set and `sample` stays the rollout's last sample)."""
     prev = prompt_ids + completion
     if next_prompt[: len(prev)] == prev:
         ext = next_prompt[len(prev) :]
         if len(sample) + len(ext) >= limits.seq_len:
-            r.truncated = True
+            rollout.truncated = True
             return None
         sample.extend(ext, sampled=False)
         return sample
-    r.prefix_breaks += 1
+    rollout.prefix_breaks += 1
     if len(next_prompt) >= limits.seq_len:
-        r.truncated = True
+        rollout.truncated = True
         return None
-    r.samples.append(sample)
+    rollout.samples.append(sample)
     fresh = Sample()
     fresh.extend(next_prompt, sampled=False)
     return fresh
