@@ -363,7 +363,11 @@ class OrchestratorConfig(BaseConfig):
     log: LogConfig = Field(LogConfig(), description="Logging.")
 
     output_dir: Path = Field(Path("outputs/run"), description="The run directory.")
-    batch_size: int = Field(32, gt=0, description="Rollouts per step (a multiple of group_size).")
+    batch_size: int = Field(
+        32, gt=0,
+        description="Rollouts per step: a multiple of the group size when the train sources share one; with several "
+        "sizes at least the largest, and a step takes whole groups until it holds this many.",
+    )
     max_steps: int | None = Field(None, gt=0, description="Stop after this many steps; None = run until stopped.")
     seq_len: int = Field(2048, gt=0, description="Max tokens per rollout sample and per packed micro-batch.")
     loss_aggregation: Literal["token-mean", "seq-mean-token-mean"] = Field(
