@@ -53,8 +53,8 @@ def model_key(name: str, run_dir: Path | None = None) -> str:
     if run_dir is not None:
         raw = Path(os.path.abspath(run_dir)).name
     elif Path(name).is_dir():
-        p = Path(os.path.abspath(name))  # the name as given (a symbolic link is not followed)
-        raw = f"{p.parent.parent.name}--{p.name}" if p.parent.name == "weights" else p.name
+        path = Path(os.path.abspath(name))  # the name as given (a symbolic link is not followed)
+        raw = f"{path.parent.parent.name}--{path.name}" if path.parent.name == "weights" else path.name
     else:
         raw = name
     return re.sub(r"[^A-Za-z0-9._-]+", "--", raw).strip("-.") or "model"
@@ -83,17 +83,17 @@ class ResultStore:
     def load(self, step: int) -> EvalResult | None:
         """The stored result of `step`, or None when it is not done. Raises ResultExists when it was made with other
         settings."""
-        f = self.summary_file(step)
-        if not f.is_file():
+        summary = self.summary_file(step)
+        if not summary.is_file():
             return None
-        s = json.loads(f.read_text())
-        if s.get("settings") != self.settings:
+        saved = json.loads(summary.read_text())
+        if saved.get("settings") != self.settings:
             raise ResultExists(
-                f"{f} holds an eval of {self.key} step {step} made with other settings (eval section, seq_len, seed or "
-                "model differ); results are never overwritten: choose another output_dir or delete that file"
+                f"{summary} holds an eval of {self.key} step {step} made with other settings (eval section, seq_len, "
+                "seed or model differ); results are never overwritten: choose another output_dir or delete that file"
             )
         rows = [json.loads(x) for x in self.rows_file(step).read_text().splitlines() if x.strip()]
-        return EvalResult(rows=rows, metrics=s["metrics"], by_source=s["by_source"])
+        return EvalResult(rows=rows, metrics=saved["metrics"], by_source=saved["by_source"])
 
     def save(self, step: int, res: EvalResult) -> None:
         """Write the rows, then the summary that marks the step done (each atomically)."""
@@ -105,9 +105,9 @@ class ResultStore:
     def done(self) -> dict[int, EvalResult]:
         """Every stored step's result, by step."""
         out = {}
-        for f in sorted(self.dir.glob("step_*.json")):
-            if f.stem[5:].isdigit() and (r := self.load(int(f.stem[5:]))) is not None:
-                out[int(f.stem[5:])] = r
+        for summary in sorted(self.dir.glob("step_*.json")):
+            if summary.stem[5:].isdigit() and (result := self.load(int(summary.stem[5:]))) is not None:
+                out[int(summary.stem[5:])] = result
         return dict(sorted(out.items()))
 
 
@@ -166,11 +166,11 @@ async def watch(ck: EvalCheckpointsConfig, store: ResultStore, evaluate: Evaluat
     last_new = clock()
     while True:
         new = [(n, p) for n, p in stable_steps(ck.run_dir) if n not in seen]
-        for n, p in new:
-            seen.add(n)
+        for step, path in new:
+            seen.add(step)
             last_new = clock()
-            if wanted(n, ck, ck.until_step):
-                results[n] = await score_step(store, n, p, evaluate)
+            if wanted(step, ck, ck.until_step):
+                results[step] = await score_step(store, step, path, evaluate)
                 last_new = clock()
         if ck.until_step is not None and seen and max(seen) >= ck.until_step:
             log.info("%s: step %d reached (checkpoints.until_step = %d): watch ends", store.key, max(seen), ck.until_step)
@@ -194,23 +194,23 @@ def sweep_table(results: dict[int, EvalResult], k: int, title: str):
     columns."""
     from rich.table import Table
 
-    t = Table(title=title)
+    table = Table(title=title)
     cols = ["Step", "Source", "Tasks", f"avg@{k}", f"pass@{k}", "pass@1", "Error"]
     if k == 1:
         cols.remove("pass@1")  # the same column twice otherwise
     for col in cols:
-        t.add_column(col, justify="left" if col == "Source" else "right")
+        table.add_column(col, justify="left" if col == "Source" else "right")
 
-    def f(x: Any, d: int) -> str:
-        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+    def f(value: Any, digits: int) -> str:
+        return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
     for step, res in results.items():
-        for name, m in res.by_source.items():
-            ks = k_of(m)
+        for name, scores in res.by_source.items():
+            ks = k_of(scores)
             label = name if ks == k else f"{name} (k={ks})"
-            row = [str(step), label, str(int(m["tasks"])), f(m[f"avg@{ks}"], 4), f(m[f"pass@{ks}"], 3)]
-            t.add_row(*row, *([f(m["pass@1"], 3)] if k != 1 else []), f"{m['error_pct']:.1f}%")
-    return t
+            row = [str(step), label, str(int(scores["tasks"])), f(scores[f"avg@{ks}"], 4), f(scores[f"pass@{ks}"], 3)]
+            table.add_row(*row, *([f(scores["pass@1"], 3)] if k != 1 else []), f"{scores['error_pct']:.1f}%")
+    return table
 
 
 def sweep_plot(results: dict[int, EvalResult], k: int, path: Path, title: str) -> Path:
@@ -222,12 +222,12 @@ def sweep_plot(results: dict[int, EvalResult], k: int, path: Path, title: str) -
 
     fig, ax = plt.subplots(figsize=(7, 4))
     sources = sorted({s for r in results.values() for s in r.by_source})
-    for s in sources:
-        pts = [(n, r.by_source[s]) for n, r in results.items() if s in r.by_source]
+    for source in sources:
+        pts = [(n, r.by_source[source]) for n, r in results.items() if source in r.by_source]
         ks = k_of(pts[0][1])
-        line = ax.plot([n for n, _ in pts], [m[f"avg@{ks}"] for _, m in pts], marker="o", label=f"{s} avg@{ks}")[0]
+        line = ax.plot([n for n, _ in pts], [m[f"avg@{ks}"] for _, m in pts], marker="o", label=f"{source} avg@{ks}")[0]
         ax.plot([n for n, _ in pts], [m[f"pass@{ks}"] for _, m in pts], marker="x", linestyle="--",
-                color=line.get_color(), label=f"{s} pass@{ks}")  # fmt: skip
+                color=line.get_color(), label=f"{source} pass@{ks}")  # fmt: skip
     ax.set_xlabel("step (policy version)")
     ax.set_ylabel("score")
     ax.set_title(title)
