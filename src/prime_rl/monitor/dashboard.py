@@ -41,29 +41,29 @@ RECENT_STEPS = 3
 ROLLOUTS_PER_STEP = 8
 
 
-def _finite(v: Any) -> Any:
-    return v if not (isinstance(v, float) and not math.isfinite(v)) else None
+def _finite(value: Any) -> Any:
+    return value if not (isinstance(value, float) and not math.isfinite(value)) else None
 
 
-def json_safe(v: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """`v` with NaN and infinities as None and anything JSON cannot hold as text (a browser's JSON.parse rejects
     NaN)."""
-    if isinstance(v, dict):
-        return {str(k): json_safe(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [json_safe(x) for x in v]
-    if isinstance(v, float):
-        return _finite(v)
-    if v is None or isinstance(v, bool | int | str):
-        return v
-    return str(v)
+    if isinstance(value, dict):
+        return {str(k): json_safe(x) for k, x in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(x) for x in value]
+    if isinstance(value, float):
+        return _finite(value)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    return str(value)
 
 
 def _configs(run: RunDir) -> dict[str, dict[str, Any]]:
     out = {}
-    for p in sorted(run.configs.glob("*.toml")) if run.configs.is_dir() else []:
+    for path in sorted(run.configs.glob("*.toml")) if run.configs.is_dir() else []:
         try:
-            out[p.stem] = tomllib.loads(p.read_text())
+            out[path.stem] = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError):
             continue
     return out
@@ -72,9 +72,9 @@ def _configs(run: RunDir) -> dict[str, dict[str, Any]]:
 def max_steps(configs: dict[str, dict[str, Any]]) -> int | None:
     """`max_steps` of the run (rl, orchestrator, trainer or sft config, first that has it)."""
     for name in ("rl", "orchestrator", "trainer", "sft"):
-        v = configs.get(name, {}).get("max_steps")
-        if isinstance(v, int):
-            return v
+        value = configs.get(name, {}).get("max_steps")
+        if isinstance(value, int):
+            return value
     return None
 
 
@@ -97,25 +97,25 @@ def _probe(url: str) -> str:
     import httpx
 
     try:
-        r = httpx.get(url, timeout=1.0)
+        resp = httpx.get(url, timeout=1.0)
     except httpx.HTTPError as e:
         return f"unreachable ({type(e).__name__})"
-    return "healthy" if r.status_code == 200 else f"HTTP {r.status_code}"
+    return "healthy" if resp.status_code == 200 else f"HTTP {resp.status_code}"
 
 
 def processes(run: RunDir, configs: dict[str, dict[str, Any]], probe=_probe) -> list[dict[str, Any]]:
     """One row per log file (`name`, `age_s` since its last write, `last_line`) and per server (`name`, `health`)."""
     rows: list[dict[str, Any]] = []
     now = time.time()
-    for p in sorted(run.logs.glob("*.log")) if run.logs.is_dir() else []:
+    for path in sorted(run.logs.glob("*.log")) if run.logs.is_dir() else []:
         try:
-            st = p.stat()
-            with open(p, "rb") as f:
+            st = path.stat()
+            with open(path, "rb") as f:
                 f.seek(max(0, st.st_size - 4096))
                 tail = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
         except OSError:
             continue
-        rows.append({"name": p.stem, "kind": "log", "age_s": round(now - st.st_mtime, 1),
+        rows.append({"name": path.stem, "kind": "log", "age_s": round(now - st.st_mtime, 1),
                      "last_line": tail[-1][-300:] if tail else ""})  # fmt: skip
     for name, url in health_urls(configs).items():
         rows.append({"name": name, "kind": "server", "url": url, "health": probe(url)})
@@ -126,10 +126,10 @@ def eval_tables(run: RunDir) -> list[dict[str, Any]]:
     """Per eval step and source: tasks, avg (mean of the per-task avg), pass rate, rollouts with errors."""
     out = []
     files = sorted((int(p.stem[5:]), p) for p in run.eval.glob("step_*.jsonl") if p.stem[5:].isdigit()) if run.eval.is_dir() else []
-    for step, p in files:
+    for step, path in files:
         by_src: dict[str, list[dict[str, Any]]] = {}
-        for r in read_jsonl_rows(p):
-            by_src.setdefault(str(r.get("source", "")), []).append(r)
+        for row in read_jsonl_rows(path):
+            by_src.setdefault(str(row.get("source", "")), []).append(row)
         for src, rows in sorted(by_src.items()):
             avgs = [r["avg"] for r in rows if isinstance(r.get("avg"), int | float)]
             out.append({
@@ -165,9 +165,9 @@ def recent_rollouts(run: RunDir, n_steps: int = RECENT_STEPS) -> list[dict[str, 
     if archived_steps(run.root):
         return archived_rollouts(run, n_steps)
     out = []
-    for step, d in reversed(step_dirs(run.rollouts)[-n_steps:]):
-        for r in read_jsonl_rows(d / "traces.jsonl"):
-            out.append({k: r.get(k) for k in ("task_id", "source", "reward", "advantage", "masked", "error", "turns",
+    for step, step_dir in reversed(step_dirs(run.rollouts)[-n_steps:]):
+        for row in read_jsonl_rows(step_dir / "traces.jsonl"):
+            out.append({k: row.get(k) for k in ("task_id", "source", "reward", "advantage", "masked", "error", "turns",
                                                "truncated", "policy_versions", "messages")} | {"step": step})  # fmt: skip
     return out
 
@@ -178,18 +178,18 @@ def state(run_dir: Path, probe=_probe) -> dict[str, Any]:
     rows = read_metrics(run.root)
     configs = _configs(run)
     by_proc: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        by_proc.setdefault(str(r.get("process")), []).append(r)
+    for row in rows:
+        by_proc.setdefault(str(row.get("process")), []).append(row)
     latest = {p: max(int(r["step"]) for r in rs) for p, rs in by_proc.items()}
     panels = [{
         "name": "reward", "title": "Reward", "ylabel": "reward", "log": False,
         "lines": [{"label": "train (batch mean ± SE)", "points": [[s, m, e] for s, m, e in train_reward_band(by_proc.get("orchestrator", []))]},
                   {"label": "eval (task mean ± SE)", "points": [[s, m, e] for s, m, e in eval_curve(run.root)]}],
     }]  # fmt: skip
-    for p in PANELS:
+    for panel in PANELS:
         lines = [{"label": ln.label, "points": [[s, v] for s, v in series(by_proc.get(ln.process, []), ln.key, ln.scale)]}
-                 for ln in p.lines]  # fmt: skip
-        panels.append({"name": p.name, "title": p.title, "ylabel": p.ylabel, "log": p.log,
+                 for ln in panel.lines]  # fmt: skip
+        panels.append({"name": panel.name, "title": panel.title, "ylabel": panel.ylabel, "log": panel.log,
                        "lines": [ln for ln in lines if ln["points"]]})  # fmt: skip
     last_rows = {p: max(rs, key=lambda r: (int(r["step"]), r.get("time", 0))) for p, rs in by_proc.items()}
     return {
