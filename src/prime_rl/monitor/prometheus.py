@@ -55,21 +55,26 @@ class OperatorMetrics:
 
         self.process, self.cfg = process, cfg
         self.registry = CollectorRegistry()
-        r, p = self.registry, ["process"]
-        self.step = Gauge("prime_rl_step", "Last finished step.", p, registry=r)
+        reg, labels = self.registry, ["process"]
+        self.step = Gauge("prime_rl_step", "Last finished step.", labels, registry=reg)
         self.version = Gauge("prime_rl_policy_version", "Policy version served (orchestrator) or last published "
-                             "(trainer).", p, registry=r)  # fmt: skip
-        self.heartbeat = Gauge("prime_rl_last_step_timestamp_seconds", "Unix time of the last step.", p, registry=r)
-        self.step_time = Gauge("prime_rl_step_time_seconds", "Wall time of the last step.", p, registry=r)
-        self.rollouts = Counter("prime_rl_rollouts", "Rollouts in finished steps.", p, registry=r)
-        self.rollouts_rate = Gauge("prime_rl_rollouts_per_second", "Last step's rollouts per second.", p, registry=r)
-        self.tokens = Counter("prime_rl_tokens", "Tokens sampled (orchestrator) or trained (trainer).", p, registry=r)
-        self.tokens_rate = Gauge("prime_rl_tokens_per_second", "Last step's tokens per second.", p, registry=r)
-        self.errors = Counter("prime_rl_rollout_errors", "Masked rollouts by error kind.", [*p, "kind"], registry=r)
-        self.off_policy = Gauge("prime_rl_off_policy_steps", "Last step's largest off-policy lag.", p, registry=r)
-        self.mismatch_kl = Gauge("prime_rl_mismatch_kl", "k3 estimate of KL(inference||trainer).", p, registry=r)
+                             "(trainer).", labels, registry=reg)  # fmt: skip
+        self.heartbeat = Gauge("prime_rl_last_step_timestamp_seconds", "Unix time of the last step.",
+                               labels, registry=reg)
+        self.step_time = Gauge("prime_rl_step_time_seconds", "Wall time of the last step.", labels, registry=reg)
+        self.rollouts = Counter("prime_rl_rollouts", "Rollouts in finished steps.", labels, registry=reg)
+        self.rollouts_rate = Gauge("prime_rl_rollouts_per_second", "Last step's rollouts per second.",
+                                   labels, registry=reg)
+        self.tokens = Counter("prime_rl_tokens", "Tokens sampled (orchestrator) or trained (trainer).",
+                              labels, registry=reg)
+        self.tokens_rate = Gauge("prime_rl_tokens_per_second", "Last step's tokens per second.", labels, registry=reg)
+        self.errors = Counter("prime_rl_rollout_errors", "Masked rollouts by error kind.",
+                              [*labels, "kind"], registry=reg)
+        self.off_policy = Gauge("prime_rl_off_policy_steps", "Last step's largest off-policy lag.",
+                                labels, registry=reg)
+        self.mismatch_kl = Gauge("prime_rl_mismatch_kl", "k3 estimate of KL(inference||trainer).", labels, registry=reg)
         self.queue = Gauge("prime_rl_queue_size", "Orchestrator queues: running rollouts, ready groups.",
-                           [*p, "queue"], registry=r)  # fmt: skip
+                           [*labels, "queue"], registry=reg)  # fmt: skip
         self._server: Any = None
         self.port: int | None = None
 
@@ -86,41 +91,41 @@ class OperatorMetrics:
         log.info("%s metrics endpoint: http://%s:%d/metrics", self.process, self.cfg.host, self.port)
         return self
 
-    def _common(self, step: int, m: dict[str, Any], version: int) -> None:
-        p = self.process
-        self.step.labels(p).set(step)
-        self.version.labels(p).set(version)
-        self.heartbeat.labels(p).set(time.time())
-        if (dt := m.get("step_time_s")) is not None:
-            self.step_time.labels(p).set(dt)
+    def _common(self, step: int, metrics: dict[str, Any], version: int) -> None:
+        proc = self.process
+        self.step.labels(proc).set(step)
+        self.version.labels(proc).set(version)
+        self.heartbeat.labels(proc).set(time.time())
+        if (dt := metrics.get("step_time_s")) is not None:
+            self.step_time.labels(proc).set(dt)
 
-    def orchestrator_step(self, step: int, m: dict[str, Any], *, running: int, ready: int) -> None:
+    def orchestrator_step(self, step: int, metrics: dict[str, Any], *, running: int, ready: int) -> None:
         """Record an orchestrator step from its metrics row (`stats.step_metrics`) and the scheduler's queues."""
-        p = self.process
-        self._common(step, m, int(m.get("policy_version", 0)))
-        n = float(m.get("num_rollouts", 0))
-        tokens = n * float(m.get("seq_len_mean", 0.0))
-        self.rollouts.labels(p).inc(n)
-        self.tokens.labels(p).inc(tokens)
-        dt = float(m.get("step_time_s") or 0.0)
-        self.rollouts_rate.labels(p).set(n / dt if dt > 0 else 0.0)
-        self.tokens_rate.labels(p).set(tokens / dt if dt > 0 else 0.0)
-        for k, v in m.items():
-            if k.startswith("errors/"):
-                self.errors.labels(p, k.removeprefix("errors/")).inc(v)
-        self.off_policy.labels(p).set(m.get("max_off_policy", 0))
-        self.queue.labels(p, "running_rollouts").set(running)
-        self.queue.labels(p, "ready_groups").set(ready)
+        proc = self.process
+        self._common(step, metrics, int(metrics.get("policy_version", 0)))
+        rollouts = float(metrics.get("num_rollouts", 0))
+        tokens = rollouts * float(metrics.get("seq_len_mean", 0.0))
+        self.rollouts.labels(proc).inc(rollouts)
+        self.tokens.labels(proc).inc(tokens)
+        dt = float(metrics.get("step_time_s") or 0.0)
+        self.rollouts_rate.labels(proc).set(rollouts / dt if dt > 0 else 0.0)
+        self.tokens_rate.labels(proc).set(tokens / dt if dt > 0 else 0.0)
+        for key, count in metrics.items():
+            if key.startswith("errors/"):
+                self.errors.labels(proc, key.removeprefix("errors/")).inc(count)
+        self.off_policy.labels(proc).set(metrics.get("max_off_policy", 0))
+        self.queue.labels(proc, "running_rollouts").set(running)
+        self.queue.labels(proc, "ready_groups").set(ready)
 
-    def trainer_step(self, step: int, m: dict[str, Any]) -> None:
+    def trainer_step(self, step: int, metrics: dict[str, Any]) -> None:
         """Record a trainer step from its metrics row (`Engine._step_metrics` plus the loss's); publishes version
         `step`."""
-        p = self.process
-        self._common(step, m, step)
-        self.tokens.labels(p).inc(float(m.get("tokens", 0.0)))
-        self.tokens_rate.labels(p).set(float(m.get("tokens_per_s", 0.0)))
-        if (kl := m.get("mismatch_kl")) is not None:
-            self.mismatch_kl.labels(p).set(kl)
+        proc = self.process
+        self._common(step, metrics, step)
+        self.tokens.labels(proc).inc(float(metrics.get("tokens", 0.0)))
+        self.tokens_rate.labels(proc).set(float(metrics.get("tokens_per_s", 0.0)))
+        if (kl := metrics.get("mismatch_kl")) is not None:
+            self.mismatch_kl.labels(proc).set(kl)
 
     def close(self) -> None:
         """Stop serving."""
