@@ -61,7 +61,9 @@ class SourceConfig(BaseConfig):
         None, description="DAPO's overlong penalty on this source's train rewards, before advantages; None = off."
     )
     sampling: SamplingConfig | None = Field(
-        None, description="Sampling of this source's train rollouts; None = train.sampling. Train sources only."
+        None,
+        description="Sampling of this source's train rollouts: the fields set here replace those of train.sampling; "
+        "None = train.sampling. Train sources only.",
     )
     advantage: AdvantageConfig | None = Field(
         None, description="Advantage estimator of this source's groups; None = orchestrator.advantage. Train sources only."
@@ -116,6 +118,16 @@ class TrainSamplingConfig(BaseConfig):
     source: list[SourceConfig] = Field(default_factory=lambda: [SourceConfig()], description="Task sources.")
 
     _unique_names = field_validator("source")(unique_source_names)
+
+    @model_validator(mode="after")
+    def _merge_source_sampling(self) -> TrainSamplingConfig:
+        """A source's `sampling` holds the fields set on it over `train.sampling` (resolved here, so the config `rl`
+        writes for the orchestrator carries the merged values)."""
+        for src in self.source:
+            if src.sampling is not None:
+                own = src.sampling.model_dump(exclude_unset=True)
+                src.sampling = SamplingConfig(**(self.sampling.model_dump() | own))
+        return self
 
     @model_validator(mode="after")
     def _untruncated(self) -> TrainSamplingConfig:
