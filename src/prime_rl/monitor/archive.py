@@ -53,13 +53,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     pos = 0
     while pos < len(data):
-        d = zlib.decompressobj(wbits=31)  # one gzip member
+        member = zlib.decompressobj(wbits=31)  # one gzip member
         try:
-            text = d.decompress(data[pos:])
+            text = member.decompress(data[pos:])
         except zlib.error as e:
             _torn(path, pos, len(data), f"corrupt member ({e})")
             break
-        if not d.eof:
+        if not member.eof:
             _torn(path, pos, len(data), "incomplete member")
             break
         try:
@@ -68,7 +68,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             _torn(path, pos, len(data), f"undecodable member ({e})")
             break
         out += rows
-        pos = len(data) - len(d.unused_data)
+        pos = len(data) - len(member.unused_data)
     return out
 
 
@@ -86,25 +86,25 @@ def iter_records(run: Path, *, min_step: int | None = None, max_step: int | None
                  split: str = "all") -> Iterator[dict[str, Any]]:  # fmt: skip
     """The records of steps `min_step`..`max_step` (inclusive; None = open), train before eval within a step."""
     splits = SPLITS if split == "all" else (split,)
-    for n in archived_steps(run):
-        if (min_step is not None and n < min_step) or (max_step is not None and n > max_step):
+    for step in archived_steps(run):
+        if (min_step is not None and step < min_step) or (max_step is not None and step > max_step):
             continue
-        for s in splits:
-            yield from read_records(split_file(run, n, s))
+        for split_name in splits:
+            yield from read_records(split_file(run, step, split_name))
 
 
-def matches(r: dict[str, Any], cfg: Any) -> bool:
-    """Whether record `r` passes the source, task, reward and error filters of `cfg` (an ArchiveFilterConfig)."""
-    if cfg.source and r.get("source") not in cfg.source:
+def matches(record: dict[str, Any], cfg: Any) -> bool:
+    """Whether `record` passes the source, task, reward and error filters of `cfg` (an ArchiveFilterConfig)."""
+    if cfg.source and record.get("source") not in cfg.source:
         return False
-    if cfg.task_id and str(r.get("task_id")) not in cfg.task_id:
+    if cfg.task_id and str(record.get("task_id")) not in cfg.task_id:
         return False
-    reward = r.get("reward")
+    reward = record.get("reward")
     if cfg.min_reward is not None and (reward is None or reward < cfg.min_reward):
         return False
     if cfg.max_reward is not None and (reward is None or reward > cfg.max_reward):
         return False
-    return not (cfg.errors and not r.get("error_kind"))
+    return not (cfg.errors and not record.get("error_kind"))
 
 
 def select(cfg: Any) -> Iterator[dict[str, Any]]:
@@ -116,37 +116,38 @@ def select(cfg: Any) -> Iterator[dict[str, Any]]:
     if not archive_dir(cfg.run).is_dir():
         raise FileNotFoundError(f"{archive_dir(cfg.run)} does not exist: no rollout archive in {cfg.run} (is it a "
                                 "run directory, written with orchestrator.archive.enabled = true?)")  # fmt: skip
-    for r in iter_records(cfg.run, min_step=cfg.min_step, max_step=cfg.max_step, split=cfg.split):
-        if matches(r, cfg):
-            yield r
+    for record in iter_records(cfg.run, min_step=cfg.min_step, max_step=cfg.max_step, split=cfg.split):
+        if matches(record, cfg):
+            yield record
 
 
 def step_counts(run: Path) -> list[dict[str, Any]]:
     """Per archived step: rollouts per split, masked rollouts and the mean reward of the unmasked train ones."""
     out = []
-    for n in archived_steps(run):
-        row: dict[str, Any] = {"step": n}
-        for s in SPLITS:
-            recs = read_records(split_file(run, n, s))
-            row[s] = len(recs)
-            row[f"{s}_errors"] = sum(bool(r.get("error_kind")) for r in recs)
+    for step in archived_steps(run):
+        row: dict[str, Any] = {"step": step}
+        for split in SPLITS:
+            recs = read_records(split_file(run, step, split))
+            row[split] = len(recs)
+            row[f"{split}_errors"] = sum(bool(r.get("error_kind")) for r in recs)
             ok = [r["reward"] for r in recs if not r.get("error_kind")]
-            row[f"{s}_reward"] = sum(ok) / len(ok) if ok else None
+            row[f"{split}_reward"] = sum(ok) / len(ok) if ok else None
         out.append(row)
     return out
 
 
-def format_text(r: dict[str, Any]) -> str:
+def format_text(record: dict[str, Any]) -> str:
     """One record as a readable block: a header line, then each message (tool calls as `name(arguments)`)."""
-    err = f" | error {r['error_kind']}: {r.get('error_message')}" if r.get("error_kind") else ""
-    head = (f"== step {r.get('step')} {r.get('split')} | {r.get('rollout_id')} | source {r.get('source')} | task "
-            f"{r.get('task_id')} | group {r.get('group_id')} | reward {r.get('reward')} | advantage "
-            f"{r.get('advantage')} | policy {r.get('policy_versions')}{err}")  # fmt: skip
+    err = f" | error {record['error_kind']}: {record.get('error_message')}" if record.get("error_kind") else ""
+    head = (f"== step {record.get('step')} {record.get('split')} | {record.get('rollout_id')} | source "
+            f"{record.get('source')} | task {record.get('task_id')} | group {record.get('group_id')} | reward "
+            f"{record.get('reward')} | advantage {record.get('advantage')} | policy "
+            f"{record.get('policy_versions')}{err}")  # fmt: skip
     lines = [head]
-    for m in r.get("messages") or []:
-        content = m.get("content")
-        lines.append(f"[{m.get('role')}] {content if isinstance(content, str) else json.dumps(content)}")
-        for call in m.get("tool_calls") or []:
+    for message in record.get("messages") or []:
+        content = message.get("content")
+        lines.append(f"[{message.get('role')}] {content if isinstance(content, str) else json.dumps(content)}")
+        for call in message.get("tool_calls") or []:
             fn = call.get("function", call)
             lines.append(f"  -> {fn.get('name')}({fn.get('arguments')})")
     return "\n".join(lines)
@@ -168,12 +169,12 @@ def run(cfg: Any) -> None:
                   f"{'-' if tr is None else f'{tr:.4f}':>8} {row['eval']:>6} {row['eval_errors']:>6} "
                   f"{'-' if ev is None else f'{ev:.4f}':>8}")  # fmt: skip
         return
-    for i, r in enumerate(select(cfg)):
+    for i, record in enumerate(select(cfg)):
         if cfg.limit is not None and i >= cfg.limit:
             break
         if cfg.format == "json":
             if not cfg.tokens:
-                r = {k: v for k, v in r.items() if k != "samples"}
-            print(json.dumps(r, ensure_ascii=False))
+                record = {k: v for k, v in record.items() if k != "samples"}
+            print(json.dumps(record, ensure_ascii=False))
         else:
-            print(format_text(r) + "\n")
+            print(format_text(record) + "\n")
