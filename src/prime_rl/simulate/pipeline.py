@@ -82,8 +82,8 @@ class Pipeline:
         self.q = EventQueue()
         self.rng = np.random.default_rng(cfg.seed)
         self.replicas = [Replica(i, self.q, cfg.inference) for i in range(cfg.inference.replicas)]
-        p = cfg.pipeline
-        self.group_size, self.gps = p.group_size, p.batch_size // p.group_size
+        pipe = cfg.pipeline
+        self.group_size, self.gps = pipe.group_size, pipe.batch_size // pipe.group_size
         # orchestrator
         self.version = 0
         self.step = 1
@@ -113,28 +113,29 @@ class Pipeline:
 
     # ---- workload draws ----
     def _draw_rollout(self) -> SimRollout:
-        w = self.cfg.workload
-        turns = w.turns if w.turns_min is None else int(self.rng.integers(w.turns_min, w.turns + 1))
-        if w.completion_tokens_cv > 0:
-            k = 1.0 / w.completion_tokens_cv**2
-            toks = self.rng.gamma(k, w.completion_tokens / k, size=turns)
+        workload = self.cfg.workload
+        turns = (workload.turns if workload.turns_min is None
+                 else int(self.rng.integers(workload.turns_min, workload.turns + 1)))
+        if workload.completion_tokens_cv > 0:
+            shape = 1.0 / workload.completion_tokens_cv**2
+            toks = self.rng.gamma(shape, workload.completion_tokens / shape, size=turns)
         else:
-            toks = np.full(turns, w.completion_tokens)
+            toks = np.full(turns, workload.completion_tokens)
         toks = np.maximum(1, np.rint(toks)).astype(int)
-        if w.max_completion_tokens is not None:
-            toks = np.minimum(toks, w.max_completion_tokens)
+        if workload.max_completion_tokens is not None:
+            toks = np.minimum(toks, workload.max_completion_tokens)
         comp = [int(t) for t in toks]
-        seq = w.prompt_tokens + sum(comp) + w.env_tokens * (turns - 1)
+        seq = workload.prompt_tokens + sum(comp) + workload.env_tokens * (turns - 1)
         return SimRollout(completion=comp, seq_tokens=seq)
 
     def _env_latency(self) -> float:
-        e = self.cfg.env
-        if e.latency_s <= 0:
+        env = self.cfg.env
+        if env.latency_s <= 0:
             return 0.0
-        if e.latency_cv <= 0:
-            return e.latency_s
-        k = 1.0 / e.latency_cv**2
-        return float(self.rng.gamma(k, e.latency_s / k))
+        if env.latency_cv <= 0:
+            return env.latency_s
+        shape = 1.0 / env.latency_cv**2
+        return float(self.rng.gamma(shape, env.latency_s / shape))
 
     # ---- orchestrator: launching ----
     def _allowed_groups(self) -> int:
@@ -146,62 +147,63 @@ class Pipeline:
         while len(self.running) + len(self.ready) < self._allowed_groups():
             if self.running and self.inflight + self.group_size > max_inflight:
                 return
-            g = SimGroup(self._gid, [self._draw_rollout() for _ in range(self.group_size)], self.group_size,
+            group = SimGroup(self._gid, [self._draw_rollout() for _ in range(self.group_size)], self.group_size,
                          self._gid % self.cfg.control_plane.workers)  # fmt: skip
             self._gid += 1
-            self.running[g.gid] = g
+            self.running[group.gid] = group
             self.inflight += self.group_size
-            for r in g.rollouts:
-                self._turn(g, r, 0)
+            for rollout in group.rollouts:
+                self._turn(group, rollout, 0)
 
-    def _turn(self, g: SimGroup, r: SimRollout, k: int) -> None:
+    def _turn(self, group: SimGroup, rollout: SimRollout, turn: int) -> None:
         """Turn `k` of rollout `r`: control-plane CPU, then the generate request."""
         cost = self.cfg.control_plane.cpu_per_turn_s
         if cost > 0:
-            w = g.worker
-            start = max(self.q.now, self.worker_free[w])
-            self.worker_free[w] = start + cost
-            self.worker_busy[w] += cost
-            self.q.at(start + cost, lambda: self._generate(g, r, k))
+            worker = group.worker
+            start = max(self.q.now, self.worker_free[worker])
+            self.worker_free[worker] = start + cost
+            self.worker_busy[worker] += cost
+            self.q.at(start + cost, lambda: self._generate(group, rollout, turn))
         else:
-            self._generate(g, r, k)
+            self._generate(group, rollout, turn)
 
-    def _generate(self, g: SimGroup, r: SimRollout, k: int) -> None:
-        if r.replica is None:
-            r.replica = min(self.replicas, key=lambda x: (x.outstanding, x.idx))
-        w = self.cfg.workload
-        prefill = w.prompt_tokens if k == 0 else w.env_tokens
+    def _generate(self, group: SimGroup, rollout: SimRollout, turn: int) -> None:
+        if rollout.replica is None:
+            rollout.replica = min(self.replicas, key=lambda x: (x.outstanding, x.idx))
+        workload = self.cfg.workload
+        prefill = workload.prompt_tokens if turn == 0 else workload.env_tokens
 
         def done(version: int) -> None:
-            r.versions.append(version)
+            rollout.versions.append(version)
             lat = self._env_latency()
-            nxt = (lambda: self._turn(g, r, k + 1)) if k + 1 < len(r.completion) else (lambda: self._finished(g))
+            nxt = ((lambda: self._turn(group, rollout, turn + 1)) if turn + 1 < len(rollout.completion)
+                   else (lambda: self._finished(group)))
             if lat > 0:
                 self.q.after(lat, nxt)
             else:
                 nxt()
 
-        r.replica.submit(Request(prefill, r.completion[k], done))
+        rollout.replica.submit(Request(prefill, rollout.completion[turn], done))
 
-    def _finished(self, g: SimGroup) -> None:
+    def _finished(self, group: SimGroup) -> None:
         self.inflight -= 1
-        g.left -= 1
-        if g.left == 0:
-            del self.running[g.gid]
-            g.oldest = min(v for r in g.rollouts for v in r.versions)
-            self.ready.append(g)
+        group.left -= 1
+        if group.left == 0:
+            del self.running[group.gid]
+            group.oldest = min(v for r in group.rollouts for v in r.versions)
+            self.ready.append(group)
             self._progress()
 
     # ---- orchestrator: cutting ----
-    def _off_policy(self, g: SimGroup, step: int) -> int:
-        return (step - 1) - g.oldest
+    def _off_policy(self, group: SimGroup, step: int) -> int:
+        return (step - 1) - group.oldest
 
     def _progress(self) -> None:
         """The scheduler's loop after a wake-up: drop stale groups, cut every step that can be cut, launch."""
-        p = self.cfg.pipeline
+        pipe = self.cfg.pipeline
         while True:
-            if self.ready and self.step - 1 - min(g.oldest for g in self.ready) > p.max_off_policy_steps:
-                keep = deque(g for g in self.ready if self._off_policy(g, self.step) <= p.max_off_policy_steps)
+            if self.ready and self.step - 1 - min(g.oldest for g in self.ready) > pipe.max_off_policy_steps:
+                keep = deque(g for g in self.ready if self._off_policy(g, self.step) <= pipe.max_off_policy_steps)
                 n_drop = len(self.ready) - len(keep)
                 self.ready = keep
                 self.dropped += n_drop
@@ -209,10 +211,10 @@ class Pipeline:
                 if self.dropped > 20 * self.gps * self.cfg.steps:
                     raise InfeasiblePlan(
                         f"step {self.step}: {self.dropped} groups dropped as older than pipeline.max_off_policy_steps "
-                        f"= {p.max_off_policy_steps}; this deployment cannot fill a batch (raise max_off_policy_steps "
-                        "or lower pipeline.max_async_level)"
+                        f"= {pipe.max_off_policy_steps}; this deployment cannot fill a batch (raise "
+                        "max_off_policy_steps or lower pipeline.max_async_level)"
                     )
-            if len(self.ready) < self.gps or self.version < self.step - 1 - p.max_async_level:
+            if len(self.ready) < self.gps or self.version < self.step - 1 - pipe.max_async_level:
                 break
             self._cut()
         self._launch()
@@ -222,14 +224,14 @@ class Pipeline:
         groups = [self.ready.popleft() for _ in range(self.gps)]
         rec = StepRecord(step, self.q.now, dropped_groups=self._dropped_now)
         self._dropped_now = 0
-        for g in groups:
-            rec.max_off_policy = max(rec.max_off_policy, self._off_policy(g, step))
-            for r in g.rollouts:
-                rec.tokens += r.seq_tokens
-                rec.completion_tokens += sum(r.completion)
-                for v, n in zip(r.versions, r.completion, strict=True):
-                    lag = (step - 1) - v
-                    rec.lag_tokens[lag] = rec.lag_tokens.get(lag, 0) + n
+        for group in groups:
+            rec.max_off_policy = max(rec.max_off_policy, self._off_policy(group, step))
+            for rollout in group.rollouts:
+                rec.tokens += rollout.seq_tokens
+                rec.completion_tokens += sum(rollout.completion)
+                for version, tokens in zip(rollout.versions, rollout.completion, strict=True):
+                    lag = (step - 1) - version
+                    rec.lag_tokens[lag] = rec.lag_tokens.get(lag, 0) + tokens
         self.cuts.append(rec)
         self.batches[step] = rec
         self.step += 1
@@ -237,24 +239,24 @@ class Pipeline:
 
     # ---- trainer ----
     def _train_maybe(self) -> None:
-        n = self.train_next
-        if not self.trainer_idle or n not in self.batches or n > self.cfg.steps:
+        step = self.train_next
+        if not self.trainer_idle or step not in self.batches or step > self.cfg.steps:
             return
-        rec = self.batches[n]
-        t = self.cfg.trainer
-        dur = t.step_fixed_s + rec.tokens / t.tokens_per_s
+        rec = self.batches[step]
+        trainer = self.cfg.trainer
+        dur = trainer.step_fixed_s + rec.tokens / trainer.tokens_per_s
         rec.train_start = self.q.now
         self.trainer_idle = False
         self.q.after(dur, lambda: self._trained(rec))
 
     def _trained(self, rec: StepRecord) -> None:
-        w = self.cfg.weights
+        weights = self.cfg.weights
         rec.train_end = self.q.now
         self.trainer_busy_s += rec.train_end - rec.train_start
-        if w.transport == "broadcast":
+        if weights.transport == "broadcast":
             self._published(rec.step)
-        self.trainer_busy_s += w.publish_s
-        self.q.after(w.publish_s, lambda: self._publish_done(rec.step))
+        self.trainer_busy_s += weights.publish_s
+        self.q.after(weights.publish_s, lambda: self._publish_done(rec.step))
 
     def _publish_done(self, step: int) -> None:
         if self.cfg.weights.transport == "filesystem":
@@ -276,25 +278,25 @@ class Pipeline:
     def _load_maybe(self) -> None:
         if self.loading or self.published <= self.version:
             return
-        v, t0 = self.published, self.q.now
+        version, t0 = self.published, self.q.now
         self.loading = True
-        for r in self.replicas:
-            r.pause()
+        for replica in self.replicas:
+            replica.pause()
 
         def loaded() -> None:
-            for r in self.replicas:
-                r.resume(v)
-            self.loads.append((t0, self.q.now, v))
+            for replica in self.replicas:
+                replica.resume(version)
+            self.loads.append((t0, self.q.now, version))
             self.loading = False
-            self.version = v
+            self.version = version
             self._progress()
             self._load_maybe()
 
         self.q.after(self.cfg.weights.load_s, loaded)
 
     def _mark(self, name: str) -> None:
-        for r in self.replicas:
-            r.close_accounts()
+        for replica in self.replicas:
+            replica.close_accounts()
         self.marks[name] = {
             "t": self.q.now,
             "busy": [r.busy_s for r in self.replicas],
@@ -321,6 +323,6 @@ class Pipeline:
                 f"the simulated pipeline stalled after {self.done_steps} trainer steps (step {self.step} waits for "
                 f"{self.gps} groups with {len(self.ready)} ready and {len(self.running)} running)"
             )
-        for r in self.replicas:
-            r.close_accounts()
+        for replica in self.replicas:
+            replica.close_accounts()
         return self
