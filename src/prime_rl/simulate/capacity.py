@@ -68,72 +68,75 @@ class CapacityRow:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        d = {k: v for k, v in asdict(self).items() if k != "result"}
-        d["result"] = self.result.to_dict()
-        return d
+        out = {k: v for k, v in asdict(self).items() if k != "result"}
+        out["result"] = self.result.to_dict()
+        return out
 
 
-def balanced_split(gpus: int, x: CapacityInputs) -> int:
+def balanced_split(gpus: int, inputs: CapacityInputs) -> int:
     """Inference GPUs at which inference's rate meets the trainer's (rollouts/s), at least 1: a rollout costs an
     inference GPU its sampled tokens at the peak rate plus its prefill (prompt, environment answers)."""
-    sample_s = x.turns * x.completion_tokens / x.inference_peak_tokens_per_s
-    prefill_s = (x.prompt_tokens + (x.turns - 1) * x.env_tokens) / x.prefill_tokens_per_s
+    sample_s = inputs.turns * inputs.completion_tokens / inputs.inference_peak_tokens_per_s
+    prefill_s = (inputs.prompt_tokens + (inputs.turns - 1) * inputs.env_tokens) / inputs.prefill_tokens_per_s
     per_inf = 1.0 / (sample_s + prefill_s)
-    per_train = x.trainer_tokens_per_s_per_gpu / x.rollout_tokens
+    per_train = inputs.trainer_tokens_per_s_per_gpu / inputs.rollout_tokens
     share = per_train / (per_inf + per_train)
     return max(1, min(gpus - 1, round(gpus * share)))
 
 
-def plan_config(gpus: int, n_inf: int, level: int, workers: int, x: CapacityInputs, *, transport: str = "broadcast",
-                seed: int = 0, steps: int = 12, warmup: int = 4) -> PlanConfig:  # fmt: skip
+def plan_config(gpus: int, n_inf: int, level: int, workers: int, inputs: CapacityInputs, *,
+                transport: str = "broadcast", seed: int = 0, steps: int = 12,
+                warmup: int = 4) -> PlanConfig:  # fmt: skip
     """The simulator config of one layout."""
-    batch = x.rollouts_per_gpu_per_step * gpus
-    gb = x.broadcast_gb_per_s if transport == "broadcast" else x.filesystem_gb_per_s
-    move = x.weight_gb / gb
+    batch = inputs.rollouts_per_gpu_per_step * gpus
+    gb = inputs.broadcast_gb_per_s if transport == "broadcast" else inputs.filesystem_gb_per_s
+    move = inputs.weight_gb / gb
     return PlanConfig.model_validate({
-        "inference": {"replicas": n_inf, "single_seq_tokens_per_s": x.inference_single_seq_tokens_per_s,
-                      "peak_tokens_per_s": x.inference_peak_tokens_per_s, "peak_batch": x.inference_peak_batch,
-                      "prefill_tokens_per_s": x.prefill_tokens_per_s},
-        "trainer": {"gpus": gpus - n_inf, "tokens_per_s": x.trainer_tokens_per_s_per_gpu * (gpus - n_inf)},
+        "inference": {"replicas": n_inf, "single_seq_tokens_per_s": inputs.inference_single_seq_tokens_per_s,
+                      "peak_tokens_per_s": inputs.inference_peak_tokens_per_s,
+                      "peak_batch": inputs.inference_peak_batch,
+                      "prefill_tokens_per_s": inputs.prefill_tokens_per_s},
+        "trainer": {"gpus": gpus - n_inf, "tokens_per_s": inputs.trainer_tokens_per_s_per_gpu * (gpus - n_inf)},
         "weights": {"transport": transport, "publish_s": move, "load_s": move},
-        "env": {"latency_s": x.env_latency_s},
-        "control_plane": {"workers": workers, "cpu_per_turn_s": x.cpu_per_turn_s},
-        "workload": {"prompt_tokens": x.prompt_tokens, "turns": x.turns, "completion_tokens": x.completion_tokens,
-                     "env_tokens": x.env_tokens},
-        "pipeline": {"batch_size": batch, "group_size": x.group_size, "max_async_level": level,
-                     "max_inflight": max(batch, n_inf * x.inference_peak_batch)},
+        "env": {"latency_s": inputs.env_latency_s},
+        "control_plane": {"workers": workers, "cpu_per_turn_s": inputs.cpu_per_turn_s},
+        "workload": {"prompt_tokens": inputs.prompt_tokens, "turns": inputs.turns,
+                     "completion_tokens": inputs.completion_tokens,
+                     "env_tokens": inputs.env_tokens},
+        "pipeline": {"batch_size": batch, "group_size": inputs.group_size, "max_async_level": level,
+                     "max_inflight": max(batch, n_inf * inputs.inference_peak_batch)},
         "steps": steps, "warmup_steps": warmup, "seed": seed,
     })  # fmt: skip
 
 
-def workers_for(rollouts_per_s: float, x: CapacityInputs) -> int:
+def workers_for(rollouts_per_s: float, inputs: CapacityInputs) -> int:
     """Control-plane processes that keep each below `cpu_target` of a core at `rollouts_per_s`."""
-    return max(1, math.ceil(rollouts_per_s * x.turns * x.cpu_per_turn_s / x.cpu_target))
+    return max(1, math.ceil(rollouts_per_s * inputs.turns * inputs.cpu_per_turn_s / inputs.cpu_target))
 
 
-def capacity_row(gpus: int, x: CapacityInputs, seed: int = 0) -> CapacityRow:
+def capacity_row(gpus: int, inputs: CapacityInputs, seed: int = 0) -> CapacityRow:
     """Choose the split and `max_async_level` for `gpus` GPUs by simulation (see the module docstring)."""
-    n0 = balanced_split(gpus, x)
-    per_train = x.trainer_tokens_per_s_per_gpu / x.rollout_tokens
-    workers = workers_for(per_train * (gpus - n0), x)
+    n0 = balanced_split(gpus, inputs)
+    per_train = inputs.trainer_tokens_per_s_per_gpu / inputs.rollout_tokens
+    workers = workers_for(per_train * (gpus - n0), inputs)
     cands = sorted({n for n in (n0, n0 + max(1, n0 // 10)) if 1 <= n < gpus})
     runs: list[tuple[float, int, int, PlanResult]] = []
-    for n in cands:
+    for n_inf in cands:
         for level in (1, 2, 3):
-            res = simulate(plan_config(gpus, n, level, workers, x, seed=seed))
-            runs.append((res.step_time_s, level, n, res))
+            res = simulate(plan_config(gpus, n_inf, level, workers, inputs, seed=seed))
+            runs.append((res.step_time_s, level, n_inf, res))
     best = min(r[0] for r in runs)
-    step, level, n, res = min((r for r in runs if r[0] <= 1.05 * best), key=lambda r: (r[1], r[0]))
-    fs = simulate(plan_config(gpus, n, level, workers, x, transport="filesystem", seed=seed))
-    return CapacityRow(gpus, n, gpus - n, x.rollouts_per_gpu_per_step * gpus, level,
-                       workers_for(res.rollouts_per_s, x), res, fs.step_time_s)  # fmt: skip
+    step, level, n_inf, res = min((r for r in runs if r[0] <= 1.05 * best), key=lambda r: (r[1], r[0]))
+    fs = simulate(plan_config(gpus, n_inf, level, workers, inputs, transport="filesystem", seed=seed))
+    return CapacityRow(gpus, n_inf, gpus - n_inf, inputs.rollouts_per_gpu_per_step * gpus, level,
+                       workers_for(res.rollouts_per_s, inputs), res, fs.step_time_s)  # fmt: skip
 
 
-def capacity_table(sizes: tuple[int, ...] = (8, 64, 512, 1024), x: CapacityInputs | None = None,
+def capacity_table(sizes: tuple[int, ...] = (8, 64, 512, 1024), inputs: CapacityInputs | None = None,
                    seed: int = 0) -> list[CapacityRow]:  # fmt: skip
     """One `CapacityRow` per size."""
-    x = x or CapacityInputs()
-    return [capacity_row(g, x, seed) for g in sizes]
+    inputs = inputs or CapacityInputs()
+    return [capacity_row(g, inputs, seed) for g in sizes]
 
 
 def format_table(rows: list[CapacityRow]) -> str:
@@ -142,13 +145,14 @@ def format_table(rows: list[CapacityRow]) -> str:
             "step s (filesystem) | rollouts/s | trained tokens/s | inference idle | trainer idle | mean off-policy | "
             "control-plane workers |\n|---|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     lines = [head]
-    for r in rows:
-        s = r.result
+    for row in rows:
+        res = row.result
         lines.append(
-            f"| {r.gpus:,} | {r.inference_gpus} / {r.trainer_gpus} | {r.batch_size:,} | {r.max_async_level} | "
-            f"{s.step_time_s:.2f} | {r.filesystem_step_time_s:.2f} | {s.rollouts_per_s:,.0f} | "
-            f"{s.trained_tokens_per_s:,.0f} | {100 * s.inference_idle:.0f}% | {100 * s.trainer_idle:.0f}% | "
-            f"{s.mean_off_policy:.2f} | {r.workers} |"
+            f"| {row.gpus:,} | {row.inference_gpus} / {row.trainer_gpus} | {row.batch_size:,} | "
+            f"{row.max_async_level} | "
+            f"{res.step_time_s:.2f} | {row.filesystem_step_time_s:.2f} | {res.rollouts_per_s:,.0f} | "
+            f"{res.trained_tokens_per_s:,.0f} | {100 * res.inference_idle:.0f}% | {100 * res.trainer_idle:.0f}% | "
+            f"{res.mean_off_policy:.2f} | {row.workers} |"
         )
     return "\n".join(lines)
 

@@ -38,15 +38,15 @@ class RunMeasurement:
     @property
     def mean_off_policy(self) -> float:
         """Mean lag of the traced turns (versions); NaN without traces."""
-        n = sum(self.off_policy_turns.values())
-        return sum(k * v for k, v in self.off_policy_turns.items()) / n if n else float("nan")
+        total = sum(self.off_policy_turns.values())
+        return sum(k * v for k, v in self.off_policy_turns.items()) / total if total else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (lag keys as strings)."""
-        d = asdict(self)
-        d["off_policy_turns"] = {str(k): v for k, v in self.off_policy_turns.items()}
-        d["mean_off_policy"] = self.mean_off_policy
-        return d
+        out = asdict(self)
+        out["off_policy_turns"] = {str(k): v for k, v in self.off_policy_turns.items()}
+        out["mean_off_policy"] = self.mean_off_policy
+        return out
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float:
@@ -78,14 +78,14 @@ def measure_run(run: Path, first: int = 3, last: int | None = None) -> RunMeasur
     gaps = [t_by_step[s]["time"] - t_by_step[s - 1]["time"] for s in range(first, last + 1)
             if s in t_by_step and s - 1 in t_by_step]  # fmt: skip
     lags: dict[int, int] = {}
-    for s in range(first, last + 1):
-        path = run / "rollouts" / f"step_{s}" / "traces.jsonl"
+    for step in range(first, last + 1):
+        path = run / "rollouts" / f"step_{step}" / "traces.jsonl"
         if not path.exists():
             continue
         for line in path.read_text().splitlines():
             row = json.loads(line)
-            for v in row.get("policy_versions") or []:
-                lags[(s - 1) - int(v)] = lags.get((s - 1) - int(v), 0) + 1
+            for version in row.get("policy_versions") or []:
+                lags[(step - 1) - int(version)] = lags.get((step - 1) - int(version), 0) + 1
     loss = [r["loss_tokens"] / r["num_rollouts"] for r in orr if r.get("num_rollouts")]
     return RunMeasurement(
         first=first, last=last, step_time_s=float(statistics.fmean(gaps)), trainer_pass_s=_mean(tr, "step_time_s"),
@@ -113,23 +113,24 @@ def trace_shape(run: Path, first: int, last: int) -> TraceShape:
     Raises:
         ValueError: no traces in that range.
     """
-    turns, prompt, env, n = 0.0, 0.0, 0.0, 0
-    for s in range(first, last + 1):
-        path = Path(run) / "rollouts" / f"step_{s}" / "traces.jsonl"
+    turns, prompt, env, traces = 0.0, 0.0, 0.0, 0
+    for step in range(first, last + 1):
+        path = Path(run) / "rollouts" / f"step_{step}" / "traces.jsonl"
         if not path.exists():
             continue
         for line in path.read_text().splitlines():
             row = json.loads(line)
             msgs = row.get("messages") or []
-            k = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), len(msgs))
-            prompt += sum(len(str(m.get("content") or "")) for m in msgs[:k])
-            t = max(1, int(row.get("turns") or 1))
-            env += sum(len(str(m.get("content") or "")) for m in msgs[k:] if m.get("role") == "tool") / max(1, t - 1)
-            turns += t
-            n += 1
-    if n == 0:
+            first_reply = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), len(msgs))
+            prompt += sum(len(str(m.get("content") or "")) for m in msgs[:first_reply])
+            num_turns = max(1, int(row.get("turns") or 1))
+            tool_chars = sum(len(str(m.get("content") or "")) for m in msgs[first_reply:] if m.get("role") == "tool")
+            env += tool_chars / max(1, num_turns - 1)
+            turns += num_turns
+            traces += 1
+    if traces == 0:
         raise ValueError(f"{run}: no traces.jsonl in steps {first}..{last} (orchestrator.traces_per_step = 0?)")
-    return TraceShape(turns / n, prompt / n, env / n, n)
+    return TraceShape(turns / traces, prompt / traces, env / traces, traces)
 
 
 def plan_for_run(run: Path, meas: RunMeasurement, inference: dict[str, float], *, cpu_per_turn_s: float,
@@ -143,13 +144,13 @@ def plan_for_run(run: Path, meas: RunMeasurement, inference: dict[str, float], *
         ValueError: the run's train sources have different group sizes (the plan models one)."""
     import tomllib
 
-    o = tomllib.loads((Path(run) / "configs" / "orchestrator.toml").read_text())
+    orch = tomllib.loads((Path(run) / "configs" / "orchestrator.toml").read_text())
     shape = trace_shape(run, meas.first, meas.last)
     turns = max(1, round(shape.turns))
     env_tokens = round(shape.env_chars_per_turn)
     prompt = meas.seq_len_mean - meas.loss_tokens_per_rollout - env_tokens * (shape.turns - 1)
-    group = o.get("train", {}).get("group_size", 1)
-    sizes = {src.get("group_size") or group for src in o.get("train", {}).get("source", [])} or {group}
+    group = orch.get("train", {}).get("group_size", 1)
+    sizes = {src.get("group_size") or group for src in orch.get("train", {}).get("source", [])} or {group}
     if len(sizes) > 1:
         raise ValueError(f"{run}: the train sources' group sizes differ ({sorted(sizes)}, orchestrator.train.source.*"
                          ".group_size); the plan models one group size: set pipeline.group_size in the plan config")
@@ -164,9 +165,9 @@ def plan_for_run(run: Path, meas: RunMeasurement, inference: dict[str, float], *
         "workload": {"prompt_tokens": max(0, round(prompt)), "turns": turns,
                      "completion_tokens": max(1.0, meas.loss_tokens_per_rollout / shape.turns),
                      "env_tokens": env_tokens},
-        "pipeline": {"batch_size": o.get("batch_size", 64), "group_size": group,
-                     "max_async_level": o.get("max_async_level", 1),
-                     "max_off_policy_steps": o.get("max_off_policy_steps", 8),
-                     "max_inflight": o.get("concurrency", {}).get("max_inflight", 32)},
+        "pipeline": {"batch_size": orch.get("batch_size", 64), "group_size": group,
+                     "max_async_level": orch.get("max_async_level", 1),
+                     "max_off_policy_steps": orch.get("max_off_policy_steps", 8),
+                     "max_inflight": orch.get("concurrency", {}).get("max_inflight", 32)},
         "steps": steps, "warmup_steps": meas.first - 1,
     }  # fmt: skip

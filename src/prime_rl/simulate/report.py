@@ -44,9 +44,9 @@ class PlanResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (lag keys as strings)."""
-        d = asdict(self)
-        d["off_policy_tokens"] = {str(k): v for k, v in self.off_policy_tokens.items()}
-        return d
+        out = asdict(self)
+        out["off_policy_tokens"] = {str(k): v for k, v in self.off_policy_tokens.items()}
+        return out
 
     @property
     def mean_off_policy(self) -> float:
@@ -54,26 +54,26 @@ class PlanResult:
         return float(sum(k * v for k, v in self.off_policy_tokens.items()))
 
 
-def result(p: Pipeline) -> PlanResult:
+def result(pipe: Pipeline) -> PlanResult:
     """Summarise a finished `Pipeline` over its steady window."""
-    cfg: PlanConfig = p.cfg
-    a, b = p.marks["start"], p.marks["end"]
-    window = float(b["t"]) - float(a["t"])
+    cfg: PlanConfig = pipe.cfg
+    start, end = pipe.marks["start"], pipe.marks["end"]
+    window = float(end["t"]) - float(start["t"])
     n_steps = cfg.steps - cfg.warmup_steps
-    steady = [r for r in p.cuts if cfg.warmup_steps < r.step <= cfg.steps]
-    cut_t = [r.cut_t for r in p.cuts if cfg.warmup_steps <= r.step <= cfg.steps]
+    steady = [r for r in pipe.cuts if cfg.warmup_steps < r.step <= cfg.steps]
+    cut_t = [r.cut_t for r in pipe.cuts if cfg.warmup_steps <= r.step <= cfg.steps]
     orch = float(np.mean(np.diff(cut_t))) if len(cut_t) > 1 else float("nan")
-    n_rep = len(p.replicas)
+    n_rep = len(pipe.replicas)
 
     def diff(key: str) -> np.ndarray:
-        return np.asarray(b[key], dtype=float) - np.asarray(a[key], dtype=float)
+        return np.asarray(end[key], dtype=float) - np.asarray(start[key], dtype=float)
 
     busy, load, seq, toks = diff("busy"), diff("load"), diff("seq"), diff("tokens")
     decode_busy = float(busy.sum())
     lags: dict[int, int] = {}
-    for r in steady:
-        for k, v in r.lag_tokens.items():
-            lags[k] = lags.get(k, 0) + v
+    for rec in steady:
+        for lag, tokens in rec.lag_tokens.items():
+            lags[lag] = lags.get(lag, 0) + tokens
     total = sum(lags.values()) or 1
     workers = diff("workers")
     return PlanResult(
@@ -88,13 +88,13 @@ def result(p: Pipeline) -> PlanResult:
         inference_idle=max(0.0, 1.0 - float((busy + load).sum()) / (window * n_rep)),
         inference_loading=float(load.sum()) / (window * n_rep),
         inference_mean_batch=float(seq.sum()) / decode_busy if decode_busy > 0 else 0.0,
-        trainer_idle=max(0.0, 1.0 - (float(b["trainer"]) - float(a["trainer"])) / window),
+        trainer_idle=max(0.0, 1.0 - (float(end["trainer"]) - float(start["trainer"])) / window),
         control_plane_busy=float(workers.max()) / window if len(workers) else 0.0,
         max_off_policy=[r.max_off_policy for r in steady],
         off_policy_tokens={k: lags[k] / total for k in sorted(lags)},
         dropped_groups=sum(r.dropped_groups for r in steady),
         steps=[{"step": r.step, "cut_s": r.cut_t, "train_start_s": r.train_start, "train_end_s": r.train_end,
-                "tokens": r.tokens, "max_off_policy": r.max_off_policy} for r in p.cuts if r.step <= cfg.steps],
+                "tokens": r.tokens, "max_off_policy": r.max_off_policy} for r in pipe.cuts if r.step <= cfg.steps],
     )
 
 
