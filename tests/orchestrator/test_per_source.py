@@ -106,6 +106,15 @@ def test_source_group_size_defaults_to_the_global_one():
     assert train.group_sizes == [4, 2]
 
 
+def test_source_sampling_sets_its_fields_over_train_sampling():
+    train = TrainSamplingConfig(sampling={"temperature": 0.9, "max_completion_tokens": 40, "seed": 3}, source=[
+        {"name": "a", "env": {"id": "digit-bandit"}, "sampling": {"temperature": 0.5}},
+        {"name": "b", "env": {"id": "digit-bandit"}}])  # fmt: skip
+    a = train.source[0].sampling
+    assert (a.temperature, a.max_completion_tokens, a.seed) == (0.5, 40, 3)  # unset fields: train.sampling's
+    assert train.source[1].sampling is None  # the scheduler samples b with train.sampling
+
+
 def test_batch_size_is_checked_against_every_group_size():
     one = TrainSamplingConfig(group_size=8, source=[{"env": {"id": "digit-bandit"}, "group_size": 4}])
     assert batch_size_problem(12, one) is None  # one size, 4: 12 is a multiple
@@ -261,3 +270,21 @@ def _rows(path):
     import json
 
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_sft_eval_refuses_a_source_interval():
+    from prime_rl.config.trainer import SFTConfig
+
+    with pytest.raises(ValueError, match=r"eval.source.0.interval is set: sft evaluates every source at eval.interval"):
+        SFTConfig(eval={"interval": 2, "source": [{"env": {"id": "reverse-text"}, "interval": 3}]})
+
+
+def test_plan_for_run_refuses_train_sources_of_different_group_sizes(tmp_path):
+    from prime_rl.simulate.measure import plan_for_run
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "orchestrator.toml").write_text(
+        "[train]\ngroup_size = 8\n\n[[train.source]]\nname = 'a'\ngroup_size = 4\n\n[[train.source]]\nname = 'b'\n"
+    )
+    with pytest.raises(ValueError, match=r"group sizes differ \(\[4, 8\]"):
+        plan_for_run(tmp_path, None, {}, cpu_per_turn_s=0.0)

@@ -145,16 +145,16 @@ def plan_for_run(run: Path, meas: RunMeasurement, inference: dict[str, float], *
     import tomllib
 
     orch = tomllib.loads((Path(run) / "configs" / "orchestrator.toml").read_text())
-    shape = trace_shape(run, meas.first, meas.last)
-    turns = max(1, round(shape.turns))
-    env_tokens = round(shape.env_chars_per_turn)
-    prompt = meas.seq_len_mean - meas.loss_tokens_per_rollout - env_tokens * (shape.turns - 1)
     group = orch.get("train", {}).get("group_size", 1)
     sizes = {src.get("group_size") or group for src in orch.get("train", {}).get("source", [])} or {group}
     if len(sizes) > 1:
         raise ValueError(f"{run}: the train sources' group sizes differ ({sorted(sizes)}, orchestrator.train.source.*"
                          ".group_size); the plan models one group size: set pipeline.group_size in the plan config")
     group = sizes.pop()
+    shape = trace_shape(run, meas.first, meas.last)
+    turns = max(1, round(shape.turns))
+    env_tokens = round(shape.env_chars_per_turn)
+    prompt = meas.seq_len_mean - meas.loss_tokens_per_rollout - env_tokens * (shape.turns - 1)
     steps = meas.last
     return {
         "inference": dict(inference),
