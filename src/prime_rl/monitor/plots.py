@@ -78,9 +78,9 @@ def series(rows: list[dict[str, Any]], key: str, scale: float = 1.0) -> list[tup
     non-finite values are skipped."""
     by_step: dict[int, float] = {}
     for row in rows:
-        v = row.get(key)
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-            by_step[int(row["step"])] = float(v) * scale
+        value = row.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            by_step[int(row["step"])] = float(value) * scale
     return sorted(by_step.items())
 
 
@@ -95,12 +95,13 @@ def train_reward_band(rows: list[dict[str, Any]]) -> list[tuple[int, float, floa
     population std over the batch's unmasked rollouts; 0 when not logged)."""
     by_step: dict[int, tuple[float, float]] = {}
     for row in rows:
-        r = row.get("reward")
-        if not (isinstance(r, int | float) and math.isfinite(r)):
+        reward = row.get("reward")
+        if not (isinstance(reward, int | float) and math.isfinite(reward)):
             continue
-        sd, n = row.get("reward_std"), row.get("num_rollouts")
-        se = sd / math.sqrt(n) if isinstance(sd, int | float) and isinstance(n, int | float) and n > 0 else 0.0
-        by_step[int(row["step"])] = (float(r), float(se) if math.isfinite(se) else 0.0)
+        sd, count = row.get("reward_std"), row.get("num_rollouts")
+        numeric = isinstance(sd, int | float) and isinstance(count, int | float)
+        se = sd / math.sqrt(count) if numeric and count > 0 else 0.0
+        by_step[int(row["step"])] = (float(reward), float(se) if math.isfinite(se) else 0.0)
     return [(s, m, e) for s, (m, e) in sorted(by_step.items())]
 
 
@@ -112,8 +113,8 @@ def _eval_files(run_dir: Path) -> list[tuple[int, Path]]:
 def eval_sources(run_dir: Path) -> list[str]:
     """The eval sources named in the rows of `eval/step_N.jsonl` (their `source`), in first-seen order."""
     seen: dict[str, None] = {}
-    for _, p in _eval_files(run_dir):
-        for line in p.read_text().splitlines():
+    for _, path in _eval_files(run_dir):
+        for line in path.read_text().splitlines():
             if line.strip() and "source" in (row := json.loads(line)):
                 seen.setdefault(str(row["source"]))
     return list(seen)
@@ -123,19 +124,19 @@ def eval_curve(run_dir: Path, source: str | None = None) -> list[tuple[int, floa
     """`(step, mean, standard error)` of the per-task `avg` in each `eval/step_N.jsonl` (only the rows of eval
     source `source` when given)."""
     out = []
-    for n, p in _eval_files(run_dir):
+    for step, path in _eval_files(run_dir):
         vals = []
-        for line in p.read_text().splitlines():
+        for line in path.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
                 if source is not None and str(row.get("source")) != source:
                     continue
-                v = row.get("avg")
-                if isinstance(v, int | float) and math.isfinite(v):
-                    vals.append(float(v))
+                value = row.get("avg")
+                if isinstance(value, int | float) and math.isfinite(value):
+                    vals.append(float(value))
         if vals:
-            s = mean_se(vals)
-            out.append((n, s.mean, s.se))
+            stats = mean_se(vals)
+            out.append((step, stats.mean, stats.se))
     return out
 
 
@@ -186,12 +187,14 @@ def draw_reward(ax: Any, run_dir: Path, rows: list[dict[str, Any]], references: 
     pad = max(0.05 * (hi - lo), 0.01)
     ax.set_ylim(lo - pad, hi + pad)
     colors = iter(COLORS[2:])
-    for name, v in (references or {}).items():
-        c = next(colors, "k")
-        if lo - pad <= v <= hi + pad:
-            ax.axhline(v, linestyle="--", linewidth=1, color=c, label=f"{name} {v:.3f}")
+    for name, value in (references or {}).items():
+        line_color = next(colors, "k")
+        if lo - pad <= value <= hi + pad:
+            ax.axhline(value, linestyle="--", linewidth=1, color=line_color, label=f"{name} {value:.3f}")
         else:
-            ax.plot([], [], linestyle="--", linewidth=1, color=c, label=f"{name} {v:.3f} ({'below' if v < lo else 'above'} the axis)")
+            side = "below" if value < lo else "above"
+            ax.plot([], [], linestyle="--", linewidth=1, color=line_color,
+                    label=f"{name} {value:.3f} ({side} the axis)")
     return True
 
 
@@ -233,8 +236,8 @@ def plot_run(run_dir: Path, out_dir: Path | None = None, references: dict[str, f
     out_dir = Path(out_dir) if out_dir is not None else RunDir(run_dir).plots
     rows = read_metrics(run_dir)
     by_proc: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        by_proc.setdefault(str(r.get("process")), []).append(r)
+    for row in rows:
+        by_proc.setdefault(str(row.get("process")), []).append(row)
     written: list[Path] = []
     drawn: list[str] = []
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -255,16 +258,16 @@ def plot_run(run_dir: Path, out_dir: Path | None = None, references: dict[str, f
         _style(ax, f"{run_dir.name}: reward", "reward")
         return ok
 
-    def drawer(p: Panel):
+    def drawer(panel: Panel):
         def draw(ax: Any) -> bool:
-            _style(ax, p.title, p.ylabel)
-            return _draw(ax, p, by_proc)
+            _style(ax, panel.title, panel.ylabel)
+            return _draw(ax, panel, by_proc)
 
         return draw
 
     one("reward", reward)
-    for p in PANELS:
-        one(p.name, drawer(p))
+    for panel in PANELS:
+        one(panel.name, drawer(panel))
     if drawn:
         cols = 2 if len(drawn) > 1 else 1
         nrows = math.ceil(len(drawn) / cols)
@@ -295,8 +298,8 @@ def plot_rewards(run_dir: Path, out: Path, references: dict[str, float] | None =
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     if not draw_reward(ax, Path(run_dir), read_metrics(Path(run_dir), "orchestrator"), references) and references:
         colors = iter(COLORS[2:])
-        for name, v in references.items():
-            ax.axhline(v, linestyle="--", linewidth=1, color=next(colors, "k"), label=f"{name} {v:.3f}")
+        for name, value in references.items():
+            ax.axhline(value, linestyle="--", linewidth=1, color=next(colors, "k"), label=f"{name} {value:.3f}")
         lo, hi = min(references.values()), max(references.values())
         pad = max(0.05 * (hi - lo), 0.01)
         ax.set_ylim(lo - pad, hi + pad)
@@ -351,9 +354,9 @@ def metric_curve(run_dir: Path, process: str, key: str) -> list[tuple[int, float
     """`(step, value)` of `key` in `process`'s metrics.jsonl rows (last row per step wins; missing/non-finite left out)."""
     by_step: dict[int, float] = {}
     for row in read_metrics(run_dir, process):
-        v = row.get(key)
-        if isinstance(v, int | float) and math.isfinite(v):
-            by_step[int(row["step"])] = float(v)
+        value = row.get(key)
+        if isinstance(value, int | float) and math.isfinite(value):
+            by_step[int(row["step"])] = float(value)
     return sorted(by_step.items())
 def plot_diagnostics(run_dir: Path, out: Path) -> Path:
     """One panel per learning diagnostic (docs/learning.md) by step: reward and mean |advantage|, zero-spread groups,
@@ -366,9 +369,9 @@ def plot_diagnostics(run_dir: Path, out: Path) -> Path:
     for ax, (title, series) in zip(axes.flat, DIAGNOSTICS, strict=True):
         drawn = False
         for process, key, label in series:
-            c = metric_curve(run_dir, process, key)
-            if c:
-                ax.plot([s for s, _ in c], [v for _, v in c], "-", label=label)
+            curve = metric_curve(run_dir, process, key)
+            if curve:
+                ax.plot([s for s, _ in curve], [v for _, v in curve], "-", label=label)
                 drawn = True
         if not drawn:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")

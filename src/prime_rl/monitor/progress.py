@@ -25,14 +25,14 @@ from prime_rl.monitor.logger import get_logger
 
 def format_duration(seconds: float) -> str:
     """`1h 2m 3s`, `1m 23s`, `42s` (whole seconds)."""
-    s = int(round(max(0.0, seconds)))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    if h:
-        return f"{h}h {m}m {s}s"
-    if m:
-        return f"{m}m {s}s"
-    return f"{s}s"
+    secs = int(round(max(0.0, seconds)))
+    hours, rem = divmod(secs, 3600)
+    minutes, secs = divmod(rem, 60)
+    if hours:
+        return f"{hours}h {minutes}m {secs}s"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"
 
 
 def step_line(step: int, max_steps: int | None, parts: list[str]) -> str:
@@ -132,13 +132,14 @@ class Progress:
 
         target = _ToConsole()
         for logger in (logging.getLogger("prime_rl"), logging.getLogger()):
-            for h in logger.handlers:
-                if type(h) is logging.StreamHandler and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__):
-                    self._swapped.append((h, h.setStream(target)))
+            for handler in logger.handlers:
+                to_stderr = getattr(handler, "stream", None) in (sys.stderr, sys.__stderr__)
+                if type(handler) is logging.StreamHandler and to_stderr:
+                    self._swapped.append((handler, handler.setStream(target)))
 
     # ---- counting ----
-    def advance(self, n: float = 1) -> None:
-        self.update(self.done + n)
+    def advance(self, amount: float = 1) -> None:
+        self.update(self.done + amount)
 
     def update(self, done: float, total: float | None = None) -> None:
         """Set the count (and, optionally, a new total)."""

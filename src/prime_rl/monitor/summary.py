@@ -61,21 +61,21 @@ def table(entries: list[tuple[str, dict[str, float]]], compare: list[tuple[str, 
     """A markdown table (policy, tasks, mean ± SE, median, share below 0.2) and the paired comparisons."""
     lines = ["| policy | tasks | mean ± SE | median | below 0.2 |", "|---|---:|---:|---:|---:|"]
     for name, scores in entries:
-        v = sorted(scores.values())
-        s = mean_se(v)
-        med = (v[len(v) // 2] + v[(len(v) - 1) // 2]) / 2
-        below = sum(x < 0.2 for x in v) / len(v)
-        lines.append(f"| {name} | {s.n} | {s.fmt()} | {med:.4f} | {100 * below:.1f}% |")
+        values = sorted(scores.values())
+        stats = mean_se(values)
+        med = (values[len(values) // 2] + values[(len(values) - 1) // 2]) / 2
+        below = sum(x < 0.2 for x in values) / len(values)
+        lines.append(f"| {name} | {stats.n} | {stats.fmt()} | {med:.4f} | {100 * below:.1f}% |")
     by_name = dict(entries)
     if compare:
         lines += ["", "| comparison (paired over common tasks) | tasks | mean difference ± SE | difference / SE |",
                   "|---|---:|---:|---:|"]
-        for x, y in compare:
-            if x not in by_name or y not in by_name:
+        for first, second in compare:
+            if first not in by_name or second not in by_name:
                 continue
-            d = paired(by_name[x], by_name[y])
-            z = f"{d.mean / d.se:+.1f}" if d.se > 0 else "n/a (SE 0)"
-            lines.append(f"| {x} − {y} | {d.n} | {d.mean:+.4f} ± {d.se:.4f} | {z} |")
+            diff = paired(by_name[first], by_name[second])
+            ratio = f"{diff.mean / diff.se:+.1f}" if diff.se > 0 else "n/a (SE 0)"
+            lines.append(f"| {first} − {second} | {diff.n} | {diff.mean:+.4f} ± {diff.se:.4f} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -86,8 +86,8 @@ def run(cfg: SummaryConfig) -> None:
     alone as horizontal lines, or no plot when no entry is a reference. Raises FileNotFoundError / ValueError for an
     unreadable entry file."""
     entries = []
-    for e in cfg.entry:
-        name, _, path = e.partition("=")
+    for entry in cfg.entry:
+        name, _, path = entry.partition("=")
         path, _, source = path.partition("#")
         entries.append((name, load_scores(Path(path), source or None)))
     compare = [tuple(c.split(":", 1)) for c in cfg.compare]

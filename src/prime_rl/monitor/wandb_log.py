@@ -42,14 +42,14 @@ class WandbStartError(RuntimeError):
 def render_conversation(messages: list[dict[str, Any]]) -> str:
     """Chat messages as readable text: `[role] content`, with tool calls as `-> name(arguments)` lines."""
     out = []
-    for m in messages or []:
-        role = m.get("role", "?")
-        name = f" {m['name']}" if m.get("name") else ""
-        text = m.get("content") or ""
+    for message in messages or []:
+        role = message.get("role", "?")
+        name = f" {message['name']}" if message.get("name") else ""
+        text = message.get("content") or ""
         if isinstance(text, list):  # content parts
             text = " ".join(str(p.get("text", p)) if isinstance(p, dict) else str(p) for p in text)
         out.append(f"[{role}{name}] {text}".rstrip())
-        for call in m.get("tool_calls") or []:
+        for call in message.get("tool_calls") or []:
             fn = call.get("function", call)
             out.append(f"  -> {fn.get('name')}({fn.get('arguments')})")
     return "\n".join(out)
@@ -58,9 +58,9 @@ def render_conversation(messages: list[dict[str, Any]]) -> str:
 def read_configs(run_dir: Path) -> dict[str, Any]:
     """`configs/<name>.toml` of the run directory as `{name: dict}` (unreadable files are skipped)."""
     out: dict[str, Any] = {}
-    for p in sorted(RunDir(Path(run_dir)).configs.glob("*.toml")):
+    for path in sorted(RunDir(Path(run_dir)).configs.glob("*.toml")):
         try:
-            out[p.stem] = tomllib.loads(p.read_text())
+            out[path.stem] = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError):
             continue
     return out
@@ -185,7 +185,7 @@ class WandbForwarder:
             data = self._partial + chunk
             lines = data.split(b"\n")
             self._partial = lines.pop()  # an unfinished last line waits for the next poll
-            n = 0
+            count = 0
             for line in lines:
                 if not line.strip():
                     continue
@@ -196,9 +196,9 @@ class WandbForwarder:
                     continue
                 if self.processes is None or row.get("process") in self.processes:
                     self.log_row(row)
-                    n += 1
-            self.rows_logged += n
-            return n
+                    count += 1
+            self.rows_logged += count
+            return count
 
     def _axis(self, process: str) -> None:
         if process not in self._axes:
@@ -212,11 +212,11 @@ class WandbForwarder:
         step = int(row.get("step", 0))
         self._axis(process)
         data: dict[str, Any] = {f"{process}/step": step}
-        for k, v in row.items():
-            if k in ("process", "step") or v is None or isinstance(v, dict | list):
+        for name, value in row.items():
+            if name in ("process", "step") or value is None or isinstance(value, dict | list):
                 continue
-            key = k if k.startswith(f"{process}/") else f"{process}/{k}"
-            data[key] = v
+            key = name if name.startswith(f"{process}/") else f"{process}/{name}"
+            data[key] = value
         data.update(self._tables(process, step))
         self.run.log(data)
 
@@ -237,11 +237,11 @@ class WandbForwarder:
         return {}
 
 
-def _cell(v: Any) -> Any:
+def _cell(value: Any) -> Any:
     """A table cell: numbers, text and booleans as they are; lists and dicts as JSON text."""
-    if isinstance(v, dict | list):
-        return json.dumps(v)
-    return v
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return value
 
 
 def is_main_rank() -> bool:
