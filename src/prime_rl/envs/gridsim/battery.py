@@ -61,19 +61,19 @@ def simulate(prices: Sequence[float], schedule: Sequence[int]) -> Simulation:
     socs: list[int] = []
     executed: list[int] = []
     warnings: list[tuple[int, int, str]] = []
-    for h, (p, a) in enumerate(zip(prices, schedule, strict=True)):
-        if a not in (-1, 0, 1) or isinstance(a, bool):
-            raise ValueError(f"action at hour {h + 1} is {a!r}; must be -1, 0 or 1")
-        if a == 1 and soc >= CAPACITY_UNITS:
-            warnings.append((h, a, "full"))
-            a = 0
-        elif a == -1 and soc <= 0:
-            warnings.append((h, a, "empty"))
-            a = 0
-        soc += a
-        profit += step_profit(a, float(p))
+    for hour, (price, action) in enumerate(zip(prices, schedule, strict=True)):
+        if action not in (-1, 0, 1) or isinstance(action, bool):
+            raise ValueError(f"action at hour {hour + 1} is {action!r}; must be -1, 0 or 1")
+        if action == 1 and soc >= CAPACITY_UNITS:
+            warnings.append((hour, action, "full"))
+            action = 0
+        elif action == -1 and soc <= 0:
+            warnings.append((hour, action, "empty"))
+            action = 0
+        soc += action
+        profit += step_profit(action, float(price))
         socs.append(soc)
-        executed.append(a)
+        executed.append(action)
     return Simulation(profit=profit, soc=socs, executed=executed, warnings=warnings)
 
 
@@ -87,28 +87,28 @@ def optimal_schedule(prices: Sequence[float]) -> tuple[list[int], float]:
         (schedule, profit): the optimal schedule (feasible, no warnings) and its profit in $, recomputed by
         `simulate` so that scoring the optimum gives exactly 1.0.
     """
-    n = len(prices)
-    value = [[0.0] * (CAPACITY_UNITS + 1) for _ in range(n + 1)]
-    choice = [[0] * (CAPACITY_UNITS + 1) for _ in range(n)]
-    for h in range(n - 1, -1, -1):
-        p = float(prices[h])
-        nxt = value[h + 1]
-        for s in range(CAPACITY_UNITS + 1):
+    hours = len(prices)
+    value = [[0.0] * (CAPACITY_UNITS + 1) for _ in range(hours + 1)]
+    choice = [[0] * (CAPACITY_UNITS + 1) for _ in range(hours)]
+    for hour in range(hours - 1, -1, -1):
+        price = float(prices[hour])
+        nxt = value[hour + 1]
+        for units in range(CAPACITY_UNITS + 1):
             best, best_a = None, 0
-            for a in ACTIONS:
-                s2 = s + a
+            for action in ACTIONS:
+                s2 = units + action
                 if s2 < 0 or s2 > CAPACITY_UNITS:
                     continue
-                v = step_profit(a, p) + nxt[s2]
-                if best is None or v > best:
-                    best, best_a = v, a
-            value[h][s] = best  # type: ignore[assignment]
-            choice[h][s] = best_a
-    schedule, s = [], 0
-    for h in range(n):
-        a = choice[h][s]
-        schedule.append(a)
-        s += a
+                total = step_profit(action, price) + nxt[s2]
+                if best is None or total > best:
+                    best, best_a = total, action
+            value[hour][units] = best  # type: ignore[assignment]
+            choice[hour][units] = best_a
+    schedule, units = [], 0
+    for hour in range(hours):
+        action = choice[hour][units]
+        schedule.append(action)
+        units += action
     return schedule, simulate(prices, schedule).profit
 
 
@@ -123,14 +123,14 @@ def optimal_profits(prices: np.ndarray) -> np.ndarray:
     prices = np.asarray(prices, dtype=np.float64)
     if prices.ndim != 2:
         raise ValueError(f"prices must be (days, hours); got shape {prices.shape}")
-    n_days, n = prices.shape
+    n_days, hours = prices.shape
     value = np.zeros((n_days, CAPACITY_UNITS + 1))
     neg = -np.inf
-    for h in range(n - 1, -1, -1):
-        p = prices[:, h : h + 1]
+    for hour in range(hours - 1, -1, -1):
+        price = prices[:, hour : hour + 1]
         idle = value
-        charge = np.concatenate([value[:, 1:], np.full((n_days, 1), neg)], axis=1) - UNIT_MWH * p
-        sell = np.concatenate([np.full((n_days, 1), neg), value[:, :-1]], axis=1) + SOLD_MWH * (p - WEAR_PER_MWH)
+        charge = np.concatenate([value[:, 1:], np.full((n_days, 1), neg)], axis=1) - UNIT_MWH * price
+        sell = np.concatenate([np.full((n_days, 1), neg), value[:, :-1]], axis=1) + SOLD_MWH * (price - WEAR_PER_MWH)
         value = np.maximum(np.maximum(idle, charge), sell)
     return value[:, 0]
 
@@ -152,7 +152,7 @@ def validate_schedule(schedule: object, hours: int = HOURS) -> str | None:
         return f"schedule must be a list of {hours} integers in {{-1,0,1}}, got {type(schedule).__name__}"
     if len(schedule) != hours:
         return f"schedule must have exactly {hours} entries, got {len(schedule)}"
-    for i, a in enumerate(schedule):
-        if isinstance(a, bool) or not isinstance(a, int) or a not in (-1, 0, 1):
-            return f"HE{i + 1:02d} is {a!r}; each entry must be -1, 0 or 1"
+    for i, action in enumerate(schedule):
+        if isinstance(action, bool) or not isinstance(action, int) or action not in (-1, 0, 1):
+            return f"HE{i + 1:02d} is {action!r}; each entry must be -1, 0 or 1"
     return None

@@ -62,24 +62,24 @@ def default_cache_dir() -> Path:
 
 def ercot_files(data_dir: str | Path) -> list[Path]:
     """The NP4-180-ER files in `data_dir`, sorted. Raises FileNotFoundError when there are none."""
-    d = Path(data_dir).expanduser()
-    if not d.is_dir():
+    folder = Path(data_dir).expanduser()
+    if not folder.is_dir():
         raise FileNotFoundError(
-            f"ERCOT data folder {d} does not exist: give a folder of {FILE_GLOB} files (--data-dir on the command "
+            f"ERCOT data folder {folder} does not exist: give a folder of {FILE_GLOB} files (--data-dir on the command "
             f"line, data_dir in a config), or leave it unset for the packaged 2021-2024 days"
         )
-    files = sorted(d.glob(FILE_GLOB))
+    files = sorted(folder.glob(FILE_GLOB))
     if not files:
-        raise FileNotFoundError(f"no {FILE_GLOB} files in {d}; download report NP4-180-ER from ercot.com")
+        raise FileNotFoundError(f"no {FILE_GLOB} files in {folder}; download report NP4-180-ER from ercot.com")
     return files
 
 
 def _cache_key(files: list[Path], points: tuple[str, ...]) -> str:
-    h = hashlib.sha256(json.dumps([_PARSER_VERSION, list(points)]).encode())
-    for f in files:
-        st = f.stat()
-        h.update(f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:24]
+    digest = hashlib.sha256(json.dumps([_PARSER_VERSION, list(points)]).encode())
+    for path in files:
+        st = path.stat()
+        digest.update(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    return digest.hexdigest()[:24]
 
 
 def _iso_date(value: object, where: str) -> str:
@@ -96,14 +96,14 @@ def _iso_date(value: object, where: str) -> str:
 def _hour(value: object, where: str) -> int:
     if isinstance(value, dt.time):
         return value.hour or 24
-    s = str(value).strip()
+    text = str(value).strip()
     try:
-        h = int(s.split(":")[0])
+        hour = int(text.split(":")[0])
     except ValueError:
         raise ValueError(f"{where}: Hour Ending {value!r} is not HH:00") from None
-    if not 1 <= h <= 24:
+    if not 1 <= hour <= 24:
         raise ValueError(f"{where}: Hour Ending {value!r} outside 01:00..24:00")
-    return h
+    return hour
 
 
 def parse_file(path: Path, points: tuple[str, ...]) -> dict[tuple[str, str], list[tuple[int, bool, float]]]:
@@ -129,10 +129,10 @@ def parse_file(path: Path, points: tuple[str, ...]) -> dict[tuple[str, str], lis
         if missing:
             raise ValueError(f"{path.name} sheet {sheet}: missing column(s) {missing}; is this an NP4-180-ER file?")
         i_date, i_hour, i_rep, i_pt, i_price = (header.index(c) for c in _COLUMNS)
-        for r, row in enumerate(rows[1:], start=2):
+        for row_no, row in enumerate(rows[1:], start=2):
             if row[i_pt] not in wanted:
                 continue
-            where = f"{path.name} sheet {sheet} row {r}"
+            where = f"{path.name} sheet {sheet} row {row_no}"
             try:
                 price = float(row[i_price])
             except (TypeError, ValueError):
@@ -144,9 +144,9 @@ def parse_file(path: Path, points: tuple[str, ...]) -> dict[tuple[str, str], lis
 
 def _build(files: list[Path], points: tuple[str, ...]) -> PriceTable:
     merged: dict[tuple[str, str], list[tuple[int, bool, float]]] = defaultdict(list)
-    for f in files:
-        for k, v in parse_file(f, points).items():
-            merged[k].extend(v)
+    for path in files:
+        for key, hours_of in parse_file(path, points).items():
+            merged[key].extend(hours_of)
     dates, pts, prices, dropped = [], [], [], []
     for date, point in sorted(merged):
         rows = merged[(date, point)]
@@ -155,8 +155,8 @@ def _build(files: list[Path], points: tuple[str, ...]) -> PriceTable:
             dropped.append(f"{date} {point} {len(rows)}")
             continue
         day = np.empty(24)
-        for h, _, p in rows:
-            day[h - 1] = p
+        for hour, _, price in rows:
+            day[hour - 1] = price
         dates.append(date)
         pts.append(point)
         prices.append(day)
@@ -185,8 +185,8 @@ def load_ercot(
     path = cache / f"ercot-{_cache_key(files, points)}.npz"
     if use_cache and path.is_file():
         try:
-            with np.load(path, allow_pickle=False) as z:
-                return PriceTable(z["dates"], z["points"], z["prices"], z["dropped"])
+            with np.load(path, allow_pickle=False) as npz:
+                return PriceTable(npz["dates"], npz["points"], npz["prices"], npz["dropped"])
         except (OSError, ValueError, KeyError):
             pass  # corrupt cache: rebuild below
     table = _build(files, points)
@@ -241,25 +241,25 @@ def load_compact(path: str | Path, points: tuple[str, ...] = HUBS) -> PriceTable
     Raises:
         FileNotFoundError: no such file. ValueError: an unknown format, or a point the file does not hold.
     """
-    with np.load(Path(path), allow_pickle=False) as z:
-        if int(z["format"]) != _COMPACT_FORMAT:
-            raise ValueError(f"{path}: compact price file format {int(z['format'])}, expected {_COMPACT_FORMAT}")
-        names = z["point_names"]
+    with np.load(Path(path), allow_pickle=False) as npz:
+        if int(npz["format"]) != _COMPACT_FORMAT:
+            raise ValueError(f"{path}: compact price file format {int(npz['format'])}, expected {_COMPACT_FORMAT}")
+        names = npz["point_names"]
         missing = sorted(set(points) - set(names.tolist()))
         if missing:
             raise ValueError(
                 f"{path} holds the points {names.tolist()}, not {missing}; give a folder of ERCOT's "
                 f"{FILE_GLOB} files (data_dir / --data-dir) for other settlement points"
             )
-        pts = names[z["point"]]
+        pts = names[npz["point"]]
         keep = np.isin(pts, list(points))
-        dates = (np.datetime64("1970-01-01", "D") + z["day"].astype("timedelta64[D]")).astype("U10")
-        dropped = z["dropped"]
+        dates = (np.datetime64("1970-01-01", "D") + npz["day"].astype("timedelta64[D]")).astype("U10")
+        dropped = npz["dropped"]
         dropped = dropped[np.isin([d.split()[1] for d in dropped.tolist()], list(points))] if len(dropped) else dropped
         return PriceTable(
             dates=dates[keep],
             points=pts[keep].astype("U16"),
-            prices=z["cents"][keep].astype(np.float64) / 100.0,
+            prices=npz["cents"][keep].astype(np.float64) / 100.0,
             dropped=dropped.astype("U40"),
         )
 

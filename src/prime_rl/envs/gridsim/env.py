@@ -55,12 +55,12 @@ def task_id_of(date: str, point: str) -> str:
 
 
 def _prices_of(info: dict[str, Any]) -> list[float] | None:
-    p = info.get("prices")
-    if not isinstance(p, list) or len(p) != HOURS:
+    prices = info.get("prices")
+    if not isinstance(prices, list) or len(prices) != HOURS:
         return None
-    if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in p):
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in prices):
         return None
-    return [float(x) for x in p]
+    return [float(x) for x in prices]
 
 
 def parse_forward_from(value: str | dt.date | None) -> str | None:
@@ -77,7 +77,7 @@ def parse_forward_from(value: str | dt.date | None) -> str | None:
         raise ValueError(f"gridsim: forward_from = {value!r} is not a date YYYY-MM-DD (e.g. 2024-01-01)") from None
 
 
-def _stratified_dates(dates: np.ndarray, n: int, rng: np.random.Generator) -> list[str]:
+def _stratified_dates(dates: np.ndarray, count: int, rng: np.random.Generator) -> list[str]:
     """`n` distinct dates spread evenly over the months of `dates`: each month's dates shuffled, months visited in
     a shuffled order, one date per month per round. Keeps every season in the eval split (measured on 2021-2024:
     greedy's eval mean over 20 seeds 0.796 +- 0.017, against +- 0.025 for a plain draw)."""
@@ -85,22 +85,22 @@ def _stratified_dates(dates: np.ndarray, n: int, rng: np.random.Generator) -> li
     order = [str(m) for m in rng.permutation(np.unique(months))]
     pools = {m: [str(d) for d in rng.permutation(dates[months == m])] for m in order}
     picked: list[str] = []
-    while len(picked) < min(n, len(dates)):
-        for m in order:
-            if pools[m] and len(picked) < n:
-                picked.append(pools[m].pop())
+    while len(picked) < min(count, len(dates)):
+        for month in order:
+            if pools[month] and len(picked) < count:
+                picked.append(pools[month].pop())
     return picked
 
 
 def _one_point_per_date(
-    t: PriceTable, rows: np.ndarray, n: int, rng: np.random.Generator
+    table: PriceTable, rows: np.ndarray, count: int, rng: np.random.Generator
 ) -> tuple[list[int], set[str]]:
     """`n` rows of `rows` on `n` distinct dates (`_stratified_dates`), one settlement point drawn per date; returns
     the rows and their dates."""
-    dates = _stratified_dates(np.unique(t.dates[rows]), n, rng)
+    dates = _stratified_dates(np.unique(table.dates[rows]), count, rng)
     by_date: dict[str, list[int]] = {}
     for i in rows:
-        by_date.setdefault(str(t.dates[i]), []).append(int(i))
+        by_date.setdefault(str(table.dates[i]), []).append(int(i))
     picked = [by_date[d][int(rng.integers(len(by_date[d])))] for d in dates]
     return picked, set(dates)
 
@@ -145,9 +145,9 @@ class GridSimEpisode(Episode):
             return "error: this day has no profitable schedule; not scored"
         schedule = list(args["schedule"])
         sim = simulate(self.prices, schedule)
-        s = score(sim.profit, self.optimal_profit)
-        self.last = (schedule, sim.profit, s, len(sim.warnings))
-        return prompts.result_text(sim, self.optimal_profit, s)
+        reward = score(sim.profit, self.optimal_profit)
+        self.last = (schedule, sim.profit, reward, len(sim.warnings))
+        return prompts.result_text(sim, self.optimal_profit, reward)
 
     def verify(self, final_response: str | None = None) -> VerifyResult:
         if not self.optimal_profit > 0:
@@ -160,10 +160,10 @@ class GridSimEpisode(Episode):
         if self.last is None:
             metrics.update(valid=0.0, profit=0.0, warnings=0.0, exact=0.0)
             return VerifyResult(0.0, metrics)
-        schedule, profit, s, warnings = self.last
+        schedule, profit, reward, warnings = self.last
         exact = simulate(self.prices, schedule).executed == self.optimal
         metrics.update(valid=1.0, profit=profit, warnings=float(warnings), exact=float(exact))
-        return VerifyResult(s, metrics)
+        return VerifyResult(reward, metrics)
 
 
 class GridSimEnv(Environment):
@@ -231,31 +231,31 @@ class GridSimEnv(Environment):
 
     @cached_property
     def _splits(self) -> dict[str, list[int]]:
-        t = self.table
-        ok = np.nonzero(optimal_profits(t.prices) > self.min_optimal_profit)[0]
+        table = self.table
+        ok = np.nonzero(optimal_profits(table.prices) > self.min_optimal_profit)[0]
         out: dict[str, list[int]] = {}
         if self.forward_from is not None:
-            later = t.dates[ok] >= self.forward_from  # ISO dates order as strings
+            later = table.dates[ok] >= self.forward_from  # ISO dates order as strings
             ok, after = ok[~later], ok[later]
             if not len(ok) or not len(after):
-                span = f"{min(t.dates)}..{max(t.dates)}" if len(t) else "no days"
+                span = f"{min(table.dates)}..{max(table.dates)}" if len(table) else "no days"
                 raise ValueError(
                     f"gridsim: forward_from = {self.forward_from} leaves no usable day "
                     f"{'before' if not len(ok) else 'on or after'} it (the data span {span}); choose a date inside"
                 )
             # its own generator: `train` and `eval` are drawn as without a forward split, from the earlier days
-            out[FORWARD] = _one_point_per_date(t, after, self.num_eval, np.random.default_rng([self.seed, 1]))[0]
+            out[FORWARD] = _one_point_per_date(table, after, self.num_eval, np.random.default_rng([self.seed, 1]))[0]
         rng = np.random.default_rng(self.seed)
-        eval_idx, held = _one_point_per_date(t, ok, self.num_eval, rng)
-        train_pool = np.array([i for i in ok if str(t.dates[i]) not in held], dtype=np.int64)
+        eval_idx, held = _one_point_per_date(table, ok, self.num_eval, rng)
+        train_pool = np.array([i for i in ok if str(table.dates[i]) not in held], dtype=np.int64)
         out["train"] = [int(i) for i in train_pool[rng.permutation(len(train_pool))[: self.num_train]]]
         out["eval"] = eval_idx
         return out
 
     def _task(self, split: str, index: int, row: int) -> Task:
-        t = self.table
-        date, point = str(t.dates[row]), str(t.points[row])
-        prices = [float(x) for x in t.prices[row]]
+        table = self.table
+        date, point = str(table.dates[row]), str(table.points[row])
+        prices = [float(x) for x in table.prices[row]]
         return Task(
             task_id=task_id_of(date, point),
             split=split,
@@ -274,8 +274,8 @@ class GridSimEnv(Environment):
 
     @cached_property
     def _by_id(self) -> dict[str, int]:
-        t = self.table
-        return {task_id_of(str(d), str(p)): i for i, (d, p) in enumerate(zip(t.dates, t.points, strict=True))}
+        table = self.table
+        return {task_id_of(str(d), str(p)): i for i, (d, p) in enumerate(zip(table.dates, table.points, strict=True))}
 
     def episode(self, task: Task) -> GridSimEpisode:
         """Start an episode. The prices come from `task.info["prices"]` (so a row alone suffices), else from the

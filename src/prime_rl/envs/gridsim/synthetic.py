@@ -54,12 +54,12 @@ SOUTH_NEG_PROB = 0.002
 
 def _ar_noise(rng: np.random.Generator, days: int) -> np.ndarray:
     """(days, 24) N(0, 1) noise, AR(1) across the hours of a day with coefficient HOURLY_RHO."""
-    z = rng.normal(size=(days, 24))
-    e = np.empty((days, 24))
-    e[:, 0] = z[:, 0]
-    for h in range(1, 24):
-        e[:, h] = HOURLY_RHO * e[:, h - 1] + np.sqrt(1 - HOURLY_RHO**2) * z[:, h]
-    return e
+    draws = rng.normal(size=(days, 24))
+    noise = np.empty((days, 24))
+    noise[:, 0] = draws[:, 0]
+    for hour in range(1, 24):
+        noise[:, hour] = HOURLY_RHO * noise[:, hour - 1] + np.sqrt(1 - HOURLY_RHO**2) * draws[:, hour]
+    return noise
 
 
 def synthetic_days(
@@ -79,12 +79,12 @@ def synthetic_days(
     d0 = dt.date.fromisoformat(start)
     dates = [d0 + dt.timedelta(days=i) for i in range(days)]
     seasons = np.array([SEASON_OF_MONTH[d.month] for d in dates])
-    x = np.empty(days)
+    log_level = np.empty(days)
     x_prev = rng.normal(0, AR_SIGMA / np.sqrt(1 - AR_PHI**2))
     for i in range(days):
         x_prev = AR_PHI * x_prev + AR_SIGMA * rng.normal()
-        x[i] = x_prev
-    level = np.array(SEASON_MEDIAN)[seasons] * np.exp(x)
+        log_level[i] = x_prev
+    level = np.array(SEASON_MEDIAN)[seasons] * np.exp(log_level)
     amp = AMP_MEAN * np.exp(AMP_SIGMA * rng.normal(size=days))
     shape = np.maximum(1.0 + amp[:, None] * (SEASON_SHAPE[seasons] - 1.0), 0.05)
     system = level[:, None] * shape * np.exp(HOURLY_SIGMA * _ar_noise(rng, days))
@@ -96,24 +96,24 @@ def synthetic_days(
         system[i, lo : lo + width] *= np.exp(rng.uniform(1.0, 3.0))
     out_dates, out_points, out_prices = [], [], []
     hub_prices = {}
-    for p in HUBS:  # always draw every hub, so a subset of points gives the same prices
-        q = system * np.exp(HUB_SIGMA[p] * _ar_noise(rng, days))
-        if p == "HB_WEST":
+    for hub in HUBS:  # always draw every hub, so a subset of points gives the same prices
+        hub_day_prices = system * np.exp(HUB_SIGMA[hub] * _ar_noise(rng, days))
+        if hub == "HB_WEST":
             windy = rng.random(days) < WEST_WINDY_PROB
             neg = np.zeros((days, 24), dtype=bool)
             neg[:, WEST_NEG_HOURS] = rng.random((days, len(WEST_NEG_HOURS))) < WEST_NEG_PROB
             neg &= windy[:, None]
-            q = np.where(neg, rng.uniform(NEG_MIN, 0.0, size=(days, 24)), q)
-        elif p == "HB_SOUTH":
+            hub_day_prices = np.where(neg, rng.uniform(NEG_MIN, 0.0, size=(days, 24)), hub_day_prices)
+        elif hub == "HB_SOUTH":
             neg = np.zeros((days, 24), dtype=bool)
             neg[:, :6] = rng.random((days, 6)) < SOUTH_NEG_PROB
-            q = np.where(neg, rng.uniform(-8.5, 0.0, size=(days, 24)), q)
-        hub_prices[p] = np.round(q, 2)
-    for i, d in enumerate(dates):
-        for p in points:
-            out_dates.append(d.isoformat())
-            out_points.append(p)
-            out_prices.append(hub_prices[p][i])
+            hub_day_prices = np.where(neg, rng.uniform(-8.5, 0.0, size=(days, 24)), hub_day_prices)
+        hub_prices[hub] = np.round(hub_day_prices, 2)
+    for i, date in enumerate(dates):
+        for hub in points:
+            out_dates.append(date.isoformat())
+            out_points.append(hub)
+            out_prices.append(hub_prices[hub][i])
     return PriceTable(
         dates=np.array(out_dates, dtype="U10"),
         points=np.array(out_points, dtype="U16"),
