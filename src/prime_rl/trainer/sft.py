@@ -42,7 +42,7 @@ from prime_rl.trainer.sft_mix import Mixture, held_out_split
 from prime_rl.trainer.sft_val import validation_loss
 
 
-def total_steps(cfg: SFTConfig, n: int) -> int:
+def total_steps(cfg: SFTConfig, num_samples: int) -> int:
     """min(max_steps, steps in `data.epochs` epochs); at least one limit must be set.
 
     Raises:
@@ -52,7 +52,7 @@ def total_steps(cfg: SFTConfig, n: int) -> int:
     if cfg.max_steps is not None:
         limits.append(cfg.max_steps)
     if cfg.data.epochs is not None:
-        limits.append(max(1, math.floor(cfg.data.epochs * n / cfg.data.batch_size)))
+        limits.append(max(1, math.floor(cfg.data.epochs * num_samples / cfg.data.batch_size)))
     if not limits:
         raise ValueError("sft needs max_steps or data.epochs to know when to stop")
     return min(limits)
@@ -83,23 +83,25 @@ def load_rows(cfg: SFTConfig) -> tuple[list[str], list[list[dict]], list[float],
     """(labels, train rows per source, weights, validation rows, descriptions per source) of `data` and `val`.
     One dataset (`data.path`/`data.name`) is the single source `data`; `val.fraction` holds out that share of
     each source's rows (`sft_mix.held_out_split`, seeded with `seed`)."""
-    d = cfg.data
-    if d.source:
-        specs = [(s.resolved_label(), s, s.weight, f"data.source[{i}]") for i, s in enumerate(d.source)]
+    data = cfg.data
+    if data.source:
+        specs = [(s.resolved_label(), s, s.weight, f"data.source[{i}]") for i, s in enumerate(data.source)]
     else:
-        specs = [("data", d, 1.0, "data")]
+        specs = [("data", data, 1.0, "data")]
     labels, rows, weights, descs, val_rows = [], [], [], [], []
-    for label, s, w, field in specs:
-        r = load_chat_rows(path=s.path, name=s.name, subset=s.subset, split=s.split, columns=s.columns)
-        desc = _source_desc(s.path, s.name, s.split, field)
+    for label, source, weight, field in specs:
+        source_rows = load_chat_rows(path=source.path, name=source.name, subset=source.subset, split=source.split,
+                                     columns=source.columns)
+        desc = _source_desc(source.path, source.name, source.split, field)
         if cfg.val is not None and cfg.val.fraction is not None:
-            train_idx, val_idx = held_out_split(len(r), cfg.val.fraction, cfg.seed)
-            val_rows += [r[i] for i in val_idx]
-            r = [r[i] for i in train_idx]
-        labels.append(label), rows.append(r), weights.append(w), descs.append(desc)
+            train_idx, val_idx = held_out_split(len(source_rows), cfg.val.fraction, cfg.seed)
+            val_rows += [source_rows[i] for i in val_idx]
+            source_rows = [source_rows[i] for i in train_idx]
+        labels.append(label), rows.append(source_rows), weights.append(weight), descs.append(desc)
     if cfg.val is not None and cfg.val.data is not None:
-        v = cfg.val.data
-        val_rows = load_chat_rows(path=v.path, name=v.name, subset=v.subset, split=v.split, columns=v.columns)
+        val_data = cfg.val.data
+        val_rows = load_chat_rows(path=val_data.path, name=val_data.name, subset=val_data.subset,
+                                  split=val_data.split, columns=val_data.columns)
     return labels, rows, weights, val_rows, descs
 
 
@@ -107,13 +109,13 @@ def _source_probe(batch_sources: list[int], batch: list[Any], mbs: list[Any], la
     """A metric probe giving `source/<label>/nll` (mean NLL per loss token of that source's samples) for packed
     micro-batches (`pack_samples` keeps samples in order, so each micro-batch is a run of consecutive samples)."""
     tok_src: dict[int, np.ndarray] = {}
-    j = 0
+    sample_idx = 0
     for mb in mbs:
-        parts, n = [], 0
-        while n < len(mb) and j < len(batch):
-            parts.append(np.full(len(batch[j]), batch_sources[j]))
-            n += len(batch[j])
-            j += 1
+        parts, filled = [], 0
+        while filled < len(mb) and sample_idx < len(batch):
+            parts.append(np.full(len(batch[sample_idx]), batch_sources[sample_idx]))
+            filled += len(batch[sample_idx])
+            sample_idx += 1
         tok_src[id(mb)] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def probe(fwd: Any, mb: Any) -> dict[str, tuple[float, float]]:
@@ -123,8 +125,8 @@ def _source_probe(batch_sources: list[int], batch: list[Any], mbs: list[Any], la
         if src is None or len(src) != lp.shape[0]:
             return out
         src_t = torch.as_tensor(src, device=lp.device)
-        for k, lab in enumerate(labels):
-            sel = mask & (src_t == k)
+        for label_idx, lab in enumerate(labels):
+            sel = mask & (src_t == label_idx)
             out[f"source/{lab}/nll"] = (float(-lp[sel].sum()), float(sel.sum()))
         return out
 
@@ -151,9 +153,10 @@ def train(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float
     renderer = make_renderer(tokenizer, cfg.renderer)
     roles = cfg.data.loss_mask.roles()
     per_source: list[list[SFTSample]] = []
-    for label, r, desc in zip(labels, rows, descs, strict=True):
-        with Progress(f"rendering {label}", total=len(r), unit="conversations", log=log) as p:
-            samples, truncated = render_dataset(r, renderer, cfg.seq_len, on_row=p.advance, roles=roles)
+    for label, source_rows, desc in zip(labels, rows, descs, strict=True):
+        with Progress(f"rendering {label}", total=len(source_rows), unit="conversations", log=log) as rendering:
+            samples, truncated = render_dataset(source_rows, renderer, cfg.seq_len, on_row=rendering.advance,
+                                                roles=roles)
         n_loss = sum(int(s.loss_mask.sum()) for s in samples)
         log.info(
             f"{len(samples)} conversations from {desc}: {sum(len(s) for s in samples)} tokens, "
@@ -186,10 +189,10 @@ def train(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float
             online.start(engine.step)
         log.info(f"sft rank {engine.dist.rank}/{engine.dist.world_size} on {engine.dist.device}, node {node_name()}")
         if cfg.val is not None and cfg.val.eval_on_start and engine.step == 0:
-            v = validate()
+            val_metrics = validate()
             if engine.dist.is_main:
-                engine.metrics.log(0, v)
-                log.info(step_line(0, steps, [f"Val Loss {v['val/loss']:.4f}"]))
+                engine.metrics.log(0, val_metrics)
+                log.info(step_line(0, steps, [f"Val Loss {val_metrics['val/loss']:.4f}"]))
         with Progress("sft", total=steps, unit="steps", start=engine.step, log=log, log_every_s=60.0) as bar:
             for step in range(engine.step + 1, steps + 1):
                 if mixture is None:
@@ -206,27 +209,27 @@ def train(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float
                     mbs = pack_samples(batch, cfg.seq_len)
                     probe = _source_probe([s for s, _ in picks], batch, mbs, labels) if mixture else None
                 mbs = shard_micro_batches(mbs, engine.dist.rank, engine.dist.world_size, pad_id)
-                m = engine.train_step(mbs, total, sft_loss, None, probe=probe)
-                m["epoch"] = (step * cfg.data.batch_size) / n_total
+                metrics = engine.train_step(mbs, total, sft_loss, None, probe=probe)
+                metrics["epoch"] = (step * cfg.data.batch_size) / n_total
                 if mixture is not None:
                     counts = np.bincount([s for s, _ in picks], minlength=len(labels))
                     for k, lab in enumerate(labels):
-                        m[f"source/{lab}/samples"] = float(counts[k])
+                        metrics[f"source/{lab}/samples"] = float(counts[k])
                 if cfg.val is not None and (step % cfg.val.interval == 0 or step == steps):
-                    m.update(validate())
+                    metrics.update(validate())
                 if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0) or (
                     online is not None and online.due(step, steps)
                 ):
                     engine.publish(step)
                 if online is not None and online.due(step, steps):  # after publish: it scores weights/step_N
                     ev = online.score(step)
-                    m.update(ev)
+                    metrics.update(ev)
                     k = cfg.eval.rollouts_per_example
                     console = ("epoch", "val/loss", f"eval/avg@{k}", f"eval/pass@{k}")
                 engine.maybe_checkpoint(step)
-                engine.log_step(step, m, console=console)
+                engine.log_step(step, metrics, console=console)
                 bar.advance()
-                last = m
+                last = metrics
     finally:
         if online is not None:
             online.close()

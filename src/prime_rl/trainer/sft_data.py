@@ -127,17 +127,17 @@ def render_sample(
     idx = list(full.message_indices)
     sampled = list(full.sampled_mask) if len(full.sampled_mask) == len(ids) else None
     mask = np.zeros(len(ids), bool)
-    for i, m in enumerate(messages):
-        role = m.get("role")
+    for i, message in enumerate(messages):
+        role = message.get("role")
         if role not in roles:
             continue
         start = 0
         if role == "assistant":
             prompt = renderer.render_ids(messages[:i], tools=tools, add_generation_prompt=True)
             start = len(prompt) if ids[: len(prompt)] == list(prompt) else 0
-        for k in range(start, len(ids)):
-            if idx[k] == i and (role != "assistant" or sampled is None or sampled[k]):
-                mask[k] = True
+        for pos in range(start, len(ids)):
+            if idx[pos] == i and (role != "assistant" or sampled is None or sampled[pos]):
+                mask[pos] = True
     mask[:1] = False
     return SFTSample(np.asarray(ids, dtype=np.int64), mask)
 
@@ -149,29 +149,30 @@ def render_dataset(
     (samples, number truncated). `on_row()` is called after each row (progress)."""
     out, truncated = [], 0
     for row in rows:
-        s = render_sample(renderer, row["messages"], row.get("tools"), roles)
-        if len(s) > seq_len:
-            s = SFTSample(s.input_ids[:seq_len], s.loss_mask[:seq_len])
+        sample = render_sample(renderer, row["messages"], row.get("tools"), roles)
+        if len(sample) > seq_len:
+            sample = SFTSample(sample.input_ids[:seq_len], sample.loss_mask[:seq_len])
             truncated += 1
-        out.append(s)
+        out.append(sample)
         if on_row is not None:
             on_row()
     return out, truncated
 
 
-def step_indices(step: int, batch_size: int, n: int, seed: int, shuffle: bool) -> list[int]:
+def step_indices(step: int, batch_size: int, num_samples: int, seed: int, shuffle: bool) -> list[int]:
     """Dataset indices of optimizer step `step` (1-based): positions (step-1)*batch_size ... of the stream made
     of epoch permutations (torch.randperm seeded with seed + epoch, or 0..n-1 without shuffle). A pure
     function of its arguments, so resuming at any step reproduces the data order."""
     out = []
     perms: dict[int, list[int]] = {}
-    for c in range((step - 1) * batch_size, step * batch_size):
-        epoch, pos = divmod(c, n)
+    for draw in range((step - 1) * batch_size, step * batch_size):
+        epoch, pos = divmod(draw, num_samples)
         if epoch not in perms:
             if shuffle:
-                perms[epoch] = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+                gen = torch.Generator().manual_seed(seed + epoch)
+                perms[epoch] = torch.randperm(num_samples, generator=gen).tolist()
             else:
-                perms[epoch] = list(range(n))
+                perms[epoch] = list(range(num_samples))
         out.append(perms[epoch][pos])
     return out
 
@@ -181,26 +182,26 @@ def pack_samples(samples: list[SFTSample], seq_len: int) -> list[MicroBatch]:
     groups: list[list[SFTSample]] = []
     cur: list[SFTSample] = []
     used = 0
-    for s in samples:
-        if cur and used + len(s) > seq_len:
+    for sample in samples:
+        if cur and used + len(sample) > seq_len:
             groups.append(cur)
             cur, used = [], 0
-        cur.append(s)
-        used += len(s)
+        cur.append(sample)
+        used += len(sample)
     if cur:
         groups.append(cur)
     mbs = []
-    for g in groups:
-        ids = np.concatenate([s.input_ids for s in g])
-        n = len(ids)
+    for group in groups:
+        ids = np.concatenate([s.input_ids for s in group])
+        num_tokens = len(ids)
         mbs.append(
             MicroBatch(
                 input_ids=ids,
-                position_ids=np.concatenate([np.arange(len(s)) for s in g]),
-                loss_mask=np.concatenate([s.loss_mask for s in g]),
-                advantages=np.zeros(n, np.float32),
-                inference_logprobs=np.zeros(n, np.float32),
-                temperature=np.ones(n, np.float32),
+                position_ids=np.concatenate([np.arange(len(s)) for s in group]),
+                loss_mask=np.concatenate([s.loss_mask for s in group]),
+                advantages=np.zeros(num_tokens, np.float32),
+                inference_logprobs=np.zeros(num_tokens, np.float32),
+                temperature=np.ones(num_tokens, np.float32),
             )
         )
     return mbs
@@ -225,9 +226,9 @@ def shard_micro_batches(mbs: list, rank: int, world_size: int, pad_id: int = 0) 
     loads = [0] * world_size
     shares: list[list[MicroBatch]] = [[] for _ in range(world_size)]
     for mb in sorted(mbs, key=len, reverse=True):
-        r = min(range(world_size), key=lambda j: (loads[j], len(shares[j])))
-        shares[r].append(mb)
-        loads[r] += len(mb)
+        rank_idx = min(range(world_size), key=lambda j: (loads[j], len(shares[j])))
+        shares[rank_idx].append(mb)
+        loads[rank_idx] += len(mb)
     most = max(len(s) for s in shares)
     mine = shares[rank]
     return mine + [MicroBatch.empty_like(1, pad_id) for _ in range(most - len(mine))]

@@ -17,25 +17,26 @@ import torch
 from prime_rl.trainer.sft_data import SFTDataError
 
 
-def held_out_split(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """(train rows, validation rows) of `n` rows: the first max(1, round(fraction * n)) rows of a permutation
-    seeded with `seed` are held out; both lists ascending.
+def held_out_split(num_rows: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train rows, validation rows) of `num_rows` rows: the first max(1, round(fraction * num_rows)) rows of a
+    permutation seeded with `seed` are held out; both lists ascending.
 
     Raises:
         SFTDataError: fewer than 2 rows, so one side would be empty (names val.fraction).
     """
-    k = max(1, round(fraction * n))
-    if n - k < 1:
-        raise SFTDataError(f"val.fraction = {fraction} of {n} rows leaves no training rows: add rows or lower it")
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    return sorted(perm[k:]), sorted(perm[:k])
+    num_held = max(1, round(fraction * num_rows))
+    if num_rows - num_held < 1:
+        raise SFTDataError(f"val.fraction = {fraction} of {num_rows} rows leaves no training rows: add rows or "
+                           "lower it")
+    perm = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed)).tolist()
+    return sorted(perm[num_held:]), sorted(perm[:num_held])
 
 
-def _stream_index(c: int, n: int, seed: int, shuffle: bool, perms: dict[int, list[int]]) -> int:
-    epoch, pos = divmod(c, n)
+def _stream_index(draw: int, size: int, seed: int, shuffle: bool, perms: dict[int, list[int]]) -> int:
+    epoch, pos = divmod(draw, size)
     if epoch not in perms:
-        g = torch.Generator().manual_seed(seed + epoch)
-        perms[epoch] = torch.randperm(n, generator=g).tolist() if shuffle else list(range(n))
+        gen = torch.Generator().manual_seed(seed + epoch)
+        perms[epoch] = torch.randperm(size, generator=gen).tolist() if shuffle else list(range(size))
     return perms[epoch][pos]
 
 
@@ -47,11 +48,11 @@ class Mixture:
             raise ValueError("Mixture needs one weight per source and at least one source")
         if min(sizes) < 1:
             raise ValueError(f"every source needs at least one row (sizes {list(sizes)})")
-        w = np.asarray(weights, dtype=np.float64)
-        if not (np.isfinite(w).all() and (w > 0).all()):
+        probs = np.asarray(weights, dtype=np.float64)
+        if not (np.isfinite(probs).all() and (probs > 0).all()):
             raise ValueError(f"source weights must be finite and > 0 (got {list(weights)})")
         self.sizes = list(sizes)
-        self.p = w / w.sum()
+        self.p = probs / probs.sum()
         self.cdf = np.cumsum(self.p)
         self.cdf[-1] = 1.0
         self.seed, self.shuffle = seed, shuffle
@@ -61,8 +62,8 @@ class Mixture:
     def sources(self, count: int) -> np.ndarray:
         """[count] int: the source of samples 0 .. count-1 (a prefix of one fixed sequence)."""
         if count > len(self._draws):
-            u = np.random.default_rng(self.seed).random(max(count, 2 * len(self._draws)))
-            self._draws = np.searchsorted(self.cdf, u, side="right").astype(np.int64)
+            uniform = np.random.default_rng(self.seed).random(max(count, 2 * len(self._draws)))
+            self._draws = np.searchsorted(self.cdf, uniform, side="right").astype(np.int64)
         return self._draws[:count]
 
     def step(self, step: int, batch_size: int) -> list[tuple[int, int]]:
@@ -71,9 +72,10 @@ class Mixture:
         draws = self.sources(hi)
         seen = np.bincount(draws[:lo], minlength=len(self.sizes)).tolist()
         out = []
-        for s in draws[lo:hi].tolist():
-            seed = self.seed + 7919 * (s + 1)
-            out.append((s, _stream_index(seen[s], self.sizes[s], seed, self.shuffle, self._perms[s])))
-            seen[s] += 1
+        for source in draws[lo:hi].tolist():
+            seed = self.seed + 7919 * (source + 1)
+            row = _stream_index(seen[source], self.sizes[source], seed, self.shuffle, self._perms[source])
+            out.append((source, row))
+            seen[source] += 1
         return out
 
