@@ -177,3 +177,12 @@ def test_packing_carries_teacher_logprobs_and_metric():
     with pytest.raises(ValueError, match="teacher logprobs and others not"):
         pack_step(pack_items([a, b]), step=1, seq_len=8, num_ranks=1)
     assert teacher_metrics([rollout([1, 2], [False, True], 0)]) == {}
+
+
+def test_vllm_minus_9999_is_minus_inf_and_masks_the_rollout():
+    """vLLM sends -9999 for a token of probability 0; taken as a number it would be a ~9999-nat KL term."""
+    ids = [5, 6, 7]
+    answer = vllm_answer(ids)
+    answer["choices"][0]["prompt_logprobs"][2][str(7)]["logprob"] = -9999.0
+    lps = parse_prompt_logprobs(ids, answer, "u")
+    assert lps[1] == pytest.approx(teacher_lp(6, 1)) and lps[2] == float("-inf")

@@ -48,9 +48,14 @@ class TeacherMismatch(ValueError):
     """The teacher cannot score the student's tokens: another tokenizer, another served model, a shorter context."""
 
 
+VLLM_NEG_INF = -9999.0  # what vLLM's OpenAI server sends for a logprob of -inf (JSON has no infinity)
+
+
 def parse_prompt_logprobs(ids: Sequence[int], answer: dict[str, Any], url: str) -> list[float]:
     """Per-position teacher logprobs from a `/v1/completions` answer with `prompt_logprobs`: [T] floats, position 0
-    (no prediction) 0.0, position t the logprob of `ids[t]`.
+    (no prediction) 0.0, position t the logprob of `ids[t]`. vLLM's stand-in for a logprob of -inf
+    (`VLLM_NEG_INF`, -9999, or below) becomes -inf, so the rollout is masked as non-finite rather than trained
+    with a reverse-KL term of ~9999 nats.
 
     Raises:
         InferenceError: the answer lacks prompt logprobs, has another length, or lacks the actual token at a
@@ -67,7 +72,8 @@ def parse_prompt_logprobs(ids: Sequence[int], answer: dict[str, Any], url: str) 
         ent = (plp[pos] or {}).get(str(ids[pos]))
         if not isinstance(ent, dict) or "logprob" not in ent:
             raise InferenceError(f"{url}{COMPLETIONS_ROUTE}: no prompt logprob of token {ids[pos]} at position {pos}")
-        out[pos] = float(ent["logprob"])
+        value = float(ent["logprob"])
+        out[pos] = float("-inf") if value <= VLLM_NEG_INF else value
     return out
 
 
