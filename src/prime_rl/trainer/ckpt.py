@@ -78,12 +78,13 @@ def _check_dcp_files(path: Path) -> set[str]:
         rel = getattr(info, "relative_path", None)
         if rel is not None:
             need[rel] = max(need.get(rel, 0), int(info.offset) + int(info.length))
-    for rel, n in sorted(need.items()):
-        f = dcp_dir / rel
-        if not f.is_file():
+    for rel, needed in sorted(need.items()):
+        shard = dcp_dir / rel
+        if not shard.is_file():
             raise checkpoint_error(path, f"dcp/{rel}", "missing")
-        if f.stat().st_size < n:
-            raise checkpoint_error(path, f"dcp/{rel}", f"{f.stat().st_size} bytes, its entries need {n} (cut short)")
+        if shard.stat().st_size < needed:
+            raise checkpoint_error(path, f"dcp/{rel}",
+                                   f"{shard.stat().st_size} bytes, its entries need {needed} (cut short)")
     return set(meta.state_dict_metadata or {})
 
 
@@ -101,10 +102,10 @@ def _rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 
 def _set_rng_state(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
-    p = meta["python"]
-    random.setstate((p[0], tuple(p[1]), p[2]))
-    n = meta["numpy"]
-    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+    py_state = meta["python"]
+    random.setstate((py_state[0], tuple(py_state[1]), py_state[2]))
+    np_state = meta["numpy"]
+    np.random.set_state((np_state[0], np.array(np_state[1], dtype=np.uint32), np_state[2], np_state[3], np_state[4]))
     torch.set_rng_state(tensors["torch"])
     if "cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["cuda"])
@@ -172,20 +173,20 @@ def find_checkpoint(ckpt_root: Path, step: int) -> Path:
         if not complete:
             raise FileNotFoundError(f"ckpt.resume_step = -1 but no complete trainer checkpoint under {ckpt_root}")
         return complete[-1][1]
-    for n, p in complete:
-        if n == step:
-            return p
+    for step_no, step_dir in complete:
+        if step_no == step:
+            return step_dir
     raise FileNotFoundError(
         f"ckpt.resume_step = {step}: no complete checkpoint {Path(ckpt_root) / f'step_{step}' / SUBDIR} "
         f"(complete ones: {[n for n, _ in complete]})"
     )
 
 
-def _dcp_failure(path: Path, e: BaseException) -> tuple[str, str]:
+def _dcp_failure(path: Path, error: BaseException) -> tuple[str, str]:
     """(file, problem) of a failed `dcp.load`: dcp's CheckpointException holds `{rank: (exception, traceback)}`;
     the failing rank's shard file is named when there is one (`__R_0.distcp`), else the shard files."""
-    failures = getattr(e, "failures", None) or {}
-    rank, root = next(iter(failures.items()), (None, e))
+    failures = getattr(error, "failures", None) or {}
+    rank, root = next(iter(failures.items()), (None, error))
     root = root[0] if isinstance(root, tuple) and root else root
     files = sorted((Path(path) / "dcp").glob(f"__{rank}_*.distcp")) if rank is not None else []
     file = f"dcp/{files[0].name}" if len(files) == 1 else "dcp/ shard files (__*.distcp)"

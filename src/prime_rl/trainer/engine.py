@@ -173,10 +173,10 @@ class Engine:
         bad_ranks = int(all_reduce_sum(flag).item())  # ranks with a non-finite micro-batch loss
         grad_norm, lr = self.optimizer_step(skip=skipped or bad_ranks > 0)
         nonfinite = bad_ranks > 0 or not math.isfinite(grad_norm)
-        m = self._step_metrics(sums, norm, grad_norm, lr, skipped or nonfinite, t0)
-        m["nonfinite"] = float(nonfinite)
+        metrics = self._step_metrics(sums, norm, grad_norm, lr, skipped or nonfinite, t0)
+        metrics["nonfinite"] = float(nonfinite)
         self._check_finite_step(nonfinite, sums, grad_norm)
-        return m
+        return metrics
 
     def _check_finite_step(self, nonfinite: bool, sums: StepSums, grad_norm: float) -> None:
         """Log a skipped non-finite step (each rank names its own micro-batches) and count the streak.
@@ -241,10 +241,11 @@ class Engine:
             out = loss_fn(fwd.inputs, loss_cfg)
             lp = fwd.inputs.trainer_logprobs
             for name, term in out.terms.items():  # d term / d logprobs: through the loss only, not the model
-                g = None
+                term_grad = None
                 if term.requires_grad and lp.requires_grad:
-                    (g,) = torch.autograd.grad(term, lp, retain_graph=True, allow_unused=True)
-                sums.add(f"logp_grad_norm/{name}", 0.0 if g is None else float(g.double().square().sum()), 0.0)
+                    (term_grad,) = torch.autograd.grad(term, lp, retain_graph=True, allow_unused=True)
+                sq_norm = 0.0 if term_grad is None else float(term_grad.double().square().sum())
+                sums.add(f"logp_grad_norm/{name}", sq_norm, 0.0)
             if lp.requires_grad:
                 lp.register_hook(lambda g, i=i: grad_ok.append((i, torch.isfinite(g).all())))
             (out.loss * (world / norm)).backward()
@@ -256,12 +257,12 @@ class Engine:
             sums.entropy += float(fwd.entropy[mask].sum())
             sums.loss_tokens += float(mask.sum())
             sums.tokens += fwd.num_tokens
-            for k, (num, den) in out.metrics.items():
-                sums.add(k, float(num), float(den))
+            for metric, (num, den) in out.metrics.items():
+                sums.add(metric, float(num), float(den))
             if probe is not None:
                 with torch.no_grad():
-                    for k, (num, den) in probe(fwd, mb).items():
-                        sums.add(k, float(num), float(den))
+                    for metric, (num, den) in probe(fwd, mb).items():
+                        sums.add(metric, float(num), float(den))
         if grad_ok:  # one device sync for the whole step
             flags = torch.stack([ok for _, ok in grad_ok]).tolist()
             sums.nonfinite_grad = [i for (i, _), ok in zip(grad_ok, flags, strict=True) if not ok]
@@ -295,7 +296,7 @@ class Engine:
         all_reduce_sum(vec)
         dt = time.perf_counter() - t0
         mem = all_reduce_max(torch.tensor([peak_memory_gib(self.dist.device)], dtype=torch.float64))
-        m: dict[str, float] = {
+        metrics: dict[str, float] = {
             "loss": vec[0].item() / norm,
             "entropy": vec[1].item() / max(vec[2].item(), 1.0),
             "grad_norm": grad_norm,
@@ -307,13 +308,13 @@ class Engine:
             "peak_mem_gib": mem[0].item(),
             "skipped_update": float(skipped),
         }
-        for j, k in enumerate(keys):
+        for j, key in enumerate(keys):
             num, den = vec[4 + 2 * j].item(), vec[5 + 2 * j].item()
-            if k.startswith("logp_grad_norm/"):
-                m[k] = math.sqrt(num) / norm
+            if key.startswith("logp_grad_norm/"):
+                metrics[key] = math.sqrt(num) / norm
             else:
-                m[k] = num / den if den > 0 else 0.0
-        return m
+                metrics[key] = num / den if den > 0 else 0.0
+        return metrics
 
     # ----- outputs -----------------------------------------------------------------------------------------
     def publish(self, step: int) -> Path | None:
@@ -360,29 +361,30 @@ class Engine:
         self.log.info(f"resumed from {path} (checkpoint step {progress['step']}, next step {self.step + 1}{skipped})")
         return progress
 
-    def log_step(self, step: int, m: dict[str, Any], console: tuple[str, ...] = ()) -> None:
+    def log_step(self, step: int, metrics: dict[str, Any], console: tuple[str, ...] = ()) -> None:
         """metrics.jsonl row (rank 0) and one console line: loss, entropy, the `console` metrics (those a loss
         declares, e.g.), grad norm, lr, throughput and memory; for a skipped update, why it was skipped."""
         if not self.dist.is_main:
             return
-        self.metrics.log(step, m)
-        n = self.cfg.max_steps
-        tail = [f"LR {m['lr']:.2e}", f"{m['tokens_per_s']:.0f} tok/s", f"Mem {m['peak_mem_gib']:.2f} GiB"]
-        if m.get("nonfinite"):
-            why = f"non-finite loss or gradient (loss {m['loss']:.4g}, grad_norm {m['grad_norm']:.4g})"
-            self.log.info(step_line(step, n, [f"Update skipped: {why}", *tail]))
+        self.metrics.log(step, metrics)
+        max_steps = self.cfg.max_steps
+        tail = [f"LR {metrics['lr']:.2e}", f"{metrics['tokens_per_s']:.0f} tok/s",
+                f"Mem {metrics['peak_mem_gib']:.2f} GiB"]
+        if metrics.get("nonfinite"):
+            why = f"non-finite loss or gradient (loss {metrics['loss']:.4g}, grad_norm {metrics['grad_norm']:.4g})"
+            self.log.info(step_line(step, max_steps, [f"Update skipped: {why}", *tail]))
             return
-        if m.get("skipped_update"):
+        if metrics.get("skipped_update"):
             why = "no loss tokens in this step's batch (every sample masked or filtered)"
-            if m.get("no_signal"):
+            if metrics.get("no_signal"):
                 why = "every loss token's advantage is 0 (equal rewards in every group: no learning signal)"
-            self.log.info(step_line(step, n, [f"Update skipped: {why}", *tail]))
+            self.log.info(step_line(step, max_steps, [f"Update skipped: {why}", *tail]))
             return
-        parts = [f"Loss {m['loss']:.4f}"]
-        for k in ("entropy", *console):
-            if k in m:
-                parts.append(f"{metric_title(k)} {m[k]:.4g}")
-        self.log.info(step_line(step, n, [*parts, f"Grad Norm {m['grad_norm']:.3g}", *tail]))
+        parts = [f"Loss {metrics['loss']:.4f}"]
+        for key in ("entropy", *console):
+            if key in metrics:
+                parts.append(f"{metric_title(key)} {metrics[key]:.4g}")
+        self.log.info(step_line(step, max_steps, [*parts, f"Grad Norm {metrics['grad_norm']:.3g}", *tail]))
 
     def close(self) -> None:
         close_distributed(self.dist)
