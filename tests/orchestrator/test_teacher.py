@@ -12,15 +12,9 @@ from aiohttp import web
 from prime_rl.config.teacher import TeacherConfig
 from prime_rl.envs.base import Task
 from prime_rl.inference.backend import InferenceError
+from prime_rl.inference.scoring import check_same_tokens, parse_prompt_logprobs, probe_text
 from prime_rl.orchestrator.packing import pack_items, pack_step
-from prime_rl.orchestrator.teacher import (
-    Teacher,
-    TeacherMismatch,
-    check_same_tokens,
-    parse_prompt_logprobs,
-    probe_text,
-    teacher_metrics,
-)
+from prime_rl.orchestrator.teacher import Teacher, TeacherMismatch, teacher_metrics
 from prime_rl.orchestrator.types import Rollout, Sample
 from prime_rl.ports import free_port
 

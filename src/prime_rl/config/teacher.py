@@ -12,7 +12,7 @@ from prime_rl.config.base import BaseConfig, ModelConfig
 from prime_rl.config.inference import InferenceConfig, ServerConfig, VllmConfig
 
 if TYPE_CHECKING:
-    from prime_rl.config.orchestrator import ClientConfig
+    from prime_rl.config.client import ClientConfig
 
 
 class TeacherConfig(BaseConfig):
@@ -34,7 +34,7 @@ class TeacherConfig(BaseConfig):
 
     def client(self) -> ClientConfig:
         """The inference client settings of the teacher servers (`prime_rl.inference.routing.Router`)."""
-        from prime_rl.config.orchestrator import ClientConfig
+        from prime_rl.config.client import ClientConfig
 
         return ClientConfig(base_url=self.base_url, api_key=self.api_key, request_timeout_s=self.request_timeout_s,
                             max_retries=self.max_retries, health_timeout_s=self.health_timeout_s)  # fmt: skip

@@ -18,13 +18,14 @@ never sample from the policy the trainer publishes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from prime_rl.config.orchestrator import SamplingConfig
 from prime_rl.registry import Registry, RegistryError
 
 if TYPE_CHECKING:
     from prime_rl.config.orchestrator import EvalCommandConfig, OrchestratorConfig
+    from prime_rl.config.teacher import TeacherConfig
 
 
 @dataclass
@@ -149,3 +150,45 @@ def build_backend(cfg: OrchestratorConfig | EvalCommandConfig, *, loads_weights:
             f"sample from the trained policy; choose one that can: {', '.join(able)}"
         )
     return cls.from_config(cfg)
+
+
+class TeacherMismatch(ValueError):
+    """The teacher cannot score the student's tokens: another tokenizer, another served model, a shorter context."""
+
+
+class Scorer(Protocol):
+    """Scores token sequences under a frozen model: on-policy distillation's teacher (`[orchestrator.teacher]`)."""
+
+    async def check(self, tokenizer: Any, student: str, seq_len: int) -> None:
+        """Refuse a server that cannot score the student's tokens (TeacherMismatch, TimeoutError)."""
+        ...
+
+    async def prompt_logprobs(self, ids: list[int], key: str | None = None) -> list[float]:
+        """log q(ids[t] | ids[:t]) for every position ([T]; position 0: 0.0). Raises InferenceError,
+        NoReplicaLeft."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
+
+
+SCORERS: Registry[type[Scorer]] = Registry("teacher scorer", "orchestrator.teacher", {
+    "vllm": "prime_rl.inference.scoring:PromptScorer",
+})
+
+
+def build_scorer(cfg: TeacherConfig) -> Scorer:
+    """The client that scores token sequences on the teacher server(s) of `[orchestrator.teacher]` (`SCORERS`:
+    vLLM's prompt logprobs, `prime_rl.inference.scoring.PromptScorer`)."""
+    return SCORERS.get("vllm")(cfg)
+
+
+def __getattr__(name: str):
+    """`NoReplicaLeft` (every server of a pool is down), importable from this seam without importing the pool
+    module at start-up."""
+    if name == "NoReplicaLeft":
+        from prime_rl.inference.pool import NoReplicaLeft
+
+        return NoReplicaLeft
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
