@@ -57,7 +57,9 @@ async def test_scrape_during_an_orchestrator_run(renderer, tmp_path):  # noqa: F
     finally:
         t.cancel()
     rows = read_metrics(cfg.output_dir, "orchestrator")
-    assert sorted(scrapes) == [1, 2]  # step 3 is the last: the run ends (and the endpoint with it) without waiting
+    # step 3 is the last: the run ends (and the endpoint with it) without waiting for its version, so its scrape
+    # happens only when the machine is slow enough for the trainer to get there before the run closes
+    assert sorted(scrapes)[:2] == [1, 2] and set(scrapes) <= {1, 2, 3}
     p = (("process", "orchestrator"),)
     for n, s in scrapes.items():
         done = rows[:n]
