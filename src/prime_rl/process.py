@@ -110,12 +110,12 @@ class Child:
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             procs = []
-        for p in procs:
+        for proc in procs:
             try:
-                key = (p.pid, p.create_time())
+                key = (proc.pid, proc.create_time())
             except psutil.Error:
                 continue
-            self._known.setdefault(key[0], p)
+            self._known.setdefault(key[0], proc)
 
     def _group_alive(self) -> bool:
         try:
@@ -136,16 +136,16 @@ class Child:
         """Processes of this child still running: the known descendants plus the process group's members."""
         self.refresh_descendants()
         out = {}
-        for pid, p in list(self._known.items()):
+        for pid, proc in list(self._known.items()):
             try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    out[pid] = p
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    out[pid] = proc
             except psutil.Error:
                 pass
-        for p in psutil.process_iter(["pid"]):
+        for proc in psutil.process_iter(["pid"]):
             try:
-                if os.getpgid(p.pid) == self.pid and p.status() != psutil.STATUS_ZOMBIE:
-                    out[p.pid] = p
+                if os.getpgid(proc.pid) == self.pid and proc.status() != psutil.STATUS_ZOMBIE:
+                    out[proc.pid] = proc
             except (ProcessLookupError, psutil.Error, OSError):
                 pass
         return list(out.values())
@@ -160,9 +160,9 @@ class Child:
             self._signal_group(signal.SIGTERM)
             if self.poll() is not None:
                 # the leader is gone, so nobody will pass the stop on to what it started outside its group
-                for p in self.alive_processes():
+                for proc in self.alive_processes():
                     try:
-                        p.terminate()
+                        proc.terminate()
                     except psutil.Error:
                         pass
             deadline = time.monotonic() + grace_s
@@ -173,9 +173,9 @@ class Child:
         survivors = self.alive_processes()
         if survivors or self._group_alive():
             self._signal_group(signal.SIGKILL)
-            for p in survivors:
+            for proc in survivors:
                 try:
-                    p.kill()
+                    proc.kill()
                 except psutil.Error:
                     pass
             # never psutil-wait our own child: that reaps it and Popen would report exit code 0
@@ -190,12 +190,12 @@ class Child:
             pass
         return self.popen.returncode
 
-    def tail(self, n: int = 20) -> str:
+    def tail(self, lines: int = 20) -> str:
         """The last `n` lines of the child's log (what it printed to stdout and stderr)."""
-        return tail_file(self.spec.log, n)
+        return tail_file(self.spec.log, lines)
 
 
-def tail_file(path: Path, n: int = 20) -> str:
+def tail_file(path: Path, lines: int = 20) -> str:
     """Last `n` lines of a text file ('' when it does not exist)."""
     try:
         with open(path, "rb") as f:
@@ -205,7 +205,7 @@ def tail_file(path: Path, n: int = 20) -> str:
             data = f.read().decode(errors="replace")
     except OSError:
         return ""
-    return "\n".join(deque(data.splitlines(), maxlen=n))
+    return "\n".join(deque(data.splitlines(), maxlen=lines))
 
 
 def describe_exit(code: int | None) -> str:
@@ -223,19 +223,19 @@ def describe_exit(code: int | None) -> str:
 def http_ok(url: str, timeout_s: float = 2.0) -> bool:
     """Whether `GET url` answers 200 within `timeout_s` seconds (any error counts as no)."""
     try:
-        r = httpx.get(url, timeout=timeout_s)
+        resp = httpx.get(url, timeout=timeout_s)
     except httpx.HTTPError:
         return False
-    return r.status_code == 200
+    return resp.status_code == 200
 
 
 def http_json(url: str, timeout_s: float = 2.0) -> dict | None:
     """`GET url` as a JSON object, or None on any error or non-object answer."""
     try:
-        r = httpx.get(url, timeout=timeout_s)
-        if r.status_code != 200:
+        resp = httpx.get(url, timeout=timeout_s)
+        if resp.status_code != 200:
             return None
-        data = r.json()
+        data = resp.json()
     except (httpx.HTTPError, ValueError):
         return None
     return data if isinstance(data, dict) else None

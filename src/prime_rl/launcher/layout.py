@@ -45,8 +45,8 @@ class Layout(BaseModel):
     def submit(cls, cfg: RLConfig) -> Layout:
         """A Slurm job not started yet (`rl` with `[slurm]`): node addresses are unknown, nothing is checked that
         needs the nodes themselves."""
-        n = cfg.deployment.num_nodes
-        return cls(kind=cfg.deployment.type, addrs=[f"node{i}" for i in range(n)], here=False)
+        num_nodes = cfg.deployment.num_nodes
+        return cls(kind=cfg.deployment.type, addrs=[f"node{i}" for i in range(num_nodes)], here=False)
 
     @classmethod
     def slurm(cls, kind: str, addrs: list[str], index: int, job_id: str) -> Layout:
@@ -111,15 +111,15 @@ def layout(dep: DeploymentConfig) -> list[NodeRoles]:
     """The role of every node of a multi-node run, by index (the order of the Slurm allocation)."""
     nodes = [NodeRoles(index=i) for i in range(dep.num_nodes)]
     rpn = dep.infer_replicas_per_node
-    for k in range(dep.num_infer_nodes):
-        n = nodes[k]
-        n.roles.append("inference")
-        n.replicas = [k * rpn + j for j in range(rpn)]
-        n.replica_ports = [dep.node_ports(k) + PORT_INFERENCE + j for j in range(rpn)]
-    for t in range(dep.num_train_nodes):
-        n = nodes[dep.num_infer_nodes + t]
-        n.roles.append("trainer")
-        n.train_rank = t
+    for node_idx in range(dep.num_infer_nodes):
+        node = nodes[node_idx]
+        node.roles.append("inference")
+        node.replicas = [node_idx * rpn + j for j in range(rpn)]
+        node.replica_ports = [dep.node_ports(node_idx) + PORT_INFERENCE + j for j in range(rpn)]
+    for train_idx in range(dep.num_train_nodes):
+        node = nodes[dep.num_infer_nodes + train_idx]
+        node.roles.append("trainer")
+        node.train_rank = train_idx
     nodes[dep.orchestrator_index()].roles.append("orchestrator")
     nodes[dep.env_server_index()].roles.append("env-server")
     return nodes
@@ -151,17 +151,18 @@ def reach_addr(host: str) -> str:
 
 def local_replicas(cfg: RLConfig) -> list[Replica]:
     """The replicas of a single-node run: `infer_replicas_per_node` servers on consecutive ports."""
-    s = cfg.inference.server
-    return [Replica(index=j, bind_host=s.host, addr=reach_addr(s.host), port=s.port + j)
+    server = cfg.inference.server
+    return [Replica(index=j, bind_host=server.host, addr=reach_addr(server.host), port=server.port + j)
             for j in range(cfg.deployment.infer_replicas_per_node)]  # fmt: skip
 
 
 def all_replicas(dep: DeploymentConfig, addrs: list[str]) -> list[Replica]:
     """Every replica of a multi-node run, with the address other nodes reach it at and the address it binds."""
     out = []
-    for n in layout(dep):
-        for r, port in zip(n.replicas, n.replica_ports, strict=True):
-            out.append(Replica(index=r, bind_host=dep.bind_host or addrs[n.index], addr=addrs[n.index], port=port))
+    for node in layout(dep):
+        for replica, port in zip(node.replicas, node.replica_ports, strict=True):
+            out.append(Replica(index=replica, bind_host=dep.bind_host or addrs[node.index], addr=addrs[node.index],
+                               port=port))
     return out
 
 

@@ -20,8 +20,8 @@ from prime_rl.monitor.rundir import RunDir, step_dirs
 from prime_rl.transport.atomic import STABLE
 
 
-def _part_complete(d: Path) -> bool:
-    return (d / STABLE).is_file()
+def _part_complete(folder: Path) -> bool:
+    return (folder / STABLE).is_file()
 
 
 def complete_checkpoints(run: RunDir | Path) -> list[int]:
@@ -84,20 +84,20 @@ def start(cfg: Any, run: RunDir) -> Start:
             no complete checkpoint to load; trainer and orchestrator resuming different checkpoints; a fork from
             inside this run's own folder; `--clean` with a resume; a previous run there without --resume/--clean.
     """
-    t = cfg.trainer.ckpt
+    ckpt = cfg.trainer.ckpt
     _check_same_target(cfg)
-    if (cfg.resume or t.resume_step is not None) and cfg.clean:
-        what = "--resume" if cfg.resume else "{0} = {2}{1}".format(*_field(cfg, "resume_step"), t.resume_step)
+    if (cfg.resume or ckpt.resume_step is not None) and cfg.clean:
+        what = "--resume" if cfg.resume else "{0} = {2}{1}".format(*_field(cfg, "resume_step"), ckpt.resume_step)
         raise PreflightError(f"--clean removes the checkpoints that {what} continues from; pass one of them")
-    if cfg.resume or t.resume_step is not None:
+    if cfg.resume or ckpt.resume_step is not None:
         step = _own_step(cfg, run)
         changes = {f"{s}.ckpt.{k}": v for s in ("trainer", "orchestrator")
                    for k, v in (("resume_step", step), ("resume_dir", None))}  # fmt: skip
         return Start(step=step, resume=True, changes=changes)
     clean = _previous_run_cleared(cfg, run)
-    if t.resume_dir is None:
+    if ckpt.resume_dir is None:
         return Start(clean=clean)
-    return Start(step=_fork_step(cfg, run), clean=clean, fork=Path(t.resume_dir))
+    return Start(step=_fork_step(cfg, run), clean=clean, fork=Path(ckpt.resume_dir))
 
 
 def _field(cfg: Any, name: str) -> tuple[str, str]:
@@ -113,19 +113,20 @@ def _check_same_target(cfg: Any) -> None:
     from prime_rl.launcher.fields import as_set
 
     def target(section: str) -> tuple[str, Any] | None:
-        c = getattr(cfg, section).ckpt
-        if c.resume_dir is not None:
-            name, value, key = "resume_dir", repr(str(c.resume_dir)), ("dir", Path(c.resume_dir).resolve())
-        elif c.resume_step is not None:
-            name, value, key = "resume_step", str(c.resume_step), ("step", c.resume_step)
+        ckpt = getattr(cfg, section).ckpt
+        if ckpt.resume_dir is not None:
+            name, value, key = "resume_dir", repr(str(ckpt.resume_dir)), ("dir", Path(ckpt.resume_dir).resolve())
+        elif ckpt.resume_step is not None:
+            name, value, key = "resume_step", str(ckpt.resume_step), ("step", ckpt.resume_step)
         else:
             return None
         return f"{section}.ckpt.{name} = {value}{as_set(cfg, f'{section}.ckpt.{name}')[1]}", key
 
-    t, o = target("trainer"), target("orchestrator")
-    if (t and t[1]) == (o and o[1]):
+    trainer_target, orch_target = target("trainer"), target("orchestrator")
+    if (trainer_target and trainer_target[1]) == (orch_target and orch_target[1]):
         return
-    said = [x[0] if x else f"{s}.ckpt resumes nothing" for s, x in (("trainer", t), ("orchestrator", o))]
+    targets = (("trainer", trainer_target), ("orchestrator", orch_target))
+    said = [x[0] if x else f"{s}.ckpt resumes nothing" for s, x in targets]
     raise PreflightError(
         f"{said[0]} but {said[1]}: under rl both load the same checkpoint (the trainer's weights and step belong with "
         "the orchestrator's task stream); set resume_dir or resume_step once, in the shared [ckpt] section"
@@ -204,12 +205,12 @@ def drop_steps_after(run: RunDir, step: int) -> list[Path]:
     temporary `.trainer.tmp/`-style folders a writer left, e.g. on a full disk); return what went."""
     gone = []
     for parent in (run.rollouts, run.weights, run.checkpoints):
-        for n, d in step_dirs(parent):
-            if n > step:
-                shutil.rmtree(d, ignore_errors=True)
-                gone.append(d)
+        for step_no, step_dir in step_dirs(parent):
+            if step_no > step:
+                shutil.rmtree(step_dir, ignore_errors=True)
+                gone.append(step_dir)
             else:
-                for tmp in d.glob(".*.tmp*"):
+                for tmp in step_dir.glob(".*.tmp*"):
                     shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
                     gone.append(tmp)
     return gone
@@ -227,6 +228,6 @@ def previous_run(run: RunDir) -> list[Path]:
 
 def clean(run: RunDir) -> None:
     """Remove a previous run's rollouts, weights, checkpoints, eval, plots, logs and metrics (configs stay)."""
-    for d in (run.rollouts, run.weights, run.checkpoints, run.eval, run.plots, run.logs):
-        shutil.rmtree(d, ignore_errors=True)
+    for folder in (run.rollouts, run.weights, run.checkpoints, run.eval, run.plots, run.logs):
+        shutil.rmtree(folder, ignore_errors=True)
     run.metrics.unlink(missing_ok=True)
