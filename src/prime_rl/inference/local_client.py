@@ -35,8 +35,8 @@ class _Request:
 
     @property
     def key(self) -> tuple:
-        s = self.sampling
-        return (s.temperature, s.top_p, s.top_k, self.stop_ids)
+        sampling = self.sampling
+        return (sampling.temperature, sampling.top_p, sampling.top_k, self.stop_ids)
 
 
 class TransformersClient:
@@ -112,8 +112,8 @@ class TransformersClient:
 
     async def context_length(self) -> int | None:
         """The model's `max_position_embeddings` (tokens), or None when its config has none."""
-        n = getattr(self.model.config, "max_position_embeddings", None)
-        return n if isinstance(n, int) else None
+        max_len = getattr(self.model.config, "max_position_embeddings", None)
+        return max_len if isinstance(max_len, int) else None
 
     async def generate(
         self,
@@ -127,9 +127,10 @@ class TransformersClient:
         """Sample one completion of `prompt_ids`; stops at the model's eos ids, `stop_token_ids` and `max_tokens`
         (default `sampling.max_completion_tokens`). Raises ValueError on an empty prompt or max_tokens < 1,
         InferenceError when transformers fails."""
-        n = completion_budget(prompt_ids, sampling, max_tokens)
+        budget = completion_budget(prompt_ids, sampling, max_tokens)
         loop = asyncio.get_running_loop()
-        req = _Request(list(prompt_ids), sampling, n, tuple(sorted(set(stop_token_ids or []))), loop.create_future())
+        stops = tuple(sorted(set(stop_token_ids or [])))
+        req = _Request(list(prompt_ids), sampling, budget, stops, loop.create_future())
         if self._worker is None or self._worker.done():
             self._wake = asyncio.Event()
             self._worker = loop.create_task(self._run())
@@ -147,9 +148,9 @@ class TransformersClient:
             except asyncio.CancelledError:
                 pass
             self._worker = None
-        for r in self._queue:
-            if not r.future.done():
-                r.future.set_exception(InferenceError("client closed"))
+        for request in self._queue:
+            if not request.future.done():
+                request.future.set_exception(InferenceError("client closed"))
         self._queue.clear()
 
     async def _run(self) -> None:
@@ -161,48 +162,49 @@ class TransformersClient:
             while self._queue:
                 key = self._queue[0].key
                 batch = [r for r in self._queue if r.key == key][: self.max_batch]
-                for r in batch:
-                    self._queue.remove(r)
+                for request in batch:
+                    self._queue.remove(request)
                 try:
                     results = await asyncio.to_thread(self._sample, batch)
                 except Exception as e:  # noqa: BLE001 - every waiter gets the error
-                    for r in batch:
-                        if not r.future.done():
-                            r.future.set_exception(InferenceError(f"transformers generate failed: {e!r}"))
+                    for request in batch:
+                        if not request.future.done():
+                            request.future.set_exception(InferenceError(f"transformers generate failed: {e!r}"))
                     continue
-                for r, res in zip(batch, results, strict=True):
-                    if not r.future.done():
-                        r.future.set_result(res)
+                for request, res in zip(batch, results, strict=True):
+                    if not request.future.done():
+                        request.future.set_result(res)
 
     @torch.no_grad()
     def _sample(self, batch: list[_Request]) -> list[GenerateResult]:
         """One left-padded `model.generate` call for `batch` (same sampling parameters and stop ids)."""
-        s = batch[0].sampling
+        sampling = batch[0].sampling
         stops = sorted(set(self.eos_ids) | set(batch[0].stop_ids))
         width = max(len(r.prompt_ids) for r in batch)
         dev = self.model.device  # CPU, or wherever the caller moved the model (scripts/gpu_check.py)
         ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long, device=dev)
         mask = torch.zeros((len(batch), width), dtype=torch.long, device=dev)
-        for i, r in enumerate(batch):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, device=dev)
-            mask[i, width - len(r.prompt_ids) :] = 1
-        greedy = s.temperature == 0
+        for i, request in enumerate(batch):
+            ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids, device=dev)
+            mask[i, width - len(request.prompt_ids) :] = 1
+        greedy = sampling.temperature == 0
         knobs = {"do_sample": False} if greedy else {
-            "do_sample": True, "temperature": s.temperature, "top_p": s.top_p, "top_k": max(s.top_k, 0)}
+            "do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
+            "top_k": max(sampling.top_k, 0)}
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max(r.max_tokens for r in batch),
             eos_token_id=stops, pad_token_id=self.pad_id, output_logits=True, return_dict_in_generate=True, **knobs,
         )
         self.batches += 1
         new = out.sequences[:, width:]
-        logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else s.temperature)  # [B, n, V]
+        logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else sampling.temperature)  # [B, n, V]
         lps = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # [B, n]
         results = []
         stop_set = set(stops)
-        for i, r in enumerate(batch):
-            toks = new[i, : r.max_tokens].tolist()
+        for i, request in enumerate(batch):
+            toks = new[i, : request.max_tokens].tolist()
             end = next((j + 1 for j, t in enumerate(toks) if t in stop_set), None)
             finish = "stop" if end is not None else "length"
             toks = toks[:end] if end is not None else toks
-            results.append(GenerateResult(r.prompt_ids, toks, lps[i, : len(toks)].tolist(), finish, 0))
+            results.append(GenerateResult(request.prompt_ids, toks, lps[i, : len(toks)].tolist(), finish, 0))
         return results

@@ -97,13 +97,13 @@ def with_advantages(group: Sequence[Rollout], cfg: AdvantageConfig) -> list[Roll
     """Copies of `group`'s rollouts with their advantages; one the trainer cannot hold masks its rollout."""
     adv = compute_advantages([r.reward for r in group], [not r.masked for r in group], cfg)
     out = []
-    for r, a in zip(group, adv, strict=True):
-        r = dataclasses.replace(r, advantage=a)
-        if not math.isfinite(a) or abs(a) > FLOAT32_MAX:
-            r.mask("advantage/non_finite", f"the advantage estimator returned {a!r} (not a finite float32, the "
-                   "trainer's dtype)")  # fmt: skip
-            r.advantage = 0.0
-        out.append(r)
+    for rollout, advantage in zip(group, adv, strict=True):
+        rollout = dataclasses.replace(rollout, advantage=advantage)
+        if not math.isfinite(advantage) or abs(advantage) > FLOAT32_MAX:
+            rollout.mask("advantage/non_finite", f"the advantage estimator returned {advantage!r} (not a finite "
+                         "float32, the trainer's dtype)")  # fmt: skip
+            rollout.advantage = 0.0
+        out.append(rollout)
     return out
 
 
@@ -145,8 +145,8 @@ def admit(
             raise AdmissionError(f"step {step}: admission of {group_label(group)} failed: {type(e).__name__}: {e}") from e
         if reason is not None:
             filtered += 1
-        for r in admitted:
-            r.filtered = reason is not None or (gcfg.mask_truncated and r.truncated)
+        for rollout in admitted:
+            rollout.filtered = reason is not None or (gcfg.mask_truncated and rollout.truncated)
         rollouts += admitted
     return CutBatch(
         step=step,
@@ -162,14 +162,14 @@ def log_masked(step: int | str, rollouts: Sequence[Rollout], per_kind: int = 3) 
     """Log why rollouts were masked: the first `per_kind` of each error kind with task, source and reason, then
     one line counting the rest of that kind (`step 3: 12 more rollout(s) masked as env/http_404`)."""
     seen: dict[str, int] = defaultdict(int)
-    for r in rollouts:
-        if not r.masked:
+    for rollout in rollouts:
+        if not rollout.masked:
             continue
-        kind = r.error_kind or "unknown"
+        kind = rollout.error_kind or "unknown"
         seen[kind] += 1
         if seen[kind] <= per_kind:
-            log.warning("step %s: rollout %s of task %r (source %r) masked: %s", step, r.rollout_id or "-",
-                        r.task.task_id, r.source, r.error or kind)  # fmt: skip
-    for kind, n in seen.items():
-        if n > per_kind:
-            log.warning("step %s: %d more rollout(s) masked as %s", step, n - per_kind, kind)
+            log.warning("step %s: rollout %s of task %r (source %r) masked: %s", step, rollout.rollout_id or "-",
+                        rollout.task.task_id, rollout.source, rollout.error or kind)  # fmt: skip
+    for kind, count in seen.items():
+        if count > per_kind:
+            log.warning("step %s: %d more rollout(s) masked as %s", step, count - per_kind, kind)

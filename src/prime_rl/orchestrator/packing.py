@@ -76,17 +76,18 @@ def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     bins: list[list[int]] = []
     room: list[int] = []
     for i in order:
-        n = lengths[i]
-        if n > capacity:
-            raise ValueError(f"sample {i} has {n} tokens, more than seq_len={capacity}; raise seq_len or cut the rollout")
-        for b, r in enumerate(room):
-            if n <= r:
-                bins[b].append(i)
-                room[b] -= n
+        length = lengths[i]
+        if length > capacity:
+            raise ValueError(f"sample {i} has {length} tokens, more than seq_len={capacity}; raise seq_len or cut the "
+                             "rollout")
+        for bin_idx, free in enumerate(room):
+            if length <= free:
+                bins[bin_idx].append(i)
+                room[bin_idx] -= length
                 break
         else:
             bins.append([i])
-            room.append(capacity - n)
+            room.append(capacity - length)
     return bins
 
 
@@ -94,25 +95,25 @@ def balance_bins(bin_sizes: list[int], num_ranks: int) -> list[list[int]]:
     """Bin indices per rank: largest bin first to the rank with the fewest tokens (then fewest bins)."""
     ranks: list[list[int]] = [[] for _ in range(num_ranks)]
     load = [0] * num_ranks
-    for b in sorted(range(len(bin_sizes)), key=lambda i: (-bin_sizes[i], i)):
-        r = min(range(num_ranks), key=lambda k: (load[k], len(ranks[k]), k))
-        ranks[r].append(b)
-        load[r] += bin_sizes[b]
+    for bin_idx in sorted(range(len(bin_sizes)), key=lambda i: (-bin_sizes[i], i)):
+        rank = min(range(num_ranks), key=lambda k: (load[k], len(ranks[k]), k))
+        ranks[rank].append(bin_idx)
+        load[rank] += bin_sizes[bin_idx]
     return ranks
 
 
 def _fast_arrays(items: list[PackItem]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """input_ids (int32), loss_mask (bool) and logprobs (float32) of `items`, concatenated. Raises when a value is
     not a Python int/bool/float of the expected range (the caller then converts with numpy)."""
-    n = sum(len(it.input_ids) for it in items)
+    total = sum(len(it.input_ids) for it in items)
     chain = itertools.chain.from_iterable
-    ids = np.frombuffer(struct.pack(f"{n}i", *chain(it.input_ids for it in items)), np.int32).copy()
+    ids = np.frombuffer(struct.pack(f"{total}i", *chain(it.input_ids for it in items)), np.int32).copy()
     mask_bytes = bytes(chain(it.loss_mask for it in items))
     if mask_bytes.translate(None, b"\x00\x01"):
         raise ValueError("a loss_mask value other than 0/1")
     mask = np.frombuffer(mask_bytes, np.bool_).copy()
-    lp = np.frombuffer(struct.pack(f"{n}d", *chain(it.logprobs for it in items)), np.float64).astype(np.float32)
-    if len(mask) != n or len(lp) != n:
+    lp = np.frombuffer(struct.pack(f"{total}d", *chain(it.logprobs for it in items)), np.float64).astype(np.float32)
+    if len(mask) != total or len(lp) != total:
         raise ValueError("per-token lists of different lengths")
     return ids, mask, lp
 
