@@ -11,7 +11,6 @@ collects both values (`--entry a=x --entry b=y` = `--entry a=x b=y`).
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import sys
@@ -23,6 +22,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from prime_rl.config.list_flags import config_files
+from prime_rl.config.suggest import dotted as _dotted
+from prime_rl.config.suggest import flag as _flag
+from prime_rl.config.suggest import unknown_key_hint
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -223,12 +225,7 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
             lines.append(f"  {path}{where.replace(' (', ' (set ', 1)}: "
                          f"{_wrong_variant(loc, tag, where, argv or [], positional)}")
         elif e.get("type") == "extra_forbidden":
-            hint = ""
-            siblings = _field_names_at(cls, loc[:-1])
-            close = difflib.get_close_matches(str(loc[-1]), siblings, n=1, cutoff=0.5)
-            if close:
-                fixed = loc[:-1] + (close[0],)
-                hint = f"; did you mean `{_dotted(fixed)}` (flag `{_flag(fixed)}`)?"
+            hint = unknown_key_hint(loc, value, lambda at: _field_names_at(cls, at))
             lines.append(f"  {path}: unknown key{got}{where}{hint}")
         else:
             msg = str(e.get("msg", "")).removeprefix("Value error, ")
@@ -355,10 +352,6 @@ def _wrong_variant(loc: tuple, tag: tuple, where: str, argv: list[str], position
         f", or choose {field} {' or '.join(repr(h) for h in having)}" if having else "")
 
 
-def _flag(loc: tuple) -> str:
-    return "--" + ".".join(str(s).replace("_", "-") for s in loc if not isinstance(s, int))
-
-
 def _origin(loc: tuple, argv: list[str], positional: set[str] | frozenset[str] = frozenset()) -> str:
     """` (from --flag)` when a command-line flag set `loc` (` (the OUT argument)` for a positional field), else
     ` (in FILE)` for the last root-level `@` file whose TOML holds it, else "" (a default, a nested `--x @ file`,
@@ -399,16 +392,6 @@ def _origin(loc: tuple, argv: list[str], positional: set[str] | frozenset[str] =
         named = ", ".join(under)
         return f" (from {named}, or in {found[5:-1]})" if found else f" (from {named})"
     return found
-
-
-def _dotted(loc: tuple) -> str:
-    out = ""
-    for seg in loc:
-        if isinstance(seg, int):
-            out += f"[{seg}]"
-        else:
-            out += ("." if out else "") + str(seg)
-    return out or "<root>"
 
 
 def _field_names_at(cls: Any, loc: tuple) -> list[str]:
