@@ -27,21 +27,22 @@ _ITEM = re.compile(r"\[\*\]")
 def _fix_flag(flag: str, index: str) -> str:
     """`--a.b {True,False}` -> `--a.b/--no-a.b`; `--l[*].f` -> `--l.N.f` (`index` is `.N` or `.KEY`)."""
     flag = _ITEM.sub(index, flag)
-    m = _BOOL.match(flag)
-    if m:
-        return f"{m['name']}/--no-{m['long']}"
+    match = _BOOL.match(flag)
+    if match:
+        return f"{match['name']}/--no-{match['long']}"
     return flag.replace("{True,False}", "BOOL")  # a union with a boolean: `--model.fsdp BOOL|{auto}`
 
 
 def _fix_title(title: str) -> tuple[str, str]:
     """A panel title with the working syntax for list items, and the index placeholder its flags use."""
-    m = re.match(r"^(?P<path>\S+?)\[\*\](?P<rest>.*) \((?P<kind>list item|dict value), via @ file or JSON\)$", title)
-    if m is None:
+    match = re.match(r"^(?P<path>\S+?)\[\*\](?P<rest>.*) \((?P<kind>list item|dict value), via @ file or JSON\)$",
+                     title)
+    if match is None:
         return _ITEM.sub(".N", title), ".N"
-    path = _ITEM.sub(".N", m["path"])
-    if m["kind"] == "dict value":
-        return f"{path}.KEY{m['rest']} (the entry KEY of {path})", ".KEY"
-    return (f"{path}.N{m['rest']} (item N of the list {path}, counted from 0, given in an @ file; the whole list: "
+    path = _ITEM.sub(".N", match["path"])
+    if match["kind"] == "dict value":
+        return f"{path}.KEY{match['rest']} (the entry KEY of {path})", ".KEY"
+    return (f"{path}.N{match['rest']} (item N of the list {path}, counted from 0, given in an @ file; the whole list: "
             f"[[{path.replace('-', '_')}]] tables in a file, or --{path} '[{{...}}, ...]')", ".N")  # fmt: skip
 
 
@@ -107,8 +108,8 @@ def _expand_variants(cls: type[BaseModel], subs: list[Panel], collect: Any) -> l
 
 def _long(flag: str) -> str:
     """`--a.b-c` of a row's flag (`-x, --a.b-c INT`, `--a/--no-a`)."""
-    m = re.match(r"^(?:-\w, )?(--[^\s/]+)", flag)
-    return m[1] if m else flag
+    match = re.match(r"^(?:-\w, )?(--[^\s/]+)", flag)
+    return match[1] if match else flag
 
 
 def _sections(cls: type[BaseModel], subs: list[Panel]) -> list[Row]:
@@ -124,8 +125,8 @@ def _sections(cls: type[BaseModel], subs: list[Panel]) -> list[Row]:
         if kebab in counts:
             desc = (finfo.description or "").strip()
             optional = ", optional section" if finfo.default is None else ""
-            n = counts[kebab]
-            out.append((f"--{kebab}.*", f"{desc} ({n} flag{'s' if n > 1 else ''}{optional})", ""))
+            count = counts[kebab]
+            out.append((f"--{kebab}.*", f"{desc} ({count} flag{'s' if count > 1 else ''}{optional})", ""))
     return out
 
 
@@ -179,9 +180,10 @@ def _merge_variants(rows: list[Row]) -> dict[str, Row]:
             out[key] = (flag, desc, anno)
             continue
         old = out[key][0]
-        a, b = re.search(r"\{(.*)\}$", old), re.search(r"\{(.*)\}$", flag)
-        if a and b:
-            choices = [*a[1].split(","), *(c for c in b[1].split(",") if c not in a[1].split(","))]
+        old_match, new_match = re.search(r"\{(.*)\}$", old), re.search(r"\{(.*)\}$", flag)
+        if old_match and new_match:
+            old_choices = old_match[1].split(",")
+            choices = [*old_choices, *(c for c in new_match[1].split(",") if c not in old_choices)]
             out[key] = (f"{key} {{{','.join(choices)}}}", "Which variant of the section; --help-all lists each one's fields.",
                         out[key][2])  # fmt: skip
     return out

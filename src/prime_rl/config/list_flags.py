@@ -27,11 +27,11 @@ def is_indexed(flag: str) -> bool:
 def config_files(argv: list[str]) -> list[str]:
     """The files given as `@ FILE` (root level) or `--section @ FILE` / `--section @FILE`, in order."""
     out = []
-    for i, a in enumerate(argv):
-        if a == "@" and i + 1 < len(argv):
+    for i, arg in enumerate(argv):
+        if arg == "@" and i + 1 < len(argv):
             out.append(argv[i + 1])
-        elif a.startswith("@") and len(a) > 1 and i > 0 and argv[i - 1].startswith("--"):
-            out.append(a[1:])
+        elif arg.startswith("@") and len(arg) > 1 and i > 0 and argv[i - 1].startswith("--"):
+            out.append(arg[1:])
     return out
 
 
@@ -52,43 +52,43 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
     list_paths = json_value_field_paths(cls)
     lists: dict[str, list[Any]] = {}
     out: list[str] = []
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        if not is_indexed(tok) or (i > 0 and args[i - 1] == "@"):
+    pos = 0
+    while pos < len(args):
+        tok = args[pos]
+        if not is_indexed(tok) or (pos > 0 and args[pos - 1] == "@"):
             out.append(tok)
-            i += 1
+            pos += 1
             continue
         flag, eq, value = tok.partition("=")
-        i += 1
+        pos += 1
         if not eq:
-            if i < len(args) and not args[i].startswith("--") and args[i] != "@":
-                value, i = args[i], i + 1
+            if pos < len(args) and not args[pos].startswith("--") and args[pos] != "@":
+                value, pos = args[pos], pos + 1
             else:
                 value = "true"  # a bare boolean flag
         segs = flag[2:].split(".")
-        k = next(j for j, s in enumerate(segs) if s.isdigit())
-        list_path = ".".join(segs[:k])
+        index_at = next(j for j, s in enumerate(segs) if s.isdigit())
+        list_path = ".".join(segs[:index_at])
         dotted = list_path.replace("-", "_")
         if list_path not in list_paths:
-            raise ListFlagError(f"{flag}: `{dotted}` is not a list of sections, so `.{segs[k]}.` cannot index it; "
-                                f"{_list_fields_hint(list_paths, segs[:k])}")  # fmt: skip
+            raise ListFlagError(f"{flag}: `{dotted}` is not a list of sections, so `.{segs[index_at]}.` cannot index "
+                                f"it; {_list_fields_hint(list_paths, segs[:index_at])}")  # fmt: skip
         if list_path not in lists:
             node: Any = merged
-            for s in segs[:k]:
-                node = node.get(s.replace("-", "_")) if isinstance(node, dict) else None
+            for seg in segs[:index_at]:
+                node = node.get(seg.replace("-", "_")) if isinstance(node, dict) else None
             if not isinstance(node, list) or not node:
                 raise ListFlagError(
-                    f"{flag}: no @ file gives items of `{dotted}` ({files}), so item {segs[k]} does not exist; "
+                    f"{flag}: no @ file gives items of `{dotted}` ({files}), so item {segs[index_at]} does not exist; "
                     f"add them to a file as [[{dotted}]] tables, or give the whole list: --{list_path} '[{{...}}]'"
                 )
             lists[list_path] = json.loads(json.dumps(node, default=str))  # a deep copy, TOML dates as text
         items = lists[list_path]
-        index = int(segs[k])
+        index = int(segs[index_at])
         if index >= len(items):
             raise ListFlagError(f"{flag}: `{dotted}` has {len(items)} item(s) (from {files}), counted from 0; "
                                 f"index {index} is past the end")  # fmt: skip
-        _set(items, [int(s) if s.isdigit() else s.replace("-", "_") for s in segs[k:]], value, flag)
+        _set(items, [int(s) if s.isdigit() else s.replace("-", "_") for s in segs[index_at:]], value, flag)
     for list_path, items in lists.items():
         out += [f"--{list_path}", json.dumps(items)]
     return out
