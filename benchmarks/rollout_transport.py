@@ -77,10 +77,18 @@ def make_batches(size: int, world: int, seq_len: int, seed: int = 0) -> list:
     for rank in range(world):
         mbs, left = [], tokens
         while left > 0:
-            n = min(seq_len, left)
-            left -= n
-            mbs.append(MicroBatch(rng.integers(0, 151_000, n), np.arange(n), rng.random(n) < 0.5,
-                                  rng.standard_normal(n), -rng.exponential(1.0, n), np.ones(n)))  # fmt: skip
+            count = min(seq_len, left)
+            left -= count
+            mbs.append(
+                MicroBatch(
+                    rng.integers(0, 151_000, count),
+                    np.arange(count),
+                    rng.random(count) < 0.5,
+                    rng.standard_normal(count),
+                    -rng.exponential(1.0, count),
+                    np.ones(count),
+                )
+            )
         loss = sum(mb.num_loss_tokens for mb in mbs) * world
         out.append(StepBatch(step=0, rank=rank, world_size=world, total_loss_tokens=loss, micro_batches=mbs))
     return out
@@ -134,8 +142,8 @@ class Link:
         """Seconds from `send` of the next step to the last rank's receipt (module docstring)."""
         self.step += 1
         step = self.step
-        for b in batches:
-            b.step = step
+        for batch in batches:
+            batch.step = step
         for conn in self.conns:
             conn.send(step)
         await asyncio.sleep(0.05)  # every rank is inside receive (tcp: its ask reached the orchestrator)
@@ -147,8 +155,10 @@ class Link:
         want = sum(len(mb) for mb in batches[0].micro_batches)
         for rank, (_, got_step, tokens) in enumerate(got):
             if got_step != step or tokens != want:
-                raise RuntimeError(f"{self.kind}: rank {rank} got step {got_step} with {tokens} tokens, expected "
-                                   f"step {step} with {want}")  # fmt: skip
+                raise RuntimeError(
+                    f"{self.kind}: rank {rank} got step {got_step} with {tokens} tokens, expected "
+                    f"step {step} with {want}"
+                )
         if self.kind == "filesystem":
             shutil.rmtree(self.run_dir / "rollouts" / f"step_{step}", ignore_errors=True)
         return max(t for t, _, _ in got) - t0
@@ -174,51 +184,66 @@ async def run(args, root: Path) -> list[dict[str, Any]]:
     links = {}
     for world in args.ranks:
         for kind in TRANSPORTS:
-            d = root / f"{kind}_{world}"
-            d.mkdir(parents=True, exist_ok=True)
-            links[kind, world] = Link(kind, world, d)
+            link_dir = root / f"{kind}_{world}"
+            link_dir.mkdir(parents=True, exist_ok=True)
+            links[kind, world] = Link(kind, world, link_dir)
     try:
         await asyncio.gather(*(link.ready() for link in links.values()))
-        batches = {(w, s): make_batches(s, w, args.seq_len) for w in args.ranks for s in args.sizes}
-        times: dict[tuple[int, int, str], list[float]] = {(w, s, k): [] for w in args.ranks for s in args.sizes
-                                                          for k in TRANSPORTS}  # fmt: skip
-        for w in args.ranks:  # one untimed step per link and size: imports, connections, page cache
-            for s in args.sizes:
-                for k in TRANSPORTS:
-                    await links[k, w].measure(batches[w, s])
+        batches = {
+            (world, size): make_batches(size, world, args.seq_len) for world in args.ranks for size in args.sizes
+        }
+        times: dict[tuple[int, int, str], list[float]] = {
+            (world, size, kind): [] for world in args.ranks for size in args.sizes for kind in TRANSPORTS
+        }
+        for world in args.ranks:  # one untimed step per link and size: imports, connections, page cache
+            for size in args.sizes:
+                for kind in TRANSPORTS:
+                    await links[kind, world].measure(batches[world, size])
         for rep in range(args.reps):
             order = TRANSPORTS if rep % 2 == 0 else TRANSPORTS[::-1]
-            for w in args.ranks:
-                for s in args.sizes:
-                    for k in order:
-                        times[w, s, k].append(await links[k, w].measure(batches[w, s]))
+            for world in args.ranks:
+                for size in args.sizes:
+                    for kind in order:
+                        times[world, size, kind].append(await links[kind, world].measure(batches[world, size]))
     finally:
         for link in links.values():
             await link.close()
     rows = []
-    for w in args.ranks:
-        for s in args.sizes:
-            med = {k: statistics.median(times[w, s, k]) * 1e3 for k in TRANSPORTS}
-            rows.append({"ranks": w, "target_bytes": s, "batch_bytes": len(encode_batch(batches[w, s][0])),
-                         "median_ms": med, "ms": {k: [t * 1e3 for t in times[w, s, k]] for k in TRANSPORTS},
-                         "tcp_over_filesystem": med["tcp"] / med["filesystem"]})  # fmt: skip
+    for world in args.ranks:
+        for size in args.sizes:
+            med = {kind: statistics.median(times[world, size, kind]) * 1e3 for kind in TRANSPORTS}
+            rows.append(
+                {
+                    "ranks": world,
+                    "target_bytes": size,
+                    "batch_bytes": len(encode_batch(batches[world, size][0])),
+                    "median_ms": med,
+                    "ms": {kind: [t * 1e3 for t in times[world, size, kind]] for kind in TRANSPORTS},
+                    "tcp_over_filesystem": med["tcp"] / med["filesystem"],
+                }
+            )
     return rows
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+def _mib(num_bytes: int) -> str:
+    return f"{num_bytes / 2**20:.2f} MiB" if num_bytes >= 2**20 else f"{num_bytes / 2**10:.1f} KiB"
 
 
-def report(r: dict[str, Any]) -> str:
+def report(result: dict[str, Any]) -> str:
     """The host line and the side-by-side table (tcp/filesystem < 1: tcp is faster)."""
-    h = r["host"]
-    lines = [f"host: {h['cpu_model']}, {h['cpus']} CPUs, 2-thread fp32 matmul {h['matmul_gflops_2_threads']:.0f} "
-             f"GFLOP/s; {r['reps']} reps (median), seq_len {r['seq_len']}, filesystem dir {r['dir']}", "",
-             f"{'ranks':>5}{'batch/rank':>13}{'filesystem ms':>15}{'tcp ms':>10}{'tcp/fs':>8}"]  # fmt: skip
-    for row in r["rows"]:
-        m = row["median_ms"]
-        lines.append(f"{row['ranks']:>5}{_mib(row['batch_bytes']):>13}{m['filesystem']:>15.2f}{m['tcp']:>10.2f}"
-                     f"{row['tcp_over_filesystem']:>8.2f}")  # fmt: skip
+    host = result["host"]
+    lines = [
+        f"host: {host['cpu_model']}, {host['cpus']} CPUs, 2-thread fp32 matmul {host['matmul_gflops_2_threads']:.0f} "
+        f"GFLOP/s; {result['reps']} reps (median), seq_len {result['seq_len']}, filesystem dir {result['dir']}",
+        "",
+        f"{'ranks':>5}{'batch/rank':>13}{'filesystem ms':>15}{'tcp ms':>10}{'tcp/fs':>8}",
+    ]
+    for row in result["rows"]:
+        med = row["median_ms"]
+        lines.append(
+            f"{row['ranks']:>5}{_mib(row['batch_bytes']):>13}{med['filesystem']:>15.2f}{med['tcp']:>10.2f}"
+            f"{row['tcp_over_filesystem']:>8.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -237,7 +262,7 @@ def main() -> None:
         t0 = time.monotonic()
         rows = asyncio.run(run(args, Path(tmp)))
         wall = time.monotonic() - t0
-        r = {
+        result = {
             "host": host_info(),
             "reps": args.reps,
             "seq_len": args.seq_len,
@@ -245,9 +270,9 @@ def main() -> None:
             "wall_s": wall,
             "rows": rows,
         }
-    print(report(r))
+    print(report(result))
     if args.json is not None:
-        args.json.write_text(json.dumps(r, indent=1))
+        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
