@@ -170,3 +170,18 @@ def test_a_relative_model_folder_that_is_missing_says_how_to_make_it(offline_cac
     with pytest.raises(ModelNotFoundError) as e:
         resolve_model("outputs/tiny-model")
     assert "none at ./outputs/tiny-model: `prime-rl tiny-model outputs/tiny-model`" in str(e.value)
+
+
+def test_missing_step_folder_lists_the_steps_beside_it(tmp_path):
+    weights = tmp_path / "weights"
+    for step in (100, 20, 1000):
+        (weights / f"step_{step}").mkdir(parents=True)
+    (weights / "notes").mkdir()
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model(str(weights / "step_2000"))
+    assert str(e.value).startswith(
+        f"model.name = '{weights}/step_2000': no such folder ({weights} holds step_20, step_100, step_1000). Give a "
+        "local Hugging Face model folder")
+    with pytest.raises(ModelNotFoundError) as e:  # no step folders beside it: the message as before
+        resolve_model(str(tmp_path / "step_5"))
+    assert f"'{tmp_path}/step_5': no such folder. Give a local" in str(e.value)

@@ -47,6 +47,20 @@ def is_hub_id(name: str) -> bool:
     return bool(_HUB_ID.match(name)) and not Path(name).expanduser().exists()
 
 
+def _other_steps(path: Path, most: int = 5) -> str:
+    """` (PARENT holds step_100, step_200)`: the `step_*` folders beside a missing `.../step_N` (the latest `most`,
+    by step), or "" when the parent does not exist or holds none."""
+    parent = path.parent
+    if not re.fullmatch(r"step_\d+", path.name) or not parent.is_dir():
+        return ""
+    steps = sorted((d for d in parent.iterdir() if d.is_dir() and re.fullmatch(r"step_\d+", d.name)),
+                   key=lambda d: int(d.name[5:]))  # fmt: skip
+    if not steps:
+        return ""
+    names = ", ".join(d.name for d in steps[-most:])
+    return f" ({parent} holds {'..., ' if len(steps) > most else ''}{names})"
+
+
 @functools.lru_cache(maxsize=32)
 def resolve_model(name: str) -> Path:
     """The local folder of `model.name` (see the module docstring).
@@ -59,7 +73,7 @@ def resolve_model(name: str) -> Path:
     if p.exists() or not is_hub_id(name):
         if (p / "config.json").is_file():
             return p.resolve()
-        what = "no such folder" if not p.exists() else "no config.json in it"
+        what = f"no such folder{_other_steps(p)}" if not p.exists() else "no config.json in it"
         raise ModelNotFoundError(
             name, f"{what}. Give a local Hugging Face model folder (e.g. `prime-rl smollm outputs/smollm` or "
             f"`prime-rl tiny-model outputs/tiny-model`) or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'"
