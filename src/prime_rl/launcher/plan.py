@@ -84,9 +84,9 @@ class RunPlan(BaseModel):
 
     def process(self, name: str) -> ProcessPlan:
         """The process named `name` (KeyError when the plan has none)."""
-        for p in self.processes:
-            if p.name == name:
-                return p
+        for proc in self.processes:
+            if proc.name == name:
+                return proc
         raise KeyError(name)
 
     def on_node(self, index: int) -> list[ProcessPlan]:
@@ -96,12 +96,12 @@ class RunPlan(BaseModel):
     def describe(self) -> str:
         """The plan for people: one line per process (node, config, ports), then the run directory and start."""
         lines = []
-        for p in self.processes:
-            where = f"node {','.join(map(str, p.nodes))}" if self.layout.multi else "this machine"
-            what = f"config {p.config}" if p.config is not None else f"serves {self._serve_dir(p.name)}"
-            ports = f", port {','.join(map(str, p.ports))}" if p.ports else ""
-            health = f", health {p.health_url}" if p.health_url else ""
-            lines.append(f"  {p.name:<14} {where}: {what}{ports}{health}")
+        for proc in self.processes:
+            where = f"node {','.join(map(str, proc.nodes))}" if self.layout.multi else "this machine"
+            what = f"config {proc.config}" if proc.config is not None else f"serves {self._serve_dir(proc.name)}"
+            ports = f", port {','.join(map(str, proc.ports))}" if proc.ports else ""
+            health = f", health {proc.health_url}" if proc.health_url else ""
+            lines.append(f"  {proc.name:<14} {where}: {what}{ports}{health}")
         start = (f"resume after checkpoint step {self.start_step}" if self.resume else
                  f"fork of checkpoint step {self.start_step} ({self.fork})" if self.fork is not None else "a fresh run")
         if self.clean:
@@ -112,9 +112,10 @@ class RunPlan(BaseModel):
         return "\n".join(head + lines)
 
     def _serve_dir(self, name: str) -> str:
-        i = 0 if name == "env-server" else int(name.rsplit("-", 1)[1])
-        p = self.env_servers[i]
-        return f"{p.serve_dir}" + (f" (rows written first into {p.write_root})" if p.write_root is not None else "")
+        server_idx = 0 if name == "env-server" else int(name.rsplit("-", 1)[1])
+        server = self.env_servers[server_idx]
+        written = f" (rows written first into {server.write_root})" if server.write_root is not None else ""
+        return f"{server.serve_dir}" + written
 
 
 class _Checks:
@@ -208,10 +209,11 @@ def retention(cfg: RLConfig) -> dict[str, Any]:
     """The orchestrator runs up to `max_async_level + 1` steps ahead of the trainer, so with the same
     `ckpt.keep_last` their newest checkpoints may not share a step and nothing could be resumed: the orchestrator
     keeps that many more checkpoints (they are a small JSON state each). Returns the change (empty when none)."""
-    t, o = cfg.trainer.ckpt, cfg.orchestrator.ckpt
-    if t.keep_last is None or o.keep_last is None:
+    trainer_ckpt, orch_ckpt = cfg.trainer.ckpt, cfg.orchestrator.ckpt
+    if trainer_ckpt.keep_last is None or orch_ckpt.keep_last is None:
         return {}
-    return {"orchestrator.ckpt.keep_last": max(o.keep_last, t.keep_last + cfg.orchestrator.max_async_level + 1)}
+    needed = trainer_ckpt.keep_last + cfg.orchestrator.max_async_level + 1
+    return {"orchestrator.ckpt.keep_last": max(orch_ckpt.keep_last, needed)}
 
 
 def rollout_hosts(cfg: RLConfig, where: Layout) -> dict[str, Any]:
@@ -235,12 +237,12 @@ def env_servers_on_node(cfg: RLConfig, plans: list[EnvServerPlan], where: Layout
     dep = cfg.deployment
     if len(plans) > MAX_ENV_SERVERS:
         raise PreflightError(f"a multi-node run starts at most {MAX_ENV_SERVERS} env servers, the sources need {len(plans)}")
-    k = dep.env_server_index()
-    addr = where.addrs[k]
+    node_idx = dep.env_server_index()
+    addr = where.addrs[node_idx]
     host = cfg.env_server.host or dep.bind_host or addr
     moved, out = {}, []
     for i, plan in enumerate(plans):
-        port = dep.node_ports(k) + PORT_ENV_SERVER + i
+        port = dep.node_ports(node_idx) + PORT_ENV_SERVER + i
         new = replace(plan, host=host, port=port, url=f"http://{addr}:{port}")
         moved[plan.url] = new.url
         out.append(new)

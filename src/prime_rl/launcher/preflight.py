@@ -25,8 +25,8 @@ def check_run_dirs(cfg: RLConfig) -> Path:
 def check_sizes(cfg: RLConfig) -> None:
     from prime_rl.config.orchestrator import batch_size_problem
 
-    o = cfg.orchestrator
-    if (problem := batch_size_problem(o.batch_size, o.train, prefix="orchestrator.")) is not None:
+    orch = cfg.orchestrator
+    if (problem := batch_size_problem(orch.batch_size, orch.train, prefix="orchestrator.")) is not None:
         raise PreflightError(problem)
 
 
@@ -64,11 +64,11 @@ def check_extensions(cfg: RLConfig) -> None:
     from prime_rl.registry import RegistryError
     from prime_rl.trainer.loss import LOSSES
 
-    o = cfg.orchestrator
-    wanted = [(f"orchestrator.train.source[{s.name!r}].env.id", ENVS, s.env.id) for s in o.train.source]
-    wanted += [(f"orchestrator.eval.source[{s.name!r}].env.id", ENVS, s.env.id) for s in o.eval.source or []]
-    if isinstance(o.advantage, CustomAdvantageConfig):
-        wanted.append(("orchestrator.advantage.import_path", ADVANTAGES, o.advantage.import_path))
+    orch = cfg.orchestrator
+    wanted = [(f"orchestrator.train.source[{s.name!r}].env.id", ENVS, s.env.id) for s in orch.train.source]
+    wanted += [(f"orchestrator.eval.source[{s.name!r}].env.id", ENVS, s.env.id) for s in orch.eval.source or []]
+    if isinstance(orch.advantage, CustomAdvantageConfig):
+        wanted.append(("orchestrator.advantage.import_path", ADVANTAGES, orch.advantage.import_path))
     if isinstance(cfg.trainer.loss, CustomLossConfig):
         wanted.append(("trainer.loss.import_path", LOSSES, cfg.trainer.loss.import_path))
     for field, registry, name in wanted:
@@ -102,9 +102,9 @@ def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
                 )
     srcs = list(cfg.orchestrator.train.source) + list(cfg.orchestrator.eval.source or [])
     for src in srcs:
-        d = src.env.args.get("data_dir") if src.env.args else None
-        if d is not None and not Path(d).is_dir():
-            raise PreflightError(f"source {src.name!r}: env.args.data_dir = {d!r} is not a directory")
+        data_dir = src.env.args.get("data_dir") if src.env.args else None
+        if data_dir is not None and not Path(data_dir).is_dir():
+            raise PreflightError(f"source {src.name!r}: env.args.data_dir = {data_dir!r} is not a directory")
     if plans and cfg.env_server.data_dir is not None and not Path(cfg.env_server.data_dir).is_dir():
         raise PreflightError(
             f"env_server.data_dir = {str(cfg.env_server.data_dir)!r} is not a directory (ERCOT NP4-180-ER files); "
@@ -186,12 +186,12 @@ def check_urls(cfg: RLConfig) -> None:
     urls += [(f"{path}.env.taskset.task.resources_url", src.env.taskset.task.resources_url)
              for path, src in nemo_sources(cfg)]  # fmt: skip
     for field, url in urls:
-        u = urlparse(url)
+        parsed = urlparse(url)
         try:
-            port_ok = u.port is None or 0 < u.port < 65536
+            port_ok = parsed.port is None or 0 < parsed.port < 65536
         except ValueError:
             port_ok = False
-        if u.scheme not in ("http", "https") or not u.hostname or not port_ok:
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok:
             hint = f"; write it as http://{url}" if "://" not in url else ""
             raise PreflightError(
                 f"{field} = {url!r} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000){hint}"
@@ -211,11 +211,11 @@ def check_client(cfg: RLConfig, replicas: list[Replica], multi: bool = False) ->
     if multi or "base_url" not in client.model_fields_set:
         return urls
     ports = {r.port for r in replicas}
-    for u in client.base_url:
-        h, p = url_host_port(u)
-        if p not in ports:
+    for url in client.base_url:
+        host, port = url_host_port(url)
+        if port not in ports:
             raise PreflightError(
-                f"orchestrator.client.base_url has {u!r} but rl serves inference at {', '.join(urls)} "
+                f"orchestrator.client.base_url has {url!r} but rl serves inference at {', '.join(urls)} "
                 f"(inference.server.port = {cfg.inference.server.port}, deployment.infer_replicas_per_node = "
                 f"{len(replicas)}); make them agree or leave base_url unset"
             )
@@ -233,22 +233,22 @@ def check_renderer(cfg: RLConfig) -> None:
     from prime_rl.models.hub import ModelNotFoundError
     from prime_rl.models.renderer import load_tokenizer, make_renderer
 
-    o = cfg.orchestrator
+    orch = cfg.orchestrator
     field, where = as_set(cfg, "orchestrator.model.name")
     try:
-        tokenizer = load_tokenizer(o.model.name, o.model.chat_template)
+        tokenizer = load_tokenizer(orch.model.name, orch.model.chat_template)
     except ModelNotFoundError as e:
         raise PreflightError(e.named(field, where)) from None
     except Exception as e:  # noqa: BLE001 - transformers raises many kinds; each is this one user error
         reason = " ".join(str(e).split())[:300]
         raise PreflightError(
-            f"{field} = {str(o.model.name)!r}{where}: its tokenizer does not load ({type(e).__name__}: "
+            f"{field} = {str(orch.model.name)!r}{where}: its tokenizer does not load ({type(e).__name__}: "
             f"{reason}); give a model folder with its tokenizer files (tokenizer.json, tokenizer_config.json)"
         ) from None
     try:
-        make_renderer(tokenizer, o.renderer)
+        make_renderer(tokenizer, orch.renderer)
     except ValueError as e:
-        raise PreflightError(f"orchestrator.renderer (name = {o.renderer.name!r}): {e}") from None
+        raise PreflightError(f"orchestrator.renderer (name = {orch.renderer.name!r}): {e}") from None
 
 
 def check_context(cfg: RLConfig) -> None:
@@ -283,23 +283,23 @@ def check_prompt_lengths(cfg: RLConfig) -> None:
     from prime_rl.orchestrator.lengths import check_prompt_lengths as check
     from prime_rl.orchestrator.sources import build_source
 
-    o = cfg.orchestrator
-    wanted = [(s, "train") for s in o.train.source]
-    if o.eval.scheduled:
-        wanted += [(s, "eval") for s in (o.eval.source or o.train.source)]
+    orch = cfg.orchestrator
+    wanted = [(s, "train") for s in orch.train.source]
+    if orch.eval.scheduled:
+        wanted += [(s, "eval") for s in (orch.eval.source or orch.train.source)]
     wanted = [(s, split) for s, split in wanted if s.env.id is not None or (
         s.env.taskset.id == "nemo-gym" and s.env.taskset.dataset is not None and Path(s.env.taskset.dataset).is_file())]
     if not wanted:
         return
-    renderer = make_renderer(load_tokenizer(o.model.name, o.model.chat_template), o.renderer)
+    renderer = make_renderer(load_tokenizer(orch.model.name, orch.model.chat_template), orch.renderer)
     built = {}
     try:
         pairs = []
-        for s, split in wanted:
-            if id(s) not in built:
-                built[id(s)] = build_source(s)
-            pairs.append((built[id(s)], split))
-        check(pairs, renderer, o.seq_len)
+        for source, split in wanted:
+            if id(source) not in built:
+                built[id(source)] = build_source(source)
+            pairs.append((built[id(source)], split))
+        check(pairs, renderer, orch.seq_len)
     except PromptTooLong as e:
         raise PreflightError(str(e)) from None
     finally:
