@@ -165,3 +165,18 @@ def test_a_replica_may_die_while_another_runs(tmp_path):
         with pytest.raises(ChildFailed) as ei:
             sup.check({"trainer", "orchestrator"})
     assert ei.value.name == "inference"
+
+
+def test_a_child_rl_stops_is_named_neutrally(tmp_path, caplog):
+    """A child rl stopped reads as rl's stop, not as a crash ("killed by SIGTERM")."""
+    from prime_rl.launcher.supervisor import describe_stop
+
+    assert describe_stop(-signal.SIGTERM, 10.0) == "SIGTERM from rl at the end of the run"
+    assert describe_stop(-signal.SIGKILL, 2.5) == "SIGKILL from rl after 2.5s"
+    assert describe_stop(0, 10.0) == "exit code 0" and describe_stop(None, 10.0) == "gone"
+    sup = Supervisor(grace_s=5.0)
+    sup.start(ChildSpec("env-server", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "env.log"))
+    with caplog.at_level(logging.INFO, logger="prime_rl.rl"):
+        assert sup.stop_all() == []
+    assert "stopped env-server (SIGTERM from rl at the end of the run)" in caplog.text
+    assert "killed by" not in caplog.text

@@ -30,6 +30,16 @@ STOP_ORDER = ("orchestrator", "trainer", "inference", "env-server")
 log = logging.getLogger("prime_rl.rl")
 
 
+def describe_stop(code: int | None, grace_s: float) -> str:
+    """How a child that `rl` stopped (`Child.stop`: SIGTERM, SIGKILL after `grace_s` seconds) ended: `SIGTERM from
+    rl at the end of the run`, `SIGKILL from rl after 10s`, `exit code 0`, or `gone`."""
+    if code == -signal.SIGTERM:
+        return "SIGTERM from rl at the end of the run"
+    if code == -signal.SIGKILL:
+        return f"SIGKILL from rl after {grace_s:g}s"
+    return describe_exit(code) if code is not None else "gone"
+
+
 class Supervisor:
     """Owns the children of one run. Use as a context manager: leaving it (normally or by any exception,
     including `Interrupted`) stops every child and checks with psutil that none of their processes survives."""
@@ -104,7 +114,7 @@ class Supervisor:
                 running = child.poll() is None
                 code = child.stop(self.grace_s)
                 if running:
-                    log.info(f"stopped {name} ({describe_exit(code) if code is not None else 'gone'})")
+                    log.info(f"stopped {name} ({describe_stop(code, self.grace_s)})")
             survivors = [p for c in self.children.values() for p in c.alive_processes()]
         for p in survivors:
             log.error(f"process {p.pid} survived the stop of the run")
