@@ -46,11 +46,11 @@ class DiskFullError(RuntimeError):
         super().__init__(describe(self.path))
 
 
-def _size(n: int) -> str:
+def _size(num_bytes: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} B"
 
 
 def _existing(path: Path) -> Path:
@@ -78,14 +78,14 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     todo = [exc]
     while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen or not isinstance(e, BaseException):
+        cause = todo.pop()
+        if cause is None or id(cause) in seen or not isinstance(cause, BaseException):
             continue
-        seen.add(id(e))
-        yield e
-        todo += [e.__cause__, e.__context__]
-        todo += list(getattr(e, "exceptions", None) or ())
-        failures = getattr(e, "failures", None)
+        seen.add(id(cause))
+        yield cause
+        todo += [cause.__cause__, cause.__context__]
+        todo += list(getattr(cause, "exceptions", None) or ())
+        failures = getattr(cause, "failures", None)
         if isinstance(failures, dict):
             todo += [f[0] if isinstance(f, tuple) and f else f for f in failures.values()]
 
@@ -93,13 +93,13 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 def disk_full_cause(exc: BaseException) -> BaseException | None:
     """The exception behind `exc` that says the disk is full (a `DiskFullError` first), or None."""
     found = None
-    for e in _causes(exc):
-        if isinstance(e, DiskFullError):
-            return e
+    for cause in _causes(exc):
+        if isinstance(cause, DiskFullError):
+            return cause
         if found is None and (
-            (isinstance(e, OSError) and e.errno in _ERRNOS) or _TEXTS.search(str(e) if e.args else "")
+            (isinstance(cause, OSError) and cause.errno in _ERRNOS) or _TEXTS.search(str(cause) if cause.args else "")
         ):
-            found = e
+            found = cause
     return found
 
 
@@ -199,10 +199,10 @@ def report(line: str, prog: str | None = None) -> None:
     _reporting = True
     try:
         logger = logging.getLogger("prime_rl")
-        for h in logger.handlers:  # file handlers only: the console handler would repeat the stderr line
-            if isinstance(h, logging.FileHandler):
+        for handler in logger.handlers:  # file handlers only: the console handler would repeat the stderr line
+            if isinstance(handler, logging.FileHandler):
                 with contextlib.suppress(Exception):
-                    h.handle(logger.makeRecord("prime_rl", logging.ERROR, __file__, 0, line, (), None))
+                    handler.handle(logger.makeRecord("prime_rl", logging.ERROR, __file__, 0, line, (), None))
     finally:
         _reporting = False
 
@@ -242,8 +242,8 @@ class DiskFullFileHandler(logging.FileHandler):
             self.handleError(record)
 
     def handleError(self, record: logging.LogRecord) -> None:
-        e = sys.exc_info()[1]
-        if e is None or not is_disk_full(e):
+        exc_value = sys.exc_info()[1]
+        if exc_value is None or not is_disk_full(exc_value):
             super().handleError(record)
             return
         if self.full is None:

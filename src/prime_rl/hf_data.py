@@ -32,15 +32,15 @@ def read_jsonl(path: Path, field: str) -> list[dict[str, Any]]:
     """Rows of a JSONL file, each a JSON object. Raises DataLoadError naming `field`, the file and the line."""
     rows = []
     with open(path) as f:
-        for n, line in enumerate(f, start=1):
+        for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataLoadError(f"{field} = {str(path)!r}: line {n} is not valid JSON ({e.msg})") from None
+                raise DataLoadError(f"{field} = {str(path)!r}: line {line_no} is not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
-                raise DataLoadError(f"{field} = {str(path)!r}: line {n} is not a JSON object")
+                raise DataLoadError(f"{field} = {str(path)!r}: line {line_no} is not a JSON object")
             rows.append(row)
     return rows
 
@@ -160,11 +160,11 @@ def load_rows(*, path: str | Path | None = None, name: str | None = None, subset
     if (path is None) == (name is None):
         raise DataLoadError(f"{field}: give exactly one of `path` (a local file) and `name` (a dataset name)")
     if path is not None:
-        p = Path(path).expanduser()
-        if not p.exists():
-            raise DataLoadError(f"{field}.path = {str(p)!r} does not exist")
-        rows = _load_local(p, f"{field}.path", split)
-        where = f"{field}.path = {str(p)!r}"
+        resolved = Path(path).expanduser()
+        if not resolved.exists():
+            raise DataLoadError(f"{field}.path = {str(resolved)!r} does not exist")
+        rows = _load_local(resolved, f"{field}.path", split)
+        where = f"{field}.path = {str(resolved)!r}"
     else:
         rows = _load_named(str(name), subset, split, f"{field}.name")
         where = f"{field}.name = {name!r}"

@@ -40,11 +40,12 @@ def _env(template: Path | None) -> tuple[jinja2.Environment, str]:
         loader = jinja2.FileSystemLoader(str(TEMPLATES))
         name = None
     else:
-        t = Path(template).expanduser().resolve()
-        if not t.is_file():
+        tpl_path = Path(template).expanduser().resolve()
+        if not tpl_path.is_file():
             raise PreflightError(f"slurm.template = {str(template)!r}: no such file")
-        loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(t.parent)), jinja2.FileSystemLoader(str(TEMPLATES))])
-        name = t.name
+        loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(tpl_path.parent)),
+                                      jinja2.FileSystemLoader(str(TEMPLATES))])
+        name = tpl_path.name
     env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["q"] = lambda v: shlex.quote(str(v))
     return env, name
@@ -128,10 +129,11 @@ def sbatch(script: Path) -> str:
         raise SubmitError(
             "sbatch not found: submit from a Slurm login node (or `sbatch` the script yourself: " + str(script) + ")"
         )
-    r = subprocess.run([exe, "--parsable", str(script)], capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise SubmitError(f"sbatch {script} failed (exit code {r.returncode}): {(r.stderr or r.stdout).strip()}")
-    return r.stdout.strip().split(";")[0]
+    proc = subprocess.run([exe, "--parsable", str(script)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).strip()
+        raise SubmitError(f"sbatch {script} failed (exit code {proc.returncode}): {said}")
+    return proc.stdout.strip().split(";")[0]
 
 
 def announce(job_id: str, ctx: dict[str, Any]) -> str:
@@ -232,9 +234,10 @@ def run_sft_node(cfg: SFTConfig) -> int:
                     sup.check({"sft"})
                     if "sft" in sup.finished:
                         break
-                    for f in jobdir.failures():
-                        if f["index"] != node.index:
-                            raise LaunchError(f"stopping: {f['process']} on node {f['index']} ({f['name']}) {f['what']}")
+                    for failure in jobdir.failures():
+                        if failure["index"] != node.index:
+                            raise LaunchError(f"stopping: {failure['process']} on node {failure['index']} "
+                                              f"({failure['name']}) {failure['what']}")
                     time.sleep(0.5)
             except ChildFailed as e:
                 time.sleep(1.0)
