@@ -40,6 +40,16 @@ def test_short_and_full_help_of_every_command(prog, cmd):
         assert "{True,False}" not in text and "[*]" not in text, prog
     assert len(short.splitlines()) < 100, (prog, len(short.splitlines()))
     assert all(f in full for f in all_flags(cls))
+    assert "\n  -h, --help                  this help\n" in short, prog  # one wording in every command's --help
+
+
+def test_evals_help_says_a_bare_backend_value_picks_the_type():
+    """`evals --help`: the backend section row says `--backend transformers` (a bare value) sets `backend.type`."""
+    cmd = importlib.import_module("prime_rl.cli.evals").main
+    short = " ".join(render_help(import_path(cmd.config, "config"), "evals", cmd.help, common=cmd.common).split())
+    assert "(a bare value sets `backend.type`: `--backend transformers`; server/transformers/custom;" in short
+    flat = parse_config(import_path(cmd.config, "config"), ["--backend", "transformers"])
+    assert flat.backend.type == "transformers"
 
 
 _BOX = set("╭╮╰╯│─")

@@ -126,8 +126,26 @@ def _sections(cls: type[BaseModel], subs: list[Panel]) -> list[Row]:
             desc = (finfo.description or "").strip()
             optional = ", optional section" if finfo.default is None else ""
             count = counts[kebab]
+            tags = _tags(finfo)
+            if tags:  # the loader reads `--backend transformers` as `--backend.type transformers`
+                field = f"{kebab}.{finfo.discriminator}"
+                desc = f"{first_sentence(desc)} (a bare value sets `{field}`: `--{kebab} {tags[1]}`; {'/'.join(tags)};"
+                out.append((f"--{kebab}.*", f"{desc} {count} flags{optional})", ""))
+                continue
             out.append((f"--{kebab}.*", f"{desc} ({count} flag{'s' if count > 1 else ''}{optional})", ""))
     return out
+
+
+def _tags(finfo: Any) -> list[str]:
+    """The tag values of a section that is a union of configs told apart by a field (`backend.type`: server,
+    transformers, custom), in the union's order; [] for any other field."""
+    import typing
+
+    if not isinstance(finfo.discriminator, str):
+        return []
+    models = [a for a in typing.get_args(finfo.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+    tags = [m.model_fields[finfo.discriminator].default for m in models if finfo.discriminator in m.model_fields]
+    return [str(t) for t in tags] if len(tags) > 1 else []
 
 
 def render_help(cls: type[BaseModel], prog: str, description: str | None = None, *, full: bool = False,
@@ -143,7 +161,7 @@ def render_help(cls: type[BaseModel], prog: str, description: str | None = None,
     width = term_width(True)
     root, subs = panels(cls)
     n_flags = len(root) + sum(len(r) for _, r in subs)
-    short = "this help" if n_flags <= 30 else "the one-screen help" if full else "this screen"
+    short = "the one-screen help" if full and n_flags > 30 else "this help"
     head = [("-h, --help", short, ""),
             ("--help-all", "every flag of every section (also docs/config.md)", "")]  # fmt: skip
     lines = [f"usage: {prog} [@ FILE ...] [--dotted.flags]", ""]
