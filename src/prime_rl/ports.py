@@ -21,10 +21,10 @@ def port_free(host: str, port: int) -> bool:
     Uses SO_REUSEADDR, as uvicorn and vLLM do, so a port in TIME_WAIT counts as free. Takes milliseconds.
     """
     family = socket.AF_INET6 if ":" in (host or "") else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host or "0.0.0.0", port))
+            sock.bind((host or "0.0.0.0", port))
         except OSError:
             return False
     return True
@@ -38,16 +38,16 @@ def port_holder(port: int) -> str:
         conns = psutil.net_connections(kind="inet")
     except (psutil.AccessDenied, PermissionError):
         conns = []
-    for c in conns:
-        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN:
-            if c.pid is None:
+    for conn in conns:
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+            if conn.pid is None:
                 return "a process of another user (run `ss -ltnp` as root to see it)"
             try:
-                p = psutil.Process(c.pid)
-                cmd = _shorten(p.cmdline()) or p.name()
+                proc = psutil.Process(conn.pid)
+                cmd = _shorten(proc.cmdline()) or proc.name()
             except psutil.Error:
                 cmd = "?"
-            return f"pid {c.pid} ({cmd})"
+            return f"pid {conn.pid} ({cmd})"
     return "an unknown process (see `ss -ltnp`)"
 
 
@@ -73,16 +73,16 @@ def check_port_free(host: str, port: int, field: str = "server.port") -> None:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port the OS reports free now (bind to port 0). Racy by nature: for tests and torchrun's rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def url_host_port(url: str) -> tuple[str, int]:
     """`http://127.0.0.1:9100/x` -> ("127.0.0.1", 9100); default ports 80/443 by scheme."""
-    u = urlparse(url)
-    port = u.port or (443 if u.scheme == "https" else 80)
-    return (u.hostname or "", port)
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return (parsed.hostname or "", port)
 
 
 def is_local(host: str) -> bool:

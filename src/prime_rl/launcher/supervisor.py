@@ -116,8 +116,8 @@ class Supervisor:
                 if running:
                     log.info(f"stopped {name} ({describe_stop(code, self.grace_s)})")
             survivors = [p for c in self.children.values() for p in c.alive_processes()]
-        for p in survivors:
-            log.error(f"process {p.pid} survived the stop of the run")
+        for proc in survivors:
+            log.error(f"process {proc.pid} survived the stop of the run")
         shutil.rmtree(self.reasons, ignore_errors=True)
         return survivors
 
@@ -170,8 +170,8 @@ def handle_signals() -> Iterator[None]:
     try:
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -187,8 +187,8 @@ def deferred_signals() -> Iterator[list[int]]:
     try:
         yield got
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
 
 
 def exit_status(body: Callable[[], object], logger: logging.Logger, stopped: str = "stopped every process of the run",

@@ -27,34 +27,34 @@ class DifficultyPool:
 
     def observe(self, group: Sequence[Rollout]) -> None:
         """Record the outcomes of a finished group's unmasked rollouts (rewards before any shaping)."""
-        for r in group:
-            if r.masked:
+        for rollout in group:
+            if rollout.masked:
                 continue
-            key = (r.source, str(r.task.task_id))
-            h = self.history.setdefault(key, deque(maxlen=self.cfg.window))
-            h.append(r.reward >= self.cfg.pass_threshold)
+            key = (rollout.source, str(rollout.task.task_id))
+            hist = self.history.setdefault(key, deque(maxlen=self.cfg.window))
+            hist.append(rollout.reward >= self.cfg.pass_threshold)
 
     def weight(self, source: str, task_id: str) -> float:
         """The draw weight of a task: easy_weight, hard_weight or 1.0."""
-        h = self.history.get((source, str(task_id)))
-        if h is None or len(h) < self.cfg.min_rollouts:
+        hist = self.history.get((source, str(task_id)))
+        if hist is None or len(hist) < self.cfg.min_rollouts:
             return 1.0
-        if all(h):
+        if all(hist):
             return self.cfg.easy_weight
-        if not any(h):
+        if not any(hist):
             return self.cfg.hard_weight
         return 1.0
 
     def counts(self) -> dict[str, int]:
         """`{"easy": n, "hard": n, "mixed": n}` over the tasks seen (metrics `curriculum/*`)."""
         out = {"easy": 0, "hard": 0, "mixed": 0}
-        for (src, tid), h in self.history.items():
-            w = self.weight(src, tid)
-            if len(h) >= self.cfg.min_rollouts and all(h):
+        for (src, tid), hist in self.history.items():
+            draw_weight = self.weight(src, tid)
+            if len(hist) >= self.cfg.min_rollouts and all(hist):
                 out["easy"] += 1
-            elif len(h) >= self.cfg.min_rollouts and not any(h):
+            elif len(hist) >= self.cfg.min_rollouts and not any(hist):
                 out["hard"] += 1
-            elif w == 1.0:
+            elif draw_weight == 1.0:
                 out["mixed"] += 1
         return out
 

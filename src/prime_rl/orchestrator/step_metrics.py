@@ -87,21 +87,21 @@ def step_line(step: int, m: dict[str, Any], max_steps: int | None = None) -> str
     ])  # fmt: skip
 
 
-def _number(x: float) -> str:
+def _number(value: float) -> str:
     """4 decimals for the usual rewards, 4 significant digits in exponent form from 1e4 on (`1.235e+05`)."""
-    return f"{x:.4f}" if abs(x) < 1e4 else f"{x:.4g}"
+    return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.4g}"
 
 
 def _zero_spread_pct(rollouts: list) -> float:
     """Share (%) of the batch's groups in which every rollout's advantage is 0 (equal rewards, or < 2 unmasked)."""
     groups: dict[int, bool] = {}
-    for r in rollouts:
-        groups[r.group_id] = groups.get(r.group_id, True) and r.advantage == 0.0
+    for rollout in rollouts:
+        groups[rollout.group_id] = groups.get(rollout.group_id, True) and rollout.advantage == 0.0
     return 100.0 * sum(groups.values()) / len(groups) if groups else 0.0
 
 
-def _std(v: list[float]) -> float:
-    if len(v) < 2:
+def _std(values: list[float]) -> float:
+    if len(values) < 2:
         return 0.0
-    mu = sum(v) / len(v)
-    return math.sqrt(sum((x - mu) ** 2 for x in v) / len(v))
+    mu = sum(values) / len(values)
+    return math.sqrt(sum((x - mu) ** 2 for x in values) / len(values))
