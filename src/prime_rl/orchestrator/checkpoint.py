@@ -26,12 +26,12 @@ def save_orchestrator_checkpoint(ckpt_root: Path, step: int, state: dict[str, An
     path = atomic_write_dir(Path(ckpt_root) / f"step_{step}" / SUBDIR, lambda d: (d / "state.json").write_text(payload))
     if keep_last is not None:
         mine = [(n, p) for n, p in step_dirs(Path(ckpt_root)) if (p / SUBDIR / STABLE).is_file()]
-        for n, p in mine[:-keep_last]:
-            if keep_interval is not None and n % keep_interval == 0:
+        for step_no, step_dir in mine[:-keep_last]:
+            if keep_interval is not None and step_no % keep_interval == 0:
                 continue
-            shutil.rmtree(p / SUBDIR, ignore_errors=True)
-            if p.is_dir() and not any(p.iterdir()):
-                p.rmdir()
+            shutil.rmtree(step_dir / SUBDIR, ignore_errors=True)
+            if step_dir.is_dir() and not any(step_dir.iterdir()):
+                step_dir.rmdir()
     return path
 
 
@@ -45,7 +45,7 @@ def load_orchestrator_checkpoint(ckpt_root: Path, step: int) -> tuple[int, dict[
     if step == -1:
         if not done:
             raise FileNotFoundError(f"no complete orchestrator checkpoint under {ckpt_root} (ckpt.resume_step = -1)")
-        n, path = done[-1]
+        step_no, path = done[-1]
     else:
         found = dict(done)
         if step not in found:
@@ -53,8 +53,8 @@ def load_orchestrator_checkpoint(ckpt_root: Path, step: int) -> tuple[int, dict[
                 f"no complete orchestrator checkpoint for step {step} under {ckpt_root} (have {sorted(found)}); "
                 "set ckpt.resume_step to one of those or -1"
             )
-        n, path = step, found[step]
+        step_no, path = step, found[step]
     state = json.loads((path / "state.json").read_text())
     if state.get("format") != FORMAT:
         raise ValueError(f"{path}/state.json is not an orchestrator checkpoint")
-    return n, state
+    return step_no, state

@@ -16,19 +16,19 @@ from prime_rl.transport.batch import StepBatch, write_batch
 def write_step(batches: list[StepBatch], step_dir: Path) -> list[Path]:
     """Write `rank_R.bin` for each batch atomically; returns the paths."""
     paths = []
-    for b in batches:
-        p = Path(step_dir) / f"rank_{b.rank}.bin"
-        write_batch(p, b)
-        paths.append(p)
+    for batch in batches:
+        path = Path(step_dir) / f"rank_{batch.rank}.bin"
+        write_batch(path, batch)
+        paths.append(path)
     return paths
 
 
-def trace_rows(rollouts: list[Rollout], n: int, step: int) -> list[dict[str, Any]]:
+def trace_rows(rollouts: list[Rollout], count: int, step: int) -> list[dict[str, Any]]:
     """Up to `n` readable rollouts: the first of each group (groups of any size, listed group by group) first."""
     firsts = [r for i, r in enumerate(rollouts) if i == 0 or r.group_id != rollouts[i - 1].group_id]
-    picked = firsts[:n]
-    if len(picked) < n:
-        picked += [r for r in rollouts if r not in picked][: n - len(picked)]
+    picked = firsts[:count]
+    if len(picked) < count:
+        picked += [r for r in rollouts if r not in picked][: count - len(picked)]
     return [
         {
             "step": step,

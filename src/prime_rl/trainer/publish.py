@@ -54,17 +54,17 @@ def merge_lora_state_dict(sd: dict[str, torch.Tensor], scaling: float, adapter: 
     out: dict[str, torch.Tensor] = {}
     a_suffix, b_suffix = f".lora_A.{adapter}.weight", f".lora_B.{adapter}.weight"
     for key, val in sd.items():
-        k = key[len(PEFT_PREFIX) :] if key.startswith(PEFT_PREFIX) else key
-        if ".lora_" in k:
+        name = key[len(PEFT_PREFIX) :] if key.startswith(PEFT_PREFIX) else key
+        if ".lora_" in name:
             continue
-        if ".base_layer." in k:
-            mod, _, leaf = k.rpartition(".base_layer.")
+        if ".base_layer." in name:
+            mod, _, leaf = name.rpartition(".base_layer.")
             if leaf == "weight":
-                a = sd[PEFT_PREFIX + mod + a_suffix] if PEFT_PREFIX + mod + a_suffix in sd else sd[mod + a_suffix]
-                b = sd[PEFT_PREFIX + mod + b_suffix] if PEFT_PREFIX + mod + b_suffix in sd else sd[mod + b_suffix]
-                val = (val.float() + scaling * (b.float() @ a.float())).to(val.dtype)
-            k = f"{mod}.{leaf}"
-        out[k] = val
+                lora_a = sd[PEFT_PREFIX + mod + a_suffix] if PEFT_PREFIX + mod + a_suffix in sd else sd[mod + a_suffix]
+                lora_b = sd[PEFT_PREFIX + mod + b_suffix] if PEFT_PREFIX + mod + b_suffix in sd else sd[mod + b_suffix]
+                val = (val.float() + scaling * (lora_b.float() @ lora_a.float())).to(val.dtype)
+            name = f"{mod}.{leaf}"
+        out[name] = val
     return out
 
 
@@ -197,10 +197,10 @@ def prune_step_dirs(parent: Path, keep_last: int | None, subdir: str | None = No
     if keep_last is None:
         return
     found = [(n, p) for n, p in step_dirs(parent) if ((p / subdir) if subdir else p).joinpath(STABLE).is_file()]
-    for n, p in found[:-keep_last]:
-        if keep_interval is not None and n % keep_interval == 0:
+    for step_no, step_dir in found[:-keep_last]:
+        if keep_interval is not None and step_no % keep_interval == 0:
             continue
-        victim = p / subdir if subdir else p
+        victim = step_dir / subdir if subdir else step_dir
         shutil.rmtree(victim, ignore_errors=True)
-        if subdir and p.is_dir() and not any(p.iterdir()):
-            p.rmdir()
+        if subdir and step_dir.is_dir() and not any(step_dir.iterdir()):
+            step_dir.rmdir()

@@ -59,9 +59,9 @@ class NemoGymEpisode(AsyncEpisode):
             await self.client.close(self.session)
 
 
-def _reason(e: NemoGymError) -> str:
+def _reason(err: NemoGymError) -> str:
     """The client error's message without its kind (the rollout's `error_kind` carries that)."""
-    return str(e).removeprefix(f"{e.kind}: ")
+    return str(err).removeprefix(f"{err.kind}: ")
 
 
 def verify_result(out: dict[str, Any], task_id: str = "") -> VerifyResult:
@@ -105,10 +105,10 @@ class NemoGymSource(TaskSource):
     def __init__(self, name: str, cfg: NemoGymTasksetConfig, ratio: float = 1.0, max_connections: int = 256):
         self.name, self.cfg, self.ratio = name, cfg, ratio
         self.capacity: int | None = None
-        t = cfg.task
+        task = cfg.task
         self.client = NemoGymClient(
-            t.resources_url, request_timeout=t.request_timeout_s, connect_timeout=t.connect_timeout_s,
-            retry_deadline_s=t.retry_deadline_s, token=t.token, max_connections=max_connections,
+            task.resources_url, request_timeout=task.request_timeout_s, connect_timeout=task.connect_timeout_s,
+            retry_deadline_s=task.retry_deadline_s, token=task.token, max_connections=max_connections,
         )
         self._tasks: dict[str, list[Task]] = {}
         self._rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -123,23 +123,24 @@ class NemoGymSource(TaskSource):
     def _pairs(self, split: str) -> list[tuple[Task, dict[str, Any]]]:
         from prime_rl.hf_data import load_rows
 
-        c = self.cfg
-        if c.name is not None:
+        src_cfg = self.cfg
+        if src_cfg.name is not None:
             if split not in ("train", "eval"):
                 raise KeyError(f"unknown split {split!r} (train, eval)")
-            which = c.split if split == "train" else c.eval_split
+            which = src_cfg.split if split == "train" else src_cfg.eval_split
             if which is None:
-                raise ValueError(f"source {self.name!r}: eval rows from env.taskset.name = {c.name!r} need "
+                raise ValueError(f"source {self.name!r}: eval rows from env.taskset.name = {src_cfg.name!r} need "
                                  f"env.taskset.eval_split (e.g. test)")  # fmt: skip
-            rows = load_rows(name=c.name, subset=c.subset, split=which, columns=c.columns, field="env.taskset")
-            origin = f"env.taskset.name = {c.name!r} split {which!r}"
+            rows = load_rows(name=src_cfg.name, subset=src_cfg.subset, split=which, columns=src_cfg.columns,
+                             field="env.taskset")
+            origin = f"env.taskset.name = {src_cfg.name!r} split {which!r}"
             return tasks_from_rows([as_nemo_row(r) for r in rows], split, origin, f"{self.name}-{which}")
         path = self._path(split)
         if not path.is_file():
             raise FileNotFoundError(f"rows file {path} not found (env.taskset.dataset / eval_dataset); `env-server write` makes one")
-        if path.suffix == ".jsonl" and not c.columns:
+        if path.suffix == ".jsonl" and not src_cfg.columns:
             return read_tasks(path, split)
-        rows = load_rows(path=path, columns=c.columns, field="env.taskset")
+        rows = load_rows(path=path, columns=src_cfg.columns, field="env.taskset")
         return tasks_from_rows([as_nemo_row(r) for r in rows], split, str(path), path.stem)
 
     def tasks(self, split: str) -> list[Task]:
@@ -154,11 +155,11 @@ class NemoGymSource(TaskSource):
     async def start(self) -> None:
         """Read the server's capacity (`max_concurrent` in `/health`), if it reports one."""
         try:
-            h = await self.client.health()
+            health = await self.client.health()
         except (TimeoutError, aiohttp.ClientError, NemoGymError, OSError, ValueError) as e:
             log.warning("resources server %s: /health failed (%s); capacity unknown", self.cfg.task.resources_url, e)
             return
-        cap = h.get("max_concurrent") if isinstance(h, dict) else None
+        cap = health.get("max_concurrent") if isinstance(health, dict) else None
         if isinstance(cap, int) and cap > 0:
             self.capacity = cap
 
