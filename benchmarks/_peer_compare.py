@@ -263,7 +263,8 @@ def score_trl(model: Path, orch_cfg: dict, out: Path) -> tuple[float, float]:
             server.wait(60)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(server.pid, signal.SIGKILL)
-    rows = [json.loads(line) for line in (out / "eval" / "step_0.jsonl").read_text().splitlines()]
+    result = next(out.glob("*/step_0.jsonl"))  # evals writes output_dir/<model key>/step_0.jsonl
+    rows = [json.loads(line) for line in result.read_text().splitlines()]
     return mean_se(task_means(rows))
 
 

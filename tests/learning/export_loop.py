@@ -24,7 +24,7 @@ EVAL_SOURCE = json.dumps([{"name": "digit", "env": {"id": "digit-bandit", "agent
 
 
 def task_mean_se(eval_file: Path) -> tuple[float, float, int]:
-    """Mean and standard error over tasks of the per-task mean reward (`evals`' `eval/<model>/step_0.jsonl`), and the task
+    """Mean and standard error over tasks of the per-task mean reward (`evals`' `<output_dir>/<model>/step_0.jsonl`), and the task
     count."""
     means = [sum(r["rewards"]) / len(r["rewards"]) for r in map(json.loads, eval_file.read_text().splitlines())]
     n = len(means)
@@ -39,7 +39,7 @@ def evaluate(model: Path, out: Path, seed: int) -> tuple[float, float, int]:
           "--eval.rollouts-per-example", "8", "--eval.sampling.temperature", "1.0",
           "--eval.sampling.max-completion-tokens", "2", "--seq-len", "256", "--seed", str(seed),
           "--output-dir", str(out)], out.parent / f"{out.name}.log", 600)  # fmt: skip
-    return task_mean_se(next(out.glob("eval/*/step_0.jsonl")))  # eval/<model key>/step_0.jsonl
+    return task_mean_se(next(out.glob("*/step_0.jsonl")))  # output_dir/<model key>/step_0.jsonl
 
 
 def loop(out: Path, seed: int, min_step: int = 20, top_k: int = 4, rl_args: list[str] = ()) -> dict[str, Any]:
