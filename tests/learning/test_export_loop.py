@@ -1,7 +1,8 @@
 """RL -> `prime-rl export-sft` -> SFT -> eval on the digit bandit (tests/learning/export_loop.py): the rollouts the
-archive kept from an RL run train the start model to the RL policy's level. Slow: one `rl` run of 40 steps (vLLM and
-the torchrun trainer), one `sft` run and three in-process evals. The three recorded seeds run under
-`make test-learning` (docs/results/2026-12-03-rl-export-sft.md)."""
+archive kept from an RL run train the start model to the RL policy's level. Per seed: one `rl` run of 40 steps (vLLM
+and the torchrun trainer), one `sft` run and three in-process evals. Three seeds, under `make test-learning` only
+(docs/results/2026-12-03-rl-export-sft.md): one seed's SFT-vs-RL gap varies with the RL run's async timing (the
+export held 224-252 rows for seed 0 across runs) and crossed the 2-SE bound once in four runs of seed 0."""
 
 from __future__ import annotations
 
@@ -18,10 +19,6 @@ def _check(r: dict) -> None:
     assert rl >= 0.8, r
     assert sft - start > 10 * max(se_start, se_sft, 0.01), r  # SFT on the export learned the task
     assert sft >= rl - 2 * max(se_rl, se_sft, 0.01), r  # ... to the RL policy's level (within 2 SE)
-
-
-def test_rl_export_sft_reaches_the_rl_policy(tmp_path):
-    _check(loop(tmp_path, seed=0))
 
 
 @pytest.mark.learning
