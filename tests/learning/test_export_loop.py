@@ -2,7 +2,7 @@
 archive kept from an RL run train the start model to the RL policy's level. Per seed: one `rl` run of 40 steps (vLLM
 and the torchrun trainer), one `sft` run and three in-process evals. Three seeds, under `make test-learning` only
 (docs/results/2026-12-03-rl-export-sft.md): one seed's SFT-vs-RL gap varies with the RL run's async timing (the
-export held 224-252 rows for seed 0 across runs) and crossed the 2-SE bound once in four runs of seed 0."""
+export held 224-252 rows for seed 0 across runs) and crossed the 2-SE bound once in three runs of seed 0."""
 
 from __future__ import annotations
 
