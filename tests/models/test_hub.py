@@ -185,3 +185,13 @@ def test_missing_step_folder_lists_the_steps_beside_it(tmp_path):
     with pytest.raises(ModelNotFoundError) as e:  # no step folders beside it: the message as before
         resolve_model(str(tmp_path / "step_5"))
     assert f"'{tmp_path}/step_5': no such folder. Give a local" in str(e.value)
+
+
+def test_a_one_slash_step_path_read_as_a_hub_id_still_lists_the_steps_beside_it(offline_cache, tmp_path, monkeypatch):
+    """`weights/step_1000` has a hub id's form; when it is missing and `weights/` holds other steps, the hub-id
+    message names them too."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "weights" / "step_100").mkdir(parents=True)
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("weights/step_1000")
+    assert "none at ./weights/step_1000 (weights holds step_100):" in str(e.value)

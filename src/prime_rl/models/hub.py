@@ -86,7 +86,7 @@ def resolve_model(name: str) -> Path:
     except Exception as e:  # noqa: BLE001 - every failure becomes one message naming the field
         raise ModelNotFoundError(
             name, f"no such local folder; {hub_reason(e, offline)}. Give a local Hugging Face model folder (none "
-            f"at ./{name}: `prime-rl tiny-model {name}` or `prime-rl smollm {name}` writes one there), or a hub id "
+            f"at ./{name}{_other_steps(p)}: `prime-rl tiny-model {name}` or `prime-rl smollm {name}` writes one there), or a hub id "
             f"that is downloaded (`hf download {name}` where the hub is reachable)"
         ) from None
     if not (folder / "config.json").is_file():
