@@ -185,3 +185,32 @@ def test_rl_refuses_trainer_and_orchestrator_on_different_transports():
         RLConfig(orchestrator={"rollout_transport": {"type": "tcp", "port": 1234}}, trainer={"rollout_transport": {"type": "tcp"}})
     cfg = RLConfig(orchestrator={"rollout_transport": {"type": "tcp", "host": "0.0.0.0"}}, trainer={"rollout_transport": {"type": "tcp"}})
     assert cfg.orchestrator.rollout_transport.host != cfg.trainer.rollout_transport.host  # hosts may differ
+
+
+async def test_tcp_malformed_request_is_answered_and_the_server_keeps_serving(tmp_path):
+    """A request whose rank is not an integer (a stray client on the port) gets an error reply; `serve` goes on and
+    the real trainer rank still gets its step."""
+    import msgpack
+    import zmq
+
+    cfg = _cfg("tcp")
+    async with _sender(cfg, tmp_path) as sender:
+        await sender.send(1, _step(1, 1))
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(cfg.endpoint)
+        try:
+            sock.send(msgpack.packb({"op": "get", "step": 1, "rank": "zero"}))
+            assert await asyncio.to_thread(sock.poll, 10_000), "no reply to a malformed request"
+            reply = msgpack.unpackb(sock.recv_multipart()[0], raw=False)
+            assert reply["status"] == "error" and "must be integers" in reply["message"]
+        finally:
+            sock.close(0)
+            ctx.term()
+        rx = _rx(cfg, tmp_path)
+        try:
+            got = await asyncio.to_thread(rx.receive, 1, 1)
+            assert got.step == 1
+        finally:
+            rx.close()

@@ -144,8 +144,15 @@ class ZmqSender(RolloutSender):
             await self._notify()
 
     async def _handle(self, envelope: list[bytes], req: dict[str, Any]) -> None:
-        rank, step = int(req.get("rank", -1)), int(req.get("step", 0))
-        if not 0 <= rank < self.num_ranks or int(req.get("world_size", self.num_ranks)) != self.num_ranks:
+        try:
+            rank, step = int(req.get("rank", -1)), int(req.get("step", 0))
+            world = int(req.get("world_size", self.num_ranks))
+            keep_from = int(req.get("keep_from", step))
+        except (TypeError, ValueError):  # a malformed request is answered, never allowed to stop the run
+            await self._reply(envelope, {"status": "error", "message": "rank, step, world_size and keep_from must be "
+                                         "integers"})  # fmt: skip
+            return
+        if not 0 <= rank < self.num_ranks or world != self.num_ranks:
             await self._reply(envelope, {"status": "error", "message": (
                 f"trainer rank {rank} of world {req.get('world_size')} asked, but orchestrator.num_train_ranks = "
                 f"{self.num_ranks}: it must equal the trainer's process count")})  # fmt: skip
@@ -156,7 +163,7 @@ class ZmqSender(RolloutSender):
             await self._reply(envelope, {"status": "ok", "step": step})
             return
         self.asked[rank] = step
-        self.keep_from[rank] = min(int(req.get("keep_from", step)), step)
+        self.keep_from[rank] = min(keep_from, step)
         if step in self.batches:
             self.waiting.pop(rank, None)
             await self._reply(envelope, {"status": "ok", "step": step}, self.batches[step][rank])
