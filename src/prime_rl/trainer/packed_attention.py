@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
+from torch.nn import functional
 
 NAME = "prime_packed"
 
@@ -45,13 +45,14 @@ class PackPlan:
         self.num_samples = len(spans)
         self.length = int(position_ids.shape[0])
         by_len: dict[int, list[int]] = {}
-        for s, e in spans:
-            by_len.setdefault(e - s, []).append(s)
+        for start, end in spans:
+            by_len.setdefault(end - start, []).append(start)
         dev = position_ids.device
-        self.groups: list[tuple[int, int, Tensor]] = []  # (L, n, index [n * L])
-        for L, starts in sorted(by_len.items()):
-            idx = (torch.tensor(starts, device=dev)[:, None] + torch.arange(L, device=dev)[None, :]).flatten()
-            self.groups.append((L, len(starts), idx))
+        self.groups: list[tuple[int, int, Tensor]] = []  # (L, n, index [n * L]): sample length, samples, tokens
+        for sample_len, starts in sorted(by_len.items()):
+            offsets = torch.arange(sample_len, device=dev)[None, :]
+            idx = (torch.tensor(starts, device=dev)[:, None] + offsets).flatten()
+            self.groups.append((sample_len, len(starts), idx))
         self.inverse = torch.argsort(torch.cat([idx for _, _, idx in self.groups]))
 
 
@@ -97,17 +98,21 @@ def packed_attention_forward(
     key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
     plan = plan_for(position_ids[0])
     if plan.num_samples == 1:
-        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
+        out = functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
         return out.transpose(1, 2).contiguous(), None
-    _, h, t, d = query.shape
-    q, k, v = query[0], key[0], value[0]  # [H, T, D]
+    _, num_heads, _, head_dim = query.shape
+    query_heads, key_heads, value_heads = query[0], key[0], value[0]  # [H, T, D]
     outs = []
-    for L, n, idx in plan.groups:
-        def take(x: Tensor, idx: Tensor = idx, n: int = n, L: int = L) -> Tensor:
-            return x.index_select(1, idx).view(h, n, L, d).transpose(0, 1)  # [n, H, L, D]
+    for sample_len, num_samples, idx in plan.groups:
+        def take(states: Tensor, idx: Tensor = idx, num_samples: int = num_samples,
+                 sample_len: int = sample_len) -> Tensor:  # fmt: skip
+            """[H, T, D] -> [n, H, L, D]: the `num_samples` (n) samples of length `sample_len` (L)."""
+            states = states.index_select(1, idx).view(num_heads, num_samples, sample_len, head_dim)
+            return states.transpose(0, 1)
 
-        o = F.scaled_dot_product_attention(take(q), take(k), take(v), is_causal=True, scale=scaling)
-        outs.append(o.transpose(0, 1).reshape(h, n * L, d))
+        group_out = functional.scaled_dot_product_attention(take(query_heads), take(key_heads), take(value_heads),
+                                                            is_causal=True, scale=scaling)  # [n, H, L, D]
+        outs.append(group_out.transpose(0, 1).reshape(num_heads, num_samples * sample_len, head_dim))
     out = torch.cat(outs, dim=1).index_select(1, plan.inverse)  # back to packed order
     return out.transpose(0, 1).unsqueeze(0).contiguous(), None  # [1, T, H, D]
 
