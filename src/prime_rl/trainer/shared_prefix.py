@@ -52,18 +52,20 @@ class SharedPrefixMicroBatch:
     teacher_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        k, s = self.suffix_ids.shape
+        num_samples, suffix_len = self.suffix_ids.shape
         if len(self.prefix_ids) < 1:
             raise ValueError("shared prefix must hold at least one token")
         if self.advantages is None:
-            self.advantages = np.zeros((k, s), np.float32)
+            self.advantages = np.zeros((num_samples, suffix_len), np.float32)
         if self.inference_logprobs is None:
-            self.inference_logprobs = np.zeros((k, s), np.float32)
+            self.inference_logprobs = np.zeros((num_samples, suffix_len), np.float32)
         if self.temperature is None:
-            self.temperature = np.ones((k, s), np.float32)
+            self.temperature = np.ones((num_samples, suffix_len), np.float32)
         for name in ("valid", "loss_mask", "advantages", "inference_logprobs", "temperature", "teacher_logprobs"):
-            if getattr(self, name) is not None and getattr(self, name).shape != (k, s):
-                raise ValueError(f"{name} has shape {getattr(self, name).shape}, must be [K, S] = {(k, s)}")
+            if getattr(self, name) is not None and getattr(self, name).shape != (num_samples, suffix_len):
+                raise ValueError(
+                    f"{name} has shape {getattr(self, name).shape}, must be [K, S] = {(num_samples, suffix_len)}"
+                )
         if bool((self.loss_mask & ~self.valid).any()):
             raise ValueError("loss_mask is true on a padding token")
 
@@ -84,20 +86,20 @@ class SharedPrefixMicroBatch:
 def common_prefix_len(seqs: Sequence[np.ndarray], loss_masks: Sequence[np.ndarray]) -> int:
     """Length P of the longest common prefix of `seqs` ([L_k] int each) that holds no loss token and leaves at
     least one token in every sample's suffix (so P <= min L_k - 1). 0 when the first tokens differ."""
-    n = min(len(s) for s in seqs) - 1
-    if n <= 0:
+    max_len = min(len(seq) for seq in seqs) - 1
+    if max_len <= 0:
         return 0
-    first = np.asarray(seqs[0][:n])
-    p = n
-    for s in seqs[1:]:
-        diff = np.nonzero(np.asarray(s[:p]) != first[:p])[0]
+    first = np.asarray(seqs[0][:max_len])
+    prefix_len = max_len
+    for seq in seqs[1:]:
+        diff = np.nonzero(np.asarray(seq[:prefix_len]) != first[:prefix_len])[0]
         if len(diff):
-            p = int(diff[0])
-    for m in loss_masks:
-        hit = np.nonzero(np.asarray(m[:p]))[0]
+            prefix_len = int(diff[0])
+    for mask in loss_masks:
+        hit = np.nonzero(np.asarray(mask[:prefix_len]))[0]
         if len(hit):
-            p = int(hit[0])
-    return p
+            prefix_len = int(hit[0])
+    return prefix_len
 
 
 def make_shared_prefix_batch(
@@ -109,23 +111,24 @@ def make_shared_prefix_batch(
     """Build one micro-batch from K samples (`input_ids[k]`, `loss_masks[k]`: [L_k]); None when they share no
     prefix (P = 0): pack those instead. `extra` may hold per-token `advantages`, `inference_logprobs`,
     `temperature` and `teacher_logprobs` ([L_k] each), cut the same way (padding: 0, 0, 1, 0)."""
-    p = common_prefix_len(input_ids, loss_masks)
-    if p == 0:
+    prefix_len = common_prefix_len(input_ids, loss_masks)
+    if prefix_len == 0:
         return None
-    s = max(len(x) for x in input_ids) - p
-    k = len(input_ids)
-    suffix = np.full((k, s), pad_id, dtype=np.int64)
-    valid = np.zeros((k, s), bool)
-    loss = np.zeros((k, s), bool)
-    fields = {name: np.full((k, s), 1.0 if name == "temperature" else 0.0, np.float32) for name in extra or {}}
-    for i, (ids, m) in enumerate(zip(input_ids, loss_masks, strict=True)):
-        n = len(ids) - p
-        suffix[i, :n] = ids[p:]
-        valid[i, :n] = True
-        loss[i, :n] = m[p:]
+    suffix_len = max(len(x) for x in input_ids) - prefix_len
+    num_samples = len(input_ids)
+    suffix = np.full((num_samples, suffix_len), pad_id, dtype=np.int64)
+    valid = np.zeros((num_samples, suffix_len), bool)
+    loss = np.zeros((num_samples, suffix_len), bool)
+    fields = {name: np.full((num_samples, suffix_len), 1.0 if name == "temperature" else 0.0, np.float32)
+              for name in extra or {}}  # fmt: skip
+    for i, (ids, mask) in enumerate(zip(input_ids, loss_masks, strict=True)):
+        tail_len = len(ids) - prefix_len
+        suffix[i, :tail_len] = ids[prefix_len:]
+        valid[i, :tail_len] = True
+        loss[i, :tail_len] = mask[prefix_len:]
         for name, arr in fields.items():
-            arr[i, :n] = extra[name][i][p:]
-    return SharedPrefixMicroBatch(np.asarray(input_ids[0][:p], dtype=np.int64), suffix, valid, loss, **fields)
+            arr[i, :tail_len] = extra[name][i][prefix_len:]
+    return SharedPrefixMicroBatch(np.asarray(input_ids[0][:prefix_len], dtype=np.int64), suffix, valid, loss, **fields)
 
 
 def regroup(micro_batches: Sequence[MicroBatch], micro_batch_size: int, pad_id: int = 0) -> list:
@@ -144,18 +147,18 @@ def regroup(micro_batches: Sequence[MicroBatch], micro_batch_size: int, pad_id: 
         starts = np.nonzero(mb.position_ids == 0)[0].tolist()
         if not starts or starts[0] != 0:
             starts = [0, *starts]
-        for a, b in zip(starts, [*starts[1:], len(mb)], strict=True):
-            if mb.loss_mask[a:b].any():
-                samples.append({f: getattr(mb, f)[a:b] for f in _RL_FIELDS if getattr(mb, f) is not None})
+        for start, end in zip(starts, [*starts[1:], len(mb)], strict=True):
+            if mb.loss_mask[start:end].any():
+                samples.append({f: getattr(mb, f)[start:end] for f in _RL_FIELDS if getattr(mb, f) is not None})
     samples.sort(key=lambda x: x["input_ids"].tolist())
     out: list = []
     for i in range(0, len(samples), micro_batch_size):
-        g = samples[i : i + micro_batch_size]
-        extra = {f: [x[f] for x in g] for f in ("advantages", "inference_logprobs", "temperature", "teacher_logprobs")
-                 if f in g[0]}  # fmt: skip
-        spm = make_shared_prefix_batch([x["input_ids"] for x in g], [x["loss_mask"] for x in g], pad_id, extra)
+        group = samples[i : i + micro_batch_size]
+        extra = {f: [x[f] for x in group]
+                 for f in ("advantages", "inference_logprobs", "temperature", "teacher_logprobs") if f in group[0]}  # fmt: skip
+        spm = make_shared_prefix_batch([x["input_ids"] for x in group], [x["loss_mask"] for x in group], pad_id, extra)
         if spm is None:  # no common first token: one plain micro-batch per sample
-            out.extend(MicroBatch(**{**x, "position_ids": np.arange(len(x["input_ids"]))}) for x in g)
+            out.extend(MicroBatch(**{**x, "position_ids": np.arange(len(x["input_ids"]))}) for x in group)
         else:
             out.append(spm)
     return out
@@ -178,14 +181,14 @@ def shared_prefix_logprobs(
     prefix = torch.from_numpy(mb.prefix_ids).long().to(device)
     suffix = torch.from_numpy(mb.suffix_ids).long().to(device)
     valid = torch.from_numpy(mb.valid).to(device)
-    p = prefix.shape[0]
-    k, s = suffix.shape
+    prefix_len = prefix.shape[0]
+    num_samples, suffix_len = suffix.shape
     head = model(input_ids=prefix[None], use_cache=True)
     cache = head.past_key_values
-    cache.batch_repeat_interleave(k)  # [1, heads, P, d] -> [K, heads, P, d], still in the graph
-    pos = (p + torch.arange(s, device=device))[None].expand(k, s)
+    cache.batch_repeat_interleave(num_samples)  # [1, heads, P, d] -> [K, heads, P, d], still in the graph
+    pos = (prefix_len + torch.arange(suffix_len, device=device))[None].expand(num_samples, suffix_len)
     tail = model(input_ids=suffix, position_ids=pos, past_key_values=cache, use_cache=False)
-    logits = torch.cat([head.logits[:, -1:].expand(k, 1, -1), tail.logits[:, :-1]], dim=1).float()
+    logits = torch.cat([head.logits[:, -1:].expand(num_samples, 1, -1), tail.logits[:, :-1]], dim=1).float()
     temp = torch.from_numpy(mb.temperature).float().to(device)
     logits = logits / torch.where(valid & (temp > 0), temp, torch.ones_like(temp))[..., None]
     logp_all = torch.log_softmax(logits, dim=-1)
@@ -209,8 +212,9 @@ def _(mb: SharedPrefixMicroBatch, model: nn.Module, *, index: int, seq_len: int,
     check_sampling(index, mask, temp, inf_lp, adv)
     lp, ent = shared_prefix_logprobs(model, mb, device)
     ids = torch.from_numpy(mb.suffix_ids).long().to(device).reshape(-1)
-    n = mb.num_samples * len(mb.prefix_ids) + int(mb.valid.sum())
+    num_tokens = mb.num_samples * len(mb.prefix_ids) + int(mb.valid.sum())
     teacher = None
     if mb.teacher_logprobs is not None:
         teacher = torch.from_numpy(mb.teacher_logprobs).float().to(device).reshape(-1)
-    return ForwardOutput(LossInputs(lp.reshape(-1), inf_lp, adv, mask, teacher_logprobs=teacher), ent.reshape(-1), ids, n)
+    inputs = LossInputs(lp.reshape(-1), inf_lp, adv, mask, teacher_logprobs=teacher)
+    return ForwardOutput(inputs, ent.reshape(-1), ids, num_tokens)
