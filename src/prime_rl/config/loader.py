@@ -103,52 +103,52 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
     bare: list[str] = []
     lists: dict[str, list[str]] = {}
     as_json: set[int] = set()  # lists inside an optional section or a union variant: the loader reads them as JSON
-    i, n = 0, len(args)
-    while i < n:
-        tok = args[i]
+    pos, num_args = 0, len(args)
+    while pos < num_args:
+        tok = args[pos]
         if tok == "@":
-            out += args[i : i + 2]
-            i += 2
+            out += args[pos : pos + 2]
+            pos += 2
             continue
         if not tok.startswith("--"):
             (out if tok.startswith(("-", "@")) else bare).append(tok)
-            i += 1
+            pos += 1
             continue
         kind = _flag_kind(cls, tok[2:]) if "=" not in tok else "given"
-        i += 1
+        pos += 1
         if kind.startswith("tagged:"):  # `--backend transformers` = `--backend.type transformers`
-            if i < n and not args[i].startswith(("-", "@")) and args[i] != "None":
-                out += [f"{tok}.{kind[7:]}", args[i]]
-                i += 1
+            if pos < num_args and not args[pos].startswith(("-", "@")) and args[pos] != "None":
+                out += [f"{tok}.{kind[7:]}", args[pos]]
+                pos += 1
                 continue
             kind = "section"
         if kind == "list":
-            j = i
-            while j < n and not args[j].startswith("--") and args[j] != "@":
-                j += 1
+            end = pos
+            while end < num_args and not args[end].startswith("--") and args[end] != "@":
+                end += 1
             if tok not in lists:
                 lists[tok] = []
                 out += [tok, lists[tok]]
                 if _in_optional_or_union(cls, tok[2:]):
                     as_json.add(id(lists[tok]))
-            lists[tok] += args[i:j]
-            i = j
+            lists[tok] += args[pos:end]
+            pos = end
             continue
         out.append(tok)
         if kind == "negated":  # `--no-flag` of a boolean takes no value
             continue
         if kind == "bool":
-            if i < n and args[i].lower() in ("true", "false", "1", "0"):
-                out.append(args[i])
-                i += 1
-        elif kind == "value" and i < n and not args[i].startswith("--"):
-            out.append(args[i])
-            i += 1
+            if pos < num_args and args[pos].lower() in ("true", "false", "1", "0"):
+                out.append(args[pos])
+                pos += 1
+        elif kind == "value" and pos < num_args and not args[pos].startswith("--"):
+            out.append(args[pos])
+            pos += 1
     flat: list[str] = []
-    for x in out:
-        if isinstance(x, list) and id(x) in as_json and not (len(x) == 1 and x[0].startswith("[")):
-            x = [json.dumps(x)]
-        flat.extend(x if isinstance(x, list) else [x])
+    for entry in out:
+        if isinstance(entry, list) and id(entry) in as_json and not (len(entry) == 1 and entry[0].startswith("[")):
+            entry = [json.dumps(entry)]
+        flat.extend(entry if isinstance(entry, list) else [entry])
     for name, value in zip(positional, bare, strict=False):
         flat += [f"--{name.replace('_', '-')}", value]
     return flat + bare[len(positional) :]
@@ -215,20 +215,20 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
     under the section; a problem repeated under a section that holds a copy of a shared value is said once.
     """
     lines = []
-    for e in _without_copies(err.errors()):
-        loc, tag = _untag(cls, tuple(e.get("loc", ())))
+    for error in _without_copies(err.errors()):
+        loc, tag = _untag(cls, tuple(error.get("loc", ())))
         path = _dotted(loc)
-        value = e.get("input")
+        value = error.get("input")
         got = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
         where = _origin(loc, argv, positional) if argv else ""
-        if e.get("type") == "extra_forbidden" and tag is not None and len(loc) == len(tag[0]) + 1:
+        if error.get("type") == "extra_forbidden" and tag is not None and len(loc) == len(tag[0]) + 1:
             lines.append(f"  {path}{where.replace(' (', ' (set ', 1)}: "
                          f"{_wrong_variant(loc, tag, where, argv or [], positional)}")
-        elif e.get("type") == "extra_forbidden":
+        elif error.get("type") == "extra_forbidden":
             hint = unknown_key_hint(loc, value, lambda at: _field_names_at(cls, at))
             lines.append(f"  {path}: unknown key{got}{where}{hint}")
         else:
-            msg = str(e.get("msg", "")).removeprefix("Value error, ")
+            msg = str(error.get("msg", "")).removeprefix("Value error, ")
             named = _named_fields(cls, loc, msg)
             if argv and named:
                 where = _fields_origin(loc, named, argv, positional)
@@ -258,9 +258,9 @@ def _named_fields(cls: type[BaseModel], loc: tuple, msg: str) -> list[tuple[str,
     if not loc or isinstance(loc[-1], int) or not _field_names_at(cls, loc):
         return []
     found: list[tuple[str, ...]] = []
-    for m in re.finditer(rf"(?<![\w]){re.escape(str(loc[-1]))}\.([A-Za-z_][\w.]*\w)", msg):
+    for match in re.finditer(rf"(?<![\w]){re.escape(str(loc[-1]))}\.([A-Za-z_][\w.]*\w)", msg):
         path: tuple[str, ...] = ()
-        for part in m.group(1).split("."):
+        for part in match.group(1).split("."):
             if part not in _field_names_at(cls, loc + path):
                 break
             path += (part,)
@@ -360,30 +360,30 @@ def _origin(loc: tuple, argv: list[str], positional: set[str] | frozenset[str] =
     if not keys:
         return ""
     flags = {_flag(loc), "--" + ".".join(keys), "--" + ".".join(str(s).replace("_", "-") for s in loc)}
-    for a in argv:
-        flag = a.split("=", 1)[0]
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
         if flag in flags:
             bare = next((p for p in positional if flag == f"--{p.replace('_', '-')}"), None)
             return f" (the {bare.upper()} argument)" if bare else f" (from {flag})"
     # a section-level error (a validator over several fields): flags under the section may have set the value
-    under = sorted({f for a in argv if a.startswith("--") and (f := a.split("=", 1)[0]).replace("_", "-")
+    under = sorted({f for arg in argv if arg.startswith("--") and (f := arg.split("=", 1)[0]).replace("_", "-")
                     .startswith(tuple(x.replace("_", "-") + "." for x in flags))})  # fmt: skip
     import tomllib
 
     found = ""
-    for i, a in enumerate(argv[:-1]):
-        if a != "@":
+    for i, arg in enumerate(argv[:-1]):
+        if arg != "@":
             continue
         try:
             with open(Path(argv[i + 1]).expanduser(), "rb") as f:
                 node: Any = tomllib.load(f)
         except (OSError, tomllib.TOMLDecodeError):
             continue
-        for k in loc:
-            if isinstance(k, int):
-                node = node[k] if isinstance(node, list) and k < len(node) else None
+        for key in loc:
+            if isinstance(key, int):
+                node = node[key] if isinstance(node, list) and key < len(node) else None
             else:
-                node = node.get(str(k)) if isinstance(node, dict) else None
+                node = node.get(str(key)) if isinstance(node, dict) else None
             if node is None:
                 break
         else:
@@ -403,15 +403,15 @@ def _field_names_at(cls: Any, loc: tuple) -> list[str]:
             current = models[0] if models else None
             continue
         nxt = None
-        for m in models:
-            if seg in m.model_fields:
-                nxt = m.model_fields[seg].annotation
+        for model in models:
+            if seg in model.model_fields:
+                nxt = model.model_fields[seg].annotation
                 break
         current = nxt
         if current is None:
             return []
     models = _models_in(current)
-    return sorted({name for m in models for name in m.model_fields})
+    return sorted({name for model in models for name in model.model_fields})
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -420,8 +420,8 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType, list, typing.Annotated) or origin is not None:
         out = []
-        for a in typing.get_args(annotation):
-            out.extend(_models_in(a))
+        for arg in typing.get_args(annotation):
+            out.extend(_models_in(arg))
         return out
     return []
 
