@@ -21,8 +21,9 @@ PORT_STRIDE = 16
 PORT_RENDEZVOUS = 0  # torchrun c10d rendezvous (first trainer node)
 PORT_ENV_SERVER = 1  # env servers: +1 .. +3
 MAX_ENV_SERVERS = 3
-PORT_INFERENCE = 4  # inference replicas: +4 .. +15
-MAX_REPLICAS_PER_NODE = PORT_STRIDE - PORT_INFERENCE
+PORT_INFERENCE = 4  # inference replicas: +4 .. +14
+PORT_ROLLOUTS = 15  # the orchestrator's rollout port with rollout_transport.type = "tcp" (orchestrator node)
+MAX_REPLICAS_PER_NODE = PORT_ROLLOUTS - PORT_INFERENCE
 
 
 class DeploymentConfig(BaseConfig):
@@ -60,7 +61,8 @@ class DeploymentConfig(BaseConfig):
     port_base: int = Field(
         29500, gt=1023, lt=65536 - PORT_STRIDE * 64,
         description=f"Multi-node: node k uses ports port_base + {PORT_STRIDE}k + 0..{PORT_STRIDE - 1} "
-        f"(+{PORT_RENDEZVOUS} torchrun rendezvous, +{PORT_ENV_SERVER}.. env servers, +{PORT_INFERENCE}.. inference).",
+        f"(+{PORT_RENDEZVOUS} torchrun rendezvous, +{PORT_ENV_SERVER}.. env servers, +{PORT_INFERENCE}.. inference, "
+        f"+{PORT_ROLLOUTS} the orchestrator's tcp rollout port).",
     )
     rendezvous_timeout_s: float = Field(
         300.0, gt=0, description="Multi-node: how long nodes wait for each other's files in output_dir/slurm/."
@@ -112,6 +114,10 @@ class DeploymentConfig(BaseConfig):
     def node_ports(self, index: int) -> int:
         """First port of node `index`'s block."""
         return self.port_base + PORT_STRIDE * index
+
+    def rollout_port(self) -> int:
+        """Multi-node: the orchestrator's rollout port (`rollout_transport.type = "tcp"`), in its node's block."""
+        return self.node_ports(self.orchestrator_index()) + PORT_ROLLOUTS
 
 
 class SlurmConfig(BaseConfig):

@@ -110,6 +110,15 @@ class RLConfig(BaseConfig):
                         f"inference.server.{name} is not used by a multi-node run: replicas bind deployment.bind_host "
                         f"(default: the node's address) on ports from deployment.port_base"
                     )
+            default_port = RolloutTransportConfig.model_fields["port"].default
+            for section in ("trainer", "orchestrator"):
+                port = getattr(self, section).rollout_transport.port
+                if port != default_port:
+                    raise ValueError(
+                        f"{section}.rollout_transport.port = {port} is not used by a multi-node run: the orchestrator "
+                        f"listens on deployment.port_base + 16 x its node index + 15; leave rollout_transport.port "
+                        "unset and choose deployment.port_base"
+                    )
         default_urls = type(self.orchestrator.client)().base_url
         if dep.type == "multi-node" and self.orchestrator.client.base_url != default_urls:
             raise ValueError(

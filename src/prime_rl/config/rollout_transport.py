@@ -29,7 +29,11 @@ class RolloutTransportConfig(BaseConfig):
         description="tcp: the address the orchestrator binds, and the one the trainer connects to (a multi-node rl "
         "run sets both from the orchestrator's node: deployment.bind_host, else the node's address).",
     )
-    port: int = Field(29650, gt=0, le=65535, description="tcp: the orchestrator's TCP port for the trainer ranks.")
+    port: int = Field(
+        29650, gt=0, le=65535,
+        description="tcp: the orchestrator's TCP port for the trainer ranks (single-node; a multi-node run uses "
+        "deployment.port_base + 16k + 15, k: the orchestrator's node).",
+    )
 
     @field_validator("type", mode="before")
     @classmethod

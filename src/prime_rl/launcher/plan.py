@@ -218,13 +218,15 @@ def retention(cfg: RLConfig) -> dict[str, Any]:
 
 def rollout_hosts(cfg: RLConfig, where: Layout) -> dict[str, Any]:
     """Multi-node with `rollout_transport.type = "tcp"`: the orchestrator binds `deployment.bind_host` (default: its
-    node's address) and every trainer rank connects to the orchestrator node's address. Returns the change (empty
-    for the filesystem transport)."""
+    node's address) on its node's rollout port (`deployment.rollout_port()`, in the node's `port_base` block) and
+    every trainer rank connects there through the orchestrator node's address. Returns the change (empty for the
+    filesystem transport)."""
     if cfg.orchestrator.rollout_transport.type != "tcp":
         return {}
-    addr = where.addrs[cfg.deployment.orchestrator_index()]
-    return {"orchestrator.rollout_transport.host": cfg.deployment.bind_host or addr,
-            "trainer.rollout_transport.host": addr}  # fmt: skip
+    dep = cfg.deployment
+    addr = where.addrs[dep.orchestrator_index()]
+    return {"orchestrator.rollout_transport.host": dep.bind_host or addr, "trainer.rollout_transport.host": addr,
+            **{f"{s}.rollout_transport.port": dep.rollout_port() for s in ("orchestrator", "trainer")}}  # fmt: skip
 
 
 def env_servers_on_node(cfg: RLConfig, plans: list[EnvServerPlan], where: Layout) -> tuple[RLConfig, list[EnvServerPlan]]:
