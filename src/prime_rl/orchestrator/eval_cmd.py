@@ -46,28 +46,31 @@ from prime_rl.orchestrator.sources import CapacityGate, build_source
 log = get_logger("eval")
 
 
-def results_table(res: EvalResult, k: int, title: str = "Eval"):
-    """A rich Table: one row per source (tasks, rollouts, avg@k, pass@k, pass@1, error %, truncated %, turns)."""
+def results_table(res: EvalResult, at_k: int, title: str = "Eval"):
+    """A rich Table: one row per source (tasks, rollouts, avg@k, pass@k, pass@1, error %, truncated %, turns), k =
+    `at_k` (the rollouts per example)."""
     from rich.table import Table
 
-    t = Table(title=title)
-    cols = ["Source", "Tasks", "Rollouts", f"avg@{k}", f"pass@{k}", "pass@1", "Error", "Truncated", "Turns"]
-    if k == 1:
+    table = Table(title=title)
+    cols = ["Source", "Tasks", "Rollouts", f"avg@{at_k}", f"pass@{at_k}", "pass@1", "Error", "Truncated", "Turns"]
+    if at_k == 1:
         cols.remove("pass@1")  # the same column twice otherwise
     for col in cols:
-        t.add_column(col, justify="left" if col == "Source" else "right")
+        table.add_column(col, justify="left" if col == "Source" else "right")
 
-    def f(x: float, d: int = 4) -> str:
-        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+    def fmt(value: float, digits: int = 4) -> str:
+        return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
-    for name, m in res.by_source.items():
-        ks = k_of(m)  # a source's own rollouts_per_example: shown beside its name, its scores in the same columns
-        label = name if ks == k else f"{name} (k={ks})"
-        row = [label, str(int(m["tasks"])), str(int(m["rollouts"])), f(m[f"avg@{ks}"]), f(m[f"pass@{ks}"], 3)]
-        row += [f(m["pass@1"], 3)] if k != 1 else []
-        row += [f"{m['error_pct']:.1f}%", f"{m['truncated_pct']:.1f}%", f(m["turns"], 1)]
-        t.add_row(*row)
-    return t
+    for name, metrics in res.by_source.items():
+        # a source's own rollouts_per_example: shown beside its name, its scores in the same columns
+        ks = k_of(metrics)
+        label = name if ks == at_k else f"{name} (k={ks})"
+        row = [label, str(int(metrics["tasks"])), str(int(metrics["rollouts"])), fmt(metrics[f"avg@{ks}"]),
+               fmt(metrics[f"pass@{ks}"], 3)]  # fmt: skip
+        row += [fmt(metrics["pass@1"], 3)] if at_k != 1 else []
+        row += [f"{metrics['error_pct']:.1f}%", f"{metrics['truncated_pct']:.1f}%", fmt(metrics["turns"], 1)]
+        table.add_row(*row)
+    return table
 
 
 async def wait_with_progress(wait: Any, what: str) -> Any:
@@ -158,14 +161,14 @@ async def evaluate_steps(
         return res
 
     try:
-        for s in sources:
-            await s.start()
+        for source in sources:
+            await source.start()
         if ck.run_dir is None:
             return {0: await score_step(store, 0, None, one)}
         return await (watch if ck.watch else sweep)(ck, store, one)
     finally:
-        for s in sources:
-            await s.aclose()
+        for source in sources:
+            await source.aclose()
         if own and client is not None:
             await client.aclose()
 
@@ -196,20 +199,21 @@ def run(cfg: EvalCommandConfig) -> None:
         log.error("eval stopped: %s: %s", type(e).__name__, e, exc_info=e)
         sys.exit(1)
     console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes get the whole table
-    k = cfg.eval.rollouts_per_example
+    at_k = cfg.eval.rollouts_per_example
     key = model_key(cfg.model.name, cfg.checkpoints.run_dir)
     folder = Path(cfg.output_dir) / key
     if cfg.checkpoints.run_dir is None:
-        console.print(results_table(results[0], k, title=f"Eval of {cfg.model.name}"))
+        console.print(results_table(results[0], at_k, title=f"Eval of {cfg.model.name}"))
         print(f"per-task results: {folder / 'step_0.jsonl'}")
         return
     if not results:
         log.warning("no checkpoint evaluated (see the log above)")
         return
-    console.print(sweep_table(results, k, title=f"Eval of {key} across steps"))
+    console.print(sweep_table(results, at_k, title=f"Eval of {key} across steps"))
     if cfg.checkpoints.plot and len(results) > 1:
         try:
-            print(f"plot: {sweep_plot(results, k, folder / 'sweep.png', f'{key}: avg@{k} and pass@{k} by step')}")
+            title = f"{key}: avg@{at_k} and pass@{at_k} by step"
+            print(f"plot: {sweep_plot(results, at_k, folder / 'sweep.png', title)}")
         except ImportError as e:  # matplotlib is an optional dependency
             log.warning("no plot (checkpoints.plot): %s; pip install matplotlib", e)
     print(f"per-task results: {folder}/step_N.jsonl")
