@@ -68,7 +68,7 @@ def main() -> None:
         res[name] = scores
         print(f"{name} ({model}): {mean_se(list(scores.values())).fmt()}", flush=True)
     d = paired(res["argmax_rl"], res["argmax_sft"])
-    print(f"argmax RL - SFT (paired, {d.n} days): {d.mean:+.4f} ± {d.se:.4f}")
+    print(f"argmax RL - SFT (paired, {d.count} days): {d.mean:+.4f} ± {d.se:.4f}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def test_mean_se_and_paired():
     a = {"t1": 0.5, "t2": 0.7, "t3": 0.9, "only_a": 0.0}
     b = {"t1": 0.4, "t2": 0.5, "t3": 0.6}
     d = paired(a, b)  # differences 0.1, 0.2, 0.3 over the 3 common tasks: mean 0.2, sd 0.1, se 0.1/sqrt(3)
-    assert d.n == 3 and d.mean == pytest.approx(0.2) and d.se == pytest.approx(0.1 / math.sqrt(3))
+    assert d.count == 3 and d.mean == pytest.approx(0.2) and d.se == pytest.approx(0.1 / math.sqrt(3))
 
 
 def test_table_and_cli(tmp_path, capsys):

@@ -74,8 +74,8 @@ def family_renderer(tokenizer: Any) -> str | None:
     _populate_registry()
     for name in sorted(set(RENDERER_REGISTRY) - _NOT_PROBED):
         try:
-            r = create_renderer(tokenizer, _config_class_for(name)())
-            got = [list(r.render_ids(m, tools=_PROBE_TOOLS if t else None, add_generation_prompt=g))
+            renderer = create_renderer(tokenizer, _config_class_for(name)())
+            got = [list(renderer.render_ids(m, tools=_PROBE_TOOLS if t else None, add_generation_prompt=g))
                    for m, t, g in _PROBES]  # fmt: skip
         except Exception:  # noqa: BLE001 - renderers assert their family's special tokens: not this family
             continue
@@ -201,18 +201,18 @@ class RendererTokenizer:
     """
 
     def __init__(self, tok: Any):
-        d = self.__dict__
-        d["_tok"] = tok
-        d["_backend"] = _rust_backend(tok)
+        attrs = self.__dict__
+        attrs["_tok"] = tok
+        attrs["_backend"] = _rust_backend(tok)
         names = getattr(tok, "model_input_names", None) or []
-        d["_type_ids"] = "token_type_ids" in names
-        d["_attention"] = "attention_mask" in names
+        attrs["_type_ids"] = "token_type_ids" in names
+        attrs["_attention"] = "attention_mask" in names
         for name in ("unk_token_id", "eos_token_id"):
             if hasattr(tok, name):
-                d[name] = getattr(tok, name)
-        d["_short"] = OrderedDict()  # (text, add_special_tokens, offsets) -> (data, encoding): see _call_cache
-        d["_long"] = OrderedDict()
-        d["_token_ids"] = {}  # convert_tokens_to_ids of one token string
+                attrs[name] = getattr(tok, name)
+        attrs["_short"] = OrderedDict()  # (text, add_special_tokens, offsets) -> (data, encoding): see _call_cache
+        attrs["_long"] = OrderedDict()
+        attrs["_token_ids"] = {}  # convert_tokens_to_ids of one token string
 
     @property
     def wrapped(self) -> Any:
@@ -233,14 +233,14 @@ class RendererTokenizer:
 
     def _ready(self) -> Any:
         """The backend when a fast path gives what transformers would, else None."""
-        b = self._backend
-        if b is None or b.truncation is not None or b.padding is not None:
+        backend = self._backend
+        if backend is None or backend.truncation is not None or backend.padding is not None:
             return None
-        return b if b.encode_special_tokens == self._tok.split_special_tokens else None
+        return backend if backend.encode_special_tokens == self._tok.split_special_tokens else None
 
     def __call__(self, text: Any = None, *args: Any, **kwargs: Any) -> Any:
-        b = self._ready() if type(text) is str and not args else None
-        if b is None or not kwargs.keys() <= {"add_special_tokens", "return_offsets_mapping"}:
+        backend = self._ready() if type(text) is str and not args else None
+        if backend is None or not kwargs.keys() <= {"add_special_tokens", "return_offsets_mapping"}:
             return self._tok(text, *args, **kwargs)
         from transformers.tokenization_utils_base import BatchEncoding
 
@@ -253,7 +253,7 @@ class RendererTokenizer:
                 cache.move_to_end(key)
             data, enc = hit
             return BatchEncoding({k: list(v) for k, v in data.items()}, [enc])
-        enc = b.encode(text, add_special_tokens=special)
+        enc = backend.encode(text, add_special_tokens=special)
         data: dict[str, Any] = {"input_ids": enc.ids}
         if self._type_ids:
             data["token_type_ids"] = enc.type_ids
@@ -273,10 +273,10 @@ class RendererTokenizer:
     def convert_tokens_to_ids(self, tokens: Any) -> Any:
         if type(tokens) is not str:
             return self._tok.convert_tokens_to_ids(tokens)
-        i = self._token_ids.get(tokens)
-        if i is None:
-            i = self._token_ids[tokens] = self._tok.convert_tokens_to_ids(tokens)
-        return i
+        token_id = self._token_ids.get(tokens)
+        if token_id is None:
+            token_id = self._token_ids[tokens] = self._tok.convert_tokens_to_ids(tokens)
+        return token_id
 
     def decode(self, token_ids: Any = None, *args: Any, **kwargs: Any) -> Any:
         if (
@@ -390,7 +390,7 @@ def load_tokenizer(model_name: str | Path, chat_template: str | Path | None = No
 
 def read_chat_template(path: str | Path) -> str:
     """The text of a chat template file (`model.chat_template`). Raises FileNotFoundError naming the field."""
-    p = Path(path).expanduser()
-    if not p.is_file():
+    file = Path(path).expanduser()
+    if not file.is_file():
         raise FileNotFoundError(f"model.chat_template = {str(path)!r}: no such file (a Jinja chat template)")
-    return p.read_text(encoding="utf-8")
+    return file.read_text(encoding="utf-8")

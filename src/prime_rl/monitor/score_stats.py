@@ -13,29 +13,29 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Stat:
-    """`n` values, their mean and the standard error of that mean."""
+    """`count` values, their mean and the standard error of that mean."""
 
-    n: int
+    count: int
     mean: float
-    se: float  # standard error of the mean; 0 for n < 2
+    se: float  # standard error of the mean; 0 for count < 2
 
     def fmt(self) -> str:
         return f"{self.mean:.4f} ± {self.se:.4f}"
 
 
 def mean_se(values: list[float]) -> Stat:
-    """Mean and standard error `s / sqrt(n)` with the sample std `s` (ddof = 1)."""
-    n = len(values)
-    if n == 0:
+    """Mean and standard error `s / sqrt(n)` with the sample std `s` (ddof = 1) over the n = `count` values."""
+    count = len(values)
+    if count == 0:
         return Stat(0, float("nan"), float("nan"))
-    m = sum(values) / n
-    if n < 2:
-        return Stat(n, m, 0.0)
-    var = sum((v - m) ** 2 for v in values) / (n - 1)
-    return Stat(n, m, math.sqrt(var / n))
+    mean = sum(values) / count
+    if count < 2:
+        return Stat(count, mean, 0.0)
+    var = sum((v - mean) ** 2 for v in values) / (count - 1)
+    return Stat(count, mean, math.sqrt(var / count))
 
 
-def paired(a: dict[str, float], b: dict[str, float]) -> Stat:
-    """Mean and standard error of `a[t] - b[t]` over the tasks both scored."""
-    common = sorted(set(a) & set(b))
-    return mean_se([a[t] - b[t] for t in common])
+def paired(first: dict[str, float], second: dict[str, float]) -> Stat:
+    """Mean and standard error of `first[t] - second[t]` over the tasks both scored."""
+    common = sorted(set(first) & set(second))
+    return mean_se([first[t] - second[t] for t in common])

@@ -65,7 +65,7 @@ def table(entries: list[tuple[str, dict[str, float]]], compare: list[tuple[str, 
         stats = mean_se(values)
         med = (values[len(values) // 2] + values[(len(values) - 1) // 2]) / 2
         below = sum(x < 0.2 for x in values) / len(values)
-        lines.append(f"| {name} | {stats.n} | {stats.fmt()} | {med:.4f} | {100 * below:.1f}% |")
+        lines.append(f"| {name} | {stats.count} | {stats.fmt()} | {med:.4f} | {100 * below:.1f}% |")
     by_name = dict(entries)
     if compare:
         lines += ["", "| comparison (paired over common tasks) | tasks | mean difference ± SE | difference / SE |",
@@ -75,7 +75,7 @@ def table(entries: list[tuple[str, dict[str, float]]], compare: list[tuple[str, 
                 continue
             diff = paired(by_name[first], by_name[second])
             ratio = f"{diff.mean / diff.se:+.1f}" if diff.se > 0 else "n/a (SE 0)"
-            lines.append(f"| {first} − {second} | {diff.n} | {diff.mean:+.4f} ± {diff.se:.4f} | {ratio} |")
+            lines.append(f"| {first} − {second} | {diff.count} | {diff.mean:+.4f} ± {diff.se:.4f} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
