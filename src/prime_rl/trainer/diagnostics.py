@@ -63,15 +63,15 @@ class StepProbe:
             out["entropy/decision"] = (torch.where(sel, fwd.entropy, zero).sum(), sel.sum().float())
         ref_lp = fwd.inputs.ref_logprobs
         if self.kl_to_start and ref_lp is not None:  # None: a step between kl_to_start_interval's (reference_due)
-            d = ref_lp.detach() - fwd.inputs.trainer_logprobs.detach()
-            k3 = torch.where(mask, torch.exp(d) - d - 1, zero.to(d.dtype))
+            ref_log_ratio = ref_lp.detach() - fwd.inputs.trainer_logprobs.detach()
+            k3 = torch.where(mask, torch.exp(ref_log_ratio) - ref_log_ratio - 1, zero.to(ref_log_ratio.dtype))
             out["kl_to_start"] = (k3.sum(), mask.sum().float())
         return out
 
 
 def build_probe(cfg: Any, device: torch.device) -> StepProbe | None:
     """The probe of a TrainerConfig's `[diagnostics]`, or None when nothing is asked for."""
-    d = cfg.diagnostics
-    if not d.kl_to_start and not d.decision_chars:
+    diagnostics = cfg.diagnostics
+    if not diagnostics.kl_to_start and not diagnostics.decision_chars:
         return None
-    return StepProbe(cfg.model.name, device, d.kl_to_start, d.decision_chars)
+    return StepProbe(cfg.model.name, device, diagnostics.kl_to_start, diagnostics.decision_chars)

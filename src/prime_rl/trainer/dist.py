@@ -77,29 +77,29 @@ def collective_device() -> torch.device | None:
     return None
 
 
-def _all_reduce(t: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
+def _all_reduce(tensor: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
     """Reduce `t` over all ranks in place (returned), through the backend's device when `t` is not on it; a no-op
     at world size 1."""
     if not (dist.is_initialized() and dist.get_world_size() > 1):
-        return t
+        return tensor
     dev = collective_device()
-    if dev is None or t.device == dev:
-        dist.all_reduce(t, op=op)
-        return t
-    on_dev = t.to(dev)
+    if dev is None or tensor.device == dev:
+        dist.all_reduce(tensor, op=op)
+        return tensor
+    on_dev = tensor.to(dev)
     dist.all_reduce(on_dev, op=op)
-    return t.copy_(on_dev)
+    return tensor.copy_(on_dev)
 
 
-def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Sum `t` over all ranks (in place, returned); a CPU tensor goes through the GPU under NCCL; a no-op at world
     size 1."""
-    return _all_reduce(t, dist.ReduceOp.SUM)
+    return _all_reduce(tensor, dist.ReduceOp.SUM)
 
 
-def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
+def all_reduce_max(tensor: torch.Tensor) -> torch.Tensor:
     """Element-wise max of `t` over all ranks (in place, returned); as `all_reduce_sum` otherwise."""
-    return _all_reduce(t, dist.ReduceOp.MAX)
+    return _all_reduce(tensor, dist.ReduceOp.MAX)
 
 
 def node_name() -> str:

@@ -34,8 +34,8 @@ def sample_ids(position_ids: Tensor) -> Tensor:
 def packed_causal_mask(position_ids: Tensor) -> Tensor:
     """[T] -> [1, 1, T, T] bool, True = may attend: causal and within the same packed sample."""
     seg = sample_ids(position_ids)
-    t = seg.shape[0]
-    causal = torch.ones(t, t, dtype=torch.bool, device=seg.device).tril()
+    num_tokens = seg.shape[0]
+    causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=seg.device).tril()
     same = seg[:, None] == seg[None, :]
     return (causal & same)[None, None]
 
@@ -43,8 +43,8 @@ def packed_causal_mask(position_ids: Tensor) -> Tensor:
 def is_single_sample(position_ids: Tensor) -> bool:
     """[T] -> True when the sequence is one sample with positions 0..T-1: then plain causal attention is exact and
     no T x T mask is needed (sdpa takes its faster `is_causal` path)."""
-    t = position_ids.shape[0]
-    return t > 0 and bool((position_ids == torch.arange(t, device=position_ids.device)).all())
+    num_tokens = position_ids.shape[0]
+    return num_tokens > 0 and bool((position_ids == torch.arange(num_tokens, device=position_ids.device)).all())
 
 
 def attends_within_samples(model: nn.Module) -> bool:
@@ -77,7 +77,7 @@ def token_logprobs(logits: Tensor, input_ids: Tensor, position_ids: Tensor, temp
         (logprobs [T], entropy [T]): logprobs[t] = log_softmax(logits[t-1] / temperature[t])[input_ids[t]];
         entropy[t] (no grad) of that same tempered distribution, in nats. Both 0 where a sample starts.
     """
-    t = input_ids.shape[0]
+    num_tokens = input_ids.shape[0]
     scaled = logits[:-1] / temperature[1:, None].to(logits.dtype)
     logp_all = torch.log_softmax(scaled, dim=-1)
     lp = logp_all.gather(-1, input_ids[1:, None].long())[:, 0]
@@ -88,7 +88,7 @@ def token_logprobs(logits: Tensor, input_ids: Tensor, position_ids: Tensor, temp
     lp = torch.where(starts, zero, lp)
     ent = torch.where(starts, zero, ent)
     pad = torch.zeros(1, dtype=lp.dtype, device=lp.device)
-    if t == 0:
+    if num_tokens == 0:
         return lp, ent
     return torch.cat([pad, lp]), torch.cat([pad, ent])
 

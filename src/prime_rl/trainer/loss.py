@@ -111,17 +111,17 @@ def teacher_advantage(inputs: LossInputs, mask: Tensor) -> Tensor:
         ValueError: a micro-batch with loss tokens has no teacher logprobs, or one is NaN/inf on a loss token (the orchestrator masks
             such rollouts, so this is a batch not written by it intact).
     """
-    q, lp = inputs.teacher_logprobs, inputs.trainer_logprobs.detach()
-    if q is None and not bool(mask.any()):  # a loss-free padding micro-batch
+    teacher_lp, lp = inputs.teacher_logprobs, inputs.trainer_logprobs.detach()
+    if teacher_lp is None and not bool(mask.any()):  # a loss-free padding micro-batch
         return torch.zeros_like(lp)
-    if q is None:
+    if teacher_lp is None:
         raise ValueError("trainer.loss.teacher_kl_coef > 0 needs teacher logprobs in the batch: set "
                          "[orchestrator.teacher] (rl: [teacher]) so the orchestrator scores every rollout with the teacher")  # fmt: skip
-    q = q.to(lp.dtype)
-    if not bool(torch.isfinite(q[mask]).all()):
+    teacher_lp = teacher_lp.to(lp.dtype)
+    if not bool(torch.isfinite(teacher_lp[mask]).all()):
         raise ValueError("a teacher logprob is NaN or inf on a loss token; the orchestrator masks such rollouts "
                          "(teacher/non_finite), so this batch was not written by it intact")  # fmt: skip
-    return torch.where(mask, q - lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
+    return torch.where(mask, teacher_lp - lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
 
 
 @register_loss("dppo_kl", console=("mismatch_kl", "masked_frac_pos", "masked_frac_neg"))
@@ -202,15 +202,15 @@ def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
         if inputs.ref_logprobs is None:
             raise ValueError("trainer.loss.ref_kl_coef > 0 needs reference logprobs: the engine ran without a reference "
                              "policy (prime_rl.trainer.reference.build_reference)")
-        d = torch.clamp(inputs.ref_logprobs.to(lp.dtype) - lp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
-        ref_k3 = torch.where(mask, torch.exp(d) - d - 1, zero)
+        ref_log_ratio = torch.clamp(inputs.ref_logprobs.to(lp.dtype) - lp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+        ref_k3 = torch.where(mask, torch.exp(ref_log_ratio) - ref_log_ratio - 1, zero)
         terms["ref_kl"] = cfg.ref_kl_coef * ref_k3.sum()
         loss = loss + terms["ref_kl"]
     with torch.no_grad():
-        n = mask.sum().float()
+        num_loss_tokens = mask.sum().float()
         metrics = {
-            "mismatch_kl": (torch.where(mask, ratio - log_ratio - 1, zero).sum(), n),
-            "ratio": (torch.where(mask, ratio, zero).sum(), n),
+            "mismatch_kl": (torch.where(mask, ratio - log_ratio - 1, zero).sum(), num_loss_tokens),
+            "ratio": (torch.where(mask, ratio, zero).sum(), num_loss_tokens),
             "masked_frac": _frac(masked_high | masked_low, mask),
             "masked_frac_pos": _frac(masked_high, mask & pos),
             "masked_frac_neg": _frac(masked_low, mask & neg),
@@ -218,9 +218,9 @@ def dppo_kl_loss(inputs: LossInputs, cfg: DPPOKLLossConfig) -> LossOutput:
         if capped is not None:
             metrics["tis_capped_frac"] = _frac(capped, mask)
         if ref_k3 is not None:
-            metrics["ref_kl"] = (ref_k3.sum().detach(), n)
+            metrics["ref_kl"] = (ref_k3.sum().detach(), num_loss_tokens)
         if teacher is not None:
-            metrics["teacher_kl"] = (-teacher.sum(), n)
+            metrics["teacher_kl"] = (-teacher.sum(), num_loss_tokens)
     return LossOutput(loss=loss, metrics=metrics, terms=terms)
 
 

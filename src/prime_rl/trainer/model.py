@@ -53,9 +53,10 @@ def compute_dtype(cfg: TrainerModelConfig, device: torch.device, world_size: int
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks (first ModuleList whose items are `*DecoderLayer`/`*Block`), for per-layer FSDP."""
-    for m in model.modules():
-        if isinstance(m, nn.ModuleList) and len(m) and type(m[0]).__name__.endswith(("DecoderLayer", "Block", "Layer")):
-            return list(m)
+    for module in model.modules():
+        blocks = ("DecoderLayer", "Block", "Layer")
+        if isinstance(module, nn.ModuleList) and len(module) and type(module[0]).__name__.endswith(blocks):
+            return list(module)
     raise ModelLoadError(f"cannot find the decoder layers of {type(model).__name__} for FSDP sharding")
 
 

@@ -38,25 +38,25 @@ def init_adamw_state(optimizer: torch.optim.Optimizer) -> None:
     from torch.optim.optimizer import _get_scalar_dtype
 
     for group in optimizer.param_groups:
-        for p in group["params"]:
-            if optimizer.state.get(p):
+        for param in group["params"]:
+            if optimizer.state.get(param):
                 continue
             fused, capturable = bool(group.get("fused")), bool(group.get("capturable"))
             st: dict[str, torch.Tensor] = {}
             if fused or capturable:
-                st["step"] = torch.zeros((), dtype=_get_scalar_dtype(is_fused=fused), device=p.device)
+                st["step"] = torch.zeros((), dtype=_get_scalar_dtype(is_fused=fused), device=param.device)
             else:
                 st["step"] = torch.tensor(0.0, dtype=_get_scalar_dtype(), device="cpu")
             for key in ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group.get("amsgrad") else ()):
-                st[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            optimizer.state[p] = st
+                st[key] = torch.zeros_like(param, memory_format=torch.preserve_format)
+            optimizer.state[param] = st
 
 
 def lr_factor(step: int, cfg: SchedulerConfig, max_steps: int | None) -> float:
     """Multiplier of the base lr for optimizer step `step` (0-based: the step about to be taken).
 
     warmup: (step + 1) / warmup_steps for step < warmup_steps. After warmup, with progress
-    p = (step - warmup) / max(1, max_steps - warmup) in [0, 1] and m = min_lr_ratio:
+    p = (step - warmup) / max(1, max_steps - warmup) in [0, 1] (`progress`) and m = min_lr_ratio (`min_ratio`):
     constant 1; linear 1 - (1 - m) p; cosine m + (1 - m) (1 + cos(pi p)) / 2.
 
     Raises:
@@ -68,11 +68,11 @@ def lr_factor(step: int, cfg: SchedulerConfig, max_steps: int | None) -> float:
         return 1.0
     if max_steps is None:
         raise ValueError(f"scheduler.type = {cfg.type!r} needs max_steps (the decay horizon); set max_steps")
-    p = min(1.0, max(0.0, (step - cfg.warmup_steps) / max(1, max_steps - cfg.warmup_steps)))
-    m = cfg.min_lr_ratio
+    progress = min(1.0, max(0.0, (step - cfg.warmup_steps) / max(1, max_steps - cfg.warmup_steps)))
+    min_ratio = cfg.min_lr_ratio
     if cfg.type == "linear":
-        return 1.0 - (1.0 - m) * p
-    return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * p))
+        return 1.0 - (1.0 - min_ratio) * progress
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def build_scheduler(

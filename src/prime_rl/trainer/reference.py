@@ -58,8 +58,8 @@ def reference_due(cfg: Any, step: int) -> bool:
     steps `kl_to_start` is logged (step 1 and every `diagnostics.kl_to_start_interval`-th step)."""
     if has_ref_kl(cfg):
         return True
-    d = cfg.diagnostics
-    return bool(d.kl_to_start) and (step == 1 or step % d.kl_to_start_interval == 0)
+    diagnostics = cfg.diagnostics
+    return bool(diagnostics.kl_to_start) and (step == 1 or step % diagnostics.kl_to_start_interval == 0)
 
 
 def build_reference(cfg: Any, device: torch.device) -> ReferencePolicy | None:

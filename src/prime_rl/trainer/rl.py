@@ -110,20 +110,20 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
                 mbs += [MicroBatch.empty_like(1) for _ in range(most - len(mbs))]  # same count on every rank
             signal = has_learning_signal(batch.micro_batches, engine.dist.device, ref_kl)
             ref_now = reference if reference is not None and reference_due(cfg, step) else None
-            m = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe, skip_update=not signal,
-                                  reference=ref_now)
+            metrics = engine.train_step(mbs, batch.total_loss_tokens, loss, cfg.loss, probe, skip_update=not signal,
+                                        reference=ref_now)
             if not signal and batch.total_loss_tokens > 0:
-                m["no_signal"] = 1.0  # only on such steps: the metrics rows of ordinary runs stay as they were
+                metrics["no_signal"] = 1.0  # only on such steps: the metrics rows of ordinary runs stay as they were
             t_pub = time.perf_counter()
             engine.publish(step)
-            m["publish_s"] = time.perf_counter() - t_pub
+            metrics["publish_s"] = time.perf_counter() - t_pub
             if engine.maybe_checkpoint(step) is not None:
                 resumable = step
-            m["data_wait_s"] = wait_s
-            engine.log_step(step, m, console=loss.console)
+            metrics["data_wait_s"] = wait_s
+            engine.log_step(step, metrics, console=loss.console)
             if prom is not None:
-                prom.trainer_step(step, m)
-            last = m
+                prom.trainer_step(step, metrics)
+            last = metrics
             step += 1
         if cfg.max_steps is not None and last is not None:
             receiver.finish(step - 1)  # tcp: the orchestrator may end once every rank took its last step

@@ -213,8 +213,8 @@ def train(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float
                 metrics["epoch"] = (step * cfg.data.batch_size) / n_total
                 if mixture is not None:
                     counts = np.bincount([s for s, _ in picks], minlength=len(labels))
-                    for k, lab in enumerate(labels):
-                        metrics[f"source/{lab}/samples"] = float(counts[k])
+                    for source_idx, lab in enumerate(labels):
+                        metrics[f"source/{lab}/samples"] = float(counts[source_idx])
                 if cfg.val is not None and (step % cfg.val.interval == 0 or step == steps):
                     metrics.update(validate())
                 if step == steps or (cfg.publish_interval and step % cfg.publish_interval == 0) or (
@@ -224,8 +224,8 @@ def train(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float
                 if online is not None and online.due(step, steps):  # after publish: it scores weights/step_N
                     ev = online.score(step)
                     metrics.update(ev)
-                    k = cfg.eval.rollouts_per_example
-                    console = ("epoch", "val/loss", f"eval/avg@{k}", f"eval/pass@{k}")
+                    at_k = cfg.eval.rollouts_per_example
+                    console = ("epoch", "val/loss", f"eval/avg@{at_k}", f"eval/pass@{at_k}")
                 engine.maybe_checkpoint(step)
                 engine.log_step(step, metrics, console=console)
                 bar.advance()
