@@ -1,6 +1,7 @@
 """The launch plan with `rollout_transport.type = "tcp"`: the orchestrator's rollout port is in the plan and in the
 pre-flight port check (a taken one is refused naming the field), and a multi-node run points the trainer at the
-orchestrator node's address while the orchestrator binds its own, on a port of its node's `port_base` block."""
+orchestrator node's address while the orchestrator binds its own, on a port of its node's `port_base` block; an
+orchestrator bound beyond loopback without a token gets a random one, shared with the trainer."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from tests.launcher.test_launch_plan import cfg_of, demo_args, free_block, rows_
 
 from prime_rl.config.deployment import PORT_STRIDE
 from prime_rl.config.loader import ConfigError
+from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.layout import Layout
 from prime_rl.launcher.placement import place
-from prime_rl.launcher.plan import resolve
+from prime_rl.launcher.plan import resolve, rollout_token
 from prime_rl.launcher.specs import node_specs
 from prime_rl.ports import free_port
 
@@ -51,6 +53,21 @@ def test_multi_node_trainer_connects_to_the_orchestrator_node(tmp_path, tiny):  
                     Layout.slurm("multi-node", ["127.0.0.3", "127.0.0.2"], 0, "7"), probe=lambda u: False, gpus=[])
     assert bound.config.orchestrator.rollout_transport.host == "0.0.0.0"
     assert bound.config.trainer.rollout_transport.host == "127.0.0.3"
+    # bound beyond loopback without a token: trainer and orchestrator get one random token (loopback: none)
+    token = bound.config.orchestrator.rollout_transport.token
+    assert token and len(token) >= 24 and bound.config.trainer.rollout_transport.token == token
+    assert plan.config.orchestrator.rollout_transport.token is None
+
+
+def test_rollout_token_only_beyond_loopback_and_when_none_is_configured():
+    wide = RLConfig(rollout_transport={"type": "tcp", "host": "0.0.0.0"})
+    changes = rollout_token(wide, environ={})
+    assert set(changes) == {"orchestrator.rollout_transport.token", "trainer.rollout_transport.token"}
+    assert len(set(changes.values())) == 1 and rollout_token(wide, environ={}) != changes  # random each time
+    assert rollout_token(wide, environ={"PRIME_RL_ROLLOUT_TOKEN": "mine"}) == {}
+    assert rollout_token(RLConfig(rollout_transport={"type": "tcp", "host": "0.0.0.0", "token": "t"}), environ={}) == {}
+    assert rollout_token(RLConfig(rollout_transport={"type": "tcp"}), environ={}) == {}  # 127.0.0.1
+    assert rollout_token(RLConfig(rollout_transport={"host": "0.0.0.0"}), environ={}) == {}  # filesystem
 
 
 def _multi(tmp_path, tiny, port_base: int, *extra: str):  # noqa: F811

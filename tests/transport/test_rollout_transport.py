@@ -214,3 +214,66 @@ async def test_tcp_malformed_request_is_answered_and_the_server_keeps_serving(tm
             assert got.step == 1
         finally:
             rx.close()
+
+
+def _raw_ask(endpoint: str, req: dict) -> dict:
+    """One request from a bare ZMQ REQ socket (a client that is not a prime-rl trainer); the reply's header."""
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        sock.send(msgpack.packb(req))
+        assert sock.poll(10_000), "no reply"
+        frames = sock.recv_multipart()
+        assert len(frames) == 1, "a batch was sent with the reply"
+        return msgpack.unpackb(frames[0], raw=False)
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
+async def test_tcp_token_is_required_from_every_request(tmp_path, monkeypatch):
+    """With rollout_transport.token set on the orchestrator, a request without it or with another one gets an
+    error reply and no batch (and does not count as the rank's ask); a trainer rank with the token (from its
+    config, or PRIME_RL_ROLLOUT_TOKEN) gets its step, and the server keeps serving throughout."""
+    monkeypatch.delenv("PRIME_RL_ROLLOUT_TOKEN", raising=False)
+    port = free_port()
+    cfg = RolloutTransportConfig(type="tcp", port=port, token="s3cret")
+    async with _sender(cfg, tmp_path) as sender:
+        await sender.send(1, _step(1, 1))
+        for extra in ({}, {"token": "wrong"}, {"token": 7}):
+            reply = await asyncio.to_thread(_raw_ask, cfg.endpoint, {"op": "get", "step": 1, "rank": 0, "world_size": 1,
+                                                                     "keep_from": 1, **extra})  # fmt: skip
+            assert reply["status"] == "error" and "missing or wrong rollout_transport.token" in reply["message"]
+        reply = await asyncio.to_thread(_raw_ask, cfg.endpoint, {"op": "done", "step": 5, "rank": 0})
+        assert reply["status"] == "error" and sender.done == {} and sender.asked == {}  # nothing was recorded
+        for wrong in (RolloutTransportConfig(type="tcp", port=port), RolloutTransportConfig(type="tcp", port=port, token="x")):
+            rx = _rx(wrong, tmp_path)
+            try:
+                with pytest.raises(RolloutTransportError, match="missing or wrong rollout_transport.token"):
+                    await asyncio.to_thread(rx.receive, 1, 1)
+            finally:
+                rx.close()
+        monkeypatch.setenv("PRIME_RL_ROLLOUT_TOKEN", "s3cret")
+        rx = _rx(RolloutTransportConfig(type="tcp", port=port), tmp_path)  # the token from the environment
+        try:
+            got = await asyncio.to_thread(rx.receive, 1, 1)
+            assert got.step == 1 and got.micro_batches[0].input_ids[0] == 1000
+            await asyncio.to_thread(rx.finish, 1)
+            await sender.drain(1, timeout_s=30)
+        finally:
+            rx.close()
+
+
+def test_rl_refuses_different_rollout_tokens():
+    with pytest.raises(ValueError, match="trainer.rollout_transport.token differs") as e:
+        RLConfig(orchestrator={"rollout_transport": {"type": "tcp", "token": "aaa"}},
+                 trainer={"rollout_transport": {"type": "tcp", "token": "bbb"}})  # fmt: skip
+    msg = e.value.errors()[0]["msg"]  # the message rl prints (pydantic's own repr also shows the input)
+    assert "aaa" not in msg and "bbb" not in msg
+    cfg = RLConfig(rollout_transport={"type": "tcp", "token": "ccc"})
+    assert cfg.trainer.rollout_transport.token == cfg.orchestrator.rollout_transport.token == "ccc"

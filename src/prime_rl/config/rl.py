@@ -180,7 +180,7 @@ class RLConfig(BaseConfig):
 
     @model_validator(mode="after")
     def _same_rollout_transport(self) -> RLConfig:
-        """Trainer and orchestrator must use one rollout transport (type and port; the hosts may differ: a
+        """Trainer and orchestrator must use one rollout transport (type, port and token; the hosts may differ: a
         multi-node trainer connects to the orchestrator's node), or the trainer would wait for batches that never
         come its way."""
         t, o = self.trainer.rollout_transport, self.orchestrator.rollout_transport
@@ -189,6 +189,12 @@ class RLConfig(BaseConfig):
                 f"trainer.rollout_transport (type {t.type!r}, port {t.port}) differs from orchestrator.rollout_transport "
                 f"(type {o.type!r}, port {o.port}): the trainer would never receive its batches; set [rollout_transport] "
                 "once at the top of the rl config"
+            )
+        if t.token != o.token:  # the values stay out of the message: it is a secret
+            raise ValueError(
+                "trainer.rollout_transport.token differs from orchestrator.rollout_transport.token: the orchestrator "
+                "would refuse every trainer request; set [rollout_transport] token once at the top of the rl config "
+                "(or PRIME_RL_ROLLOUT_TOKEN)"
             )
         return self
 

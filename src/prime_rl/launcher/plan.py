@@ -14,7 +14,8 @@ them from `configs/`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -178,6 +179,7 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
     checks.run("capacity", preflight.check_capacity, cfg, started)
     if where.multi:
         cfg = evolve(cfg, rollout_hosts(cfg, where))
+    cfg = evolve(cfg, rollout_token(cfg))
     mine = nodes[where.index]
     if where.here:
         own_plans = plans if "env-server" in mine.roles else []
@@ -227,6 +229,20 @@ def rollout_hosts(cfg: RLConfig, where: Layout) -> dict[str, Any]:
     addr = where.addrs[dep.orchestrator_index()]
     return {"orchestrator.rollout_transport.host": dep.bind_host or addr, "trainer.rollout_transport.host": addr,
             **{f"{s}.rollout_transport.port": dep.rollout_port() for s in ("orchestrator", "trainer")}}  # fmt: skip
+
+
+def rollout_token(cfg: RLConfig, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Rollouts over tcp with the orchestrator bound beyond loopback (a multi-node run, or a host such as
+    0.0.0.0) and no token configured (`rollout_transport.token`, PRIME_RL_ROLLOUT_TOKEN): one random token for
+    the orchestrator and the trainer, so no other client on the network reads the batches. Returns the change
+    (empty when nothing needs changing); `cfg` is not changed."""
+    from prime_rl.http import is_loopback
+
+    rt = cfg.orchestrator.rollout_transport
+    if rt.type != "tcp" or rt.secret(environ) is not None or is_loopback(rt.host):
+        return {}
+    token = secrets.token_urlsafe(24)
+    return {"orchestrator.rollout_transport.token": token, "trainer.rollout_transport.token": token}
 
 
 def env_servers_on_node(cfg: RLConfig, plans: list[EnvServerPlan], where: Layout) -> tuple[RLConfig, list[EnvServerPlan]]:

@@ -65,7 +65,8 @@ class RolloutReceiver(ABC):
 
         Raises:
             TimeoutError: nothing arrived within the trainer's `data_timeout_s` (names where it waited).
-            RolloutTransportError: the sender refused the request (a released step, a wrong world size).
+            RolloutTransportError: the sender refused the request (a released step, a wrong world size, tcp: a
+                missing or wrong `rollout_transport.token`).
             BatchFormatError: the bytes are not a batch."""
 
     @abstractmethod
@@ -73,7 +74,10 @@ class RolloutReceiver(ABC):
         """Where step `step`'s batch comes from, for messages (a path or an address)."""
 
     def finish(self, last_step: int) -> None:
-        """Tell the sender that this rank took every step up to `last_step` and needs no more."""
+        """Tell the sender that this rank took every step up to `last_step` and needs no more.
+
+        Raises:
+            RolloutTransportError: the sender refused it (tcp: a missing or wrong `rollout_transport.token`)."""
         return None
 
     def close(self) -> None:

@@ -10,6 +10,10 @@ Protocol (request/reply; every request and reply header is a msgpack map):
   `rollouts/step_N/rank_R.bin`, prime_rl.transport.batch), or `[{"status": "error", "message": ...}]`;
 - `{"op": "done", "step": N, "rank": R}` after the rank's last step, answered `[{"status": "ok"}]`.
 
+With a shared secret (`rollout_transport.token`, or PRIME_RL_ROLLOUT_TOKEN) every request also carries
+`"token": T`; the orchestrator answers a request without it, or with another, `[{"status": "error", ...}]` and
+changes nothing (compared in constant time, `hmac.compare_digest`).
+
 Asking for step N confirms steps < N; `done` confirms N. K is the lowest step the rank may ask for again after a
 restart (its newest checkpoint's step + 1, or N when it keeps no checkpoints): the orchestrator keeps every step
 from the lowest K of all ranks on, and forgets older ones. A trainer restarted from checkpoint step C therefore
@@ -24,6 +28,7 @@ from its checkpoint gets the asks again.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,7 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from prime_rl.config.rollout_transport import RolloutTransportConfig
+from prime_rl.config.rollout_transport import ENV_TOKEN, RolloutTransportConfig
 from prime_rl.monitor.logger import get_logger
 from prime_rl.transport.batch import StepBatch, decode_batch, encode_batch
 from prime_rl.transport.rollouts import RolloutReceiver, RolloutSender, RolloutTransportError
@@ -51,7 +56,7 @@ class ZmqSender(RolloutSender):
 
     def __init__(self, cfg: RolloutTransportConfig, run_dir: Path, *, num_ranks: int, max_async_level: int,
                  start_step: int, timeout_s: float):  # fmt: skip
-        self.endpoint, self.num_ranks = cfg.endpoint, num_ranks
+        self.endpoint, self.num_ranks, self.token = cfg.endpoint, num_ranks, cfg.secret()
         self.ahead, self.start_step, self.timeout_s = max_async_level + 1, start_step, timeout_s
         self.batches: dict[int, list[bytes]] = {}  # step -> encoded batch of each rank
         self.asked: dict[int, int] = {}  # rank -> the step it asked for last
@@ -139,9 +144,20 @@ class ZmqSender(RolloutSender):
             if not isinstance(req, dict) or req.get("op") not in ("get", "done"):
                 await self._reply(envelope, {"status": "error", "message": "not a prime-rl rollout request"})
                 continue
+            if not self._authorized(req.get("token")):
+                await self._reply(envelope, {"status": "error", "message": (
+                    "missing or wrong rollout_transport.token: give the trainer the orchestrator's token "
+                    f"(rollout_transport.token or {ENV_TOKEN})")})  # fmt: skip
+                continue
             await self._handle(envelope, req)
             self._release()
             await self._notify()
+
+    def _authorized(self, given: Any) -> bool:
+        """Whether a request carrying `given` may be served (always, without a configured token)."""
+        if self.token is None:
+            return True
+        return isinstance(given, str) and hmac.compare_digest(given.encode(), self.token.encode())
 
     async def _handle(self, envelope: list[bytes], req: dict[str, Any]) -> None:
         try:
@@ -192,6 +208,7 @@ class ZmqReceiver(RolloutReceiver):
 
     def __init__(self, cfg: RolloutTransportConfig, run_dir: Path, *, rank: int, world_size: int, timeout_s: float):
         self.endpoint, self.rank, self.world_size, self.timeout_s = cfg.endpoint, rank, world_size, timeout_s
+        self.token = cfg.secret()
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.REQ)
         self.sock.setsockopt(zmq.REQ_RELAXED, 1)
@@ -204,7 +221,7 @@ class ZmqReceiver(RolloutReceiver):
         return f"{self.endpoint} (step {step}, rank {self.rank})"
 
     def _ask(self, req: dict[str, Any], timeout_s: float) -> list[bytes]:
-        body = _pack(req)
+        body = _pack({**req, "token": self.token} if self.token is not None else req)
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -227,7 +244,11 @@ class ZmqReceiver(RolloutReceiver):
         return decode_batch(frames[1], source=self.source(step))
 
     def finish(self, last_step: int) -> None:
-        self._ask({"op": "done", "step": last_step, "rank": self.rank}, self.timeout_s)
+        frames = self._ask({"op": "done", "step": last_step, "rank": self.rank}, self.timeout_s)
+        header = msgpack.unpackb(frames[0], raw=False)
+        if header.get("status") != "ok":
+            raise RolloutTransportError(f"{self.endpoint} (done, step {last_step}, rank {self.rank}): "
+                                        f"{header.get('message', header)}")  # fmt: skip
 
     def close(self) -> None:
         if not self.closed:
