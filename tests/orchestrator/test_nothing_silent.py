@@ -203,11 +203,11 @@ def test_avg_and_pass_at_k_are_per_task_with_masked_rollouts_left_out():
     # task 0: one unmasked rollout scoring 1 (three masked); task 1: four rollouts scoring 0.5, 0.5, 0, 0
     t0 = [_rollout(1.0)] + [_rollout(0.0, masked=True)] * 3
     t1 = [_rollout(0.5), _rollout(0.5), _rollout(0.0), _rollout(0.0)]
-    m = summarize([t0, t1], k=4, threshold=0.5)
+    m = summarize([t0, t1], at_k=4, threshold=0.5)
     assert m["avg@4"] == pytest.approx((1.0 + 0.25) / 2)  # per rollout it would be (1 + 1) / 5 = 0.4
     assert m["pass@4"] == 1.0 and m["pass@1"] == pytest.approx((1 / 1 + 2 / 4) / 2)
     assert m["scored_tasks"] == 2 and m["error_pct"] == pytest.approx(100 * 3 / 8)
-    everything_masked = summarize([[_rollout(0.0, masked=True)]], k=1, threshold=1.0)
+    everything_masked = summarize([[_rollout(0.0, masked=True)]], at_k=1, threshold=1.0)
     assert math.isnan(everything_masked["avg@1"]) and everything_masked["scored_tasks"] == 0
 
 

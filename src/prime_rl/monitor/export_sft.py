@@ -25,40 +25,41 @@ class ExportError(ValueError):
     """Nothing to export, or an output format that cannot be written (names the filters or the missing package)."""
 
 
-def completion_key(r: dict[str, Any]) -> str:
+def completion_key(record: dict[str, Any]) -> str:
     """The completion of a record (its messages after the task's prompt) as canonical JSON."""
-    return json.dumps(r.get("messages", [])[r.get("prompt_messages", 0) :], sort_keys=True, ensure_ascii=False)
+    completion = record.get("messages", [])[record.get("prompt_messages", 0) :]
+    return json.dumps(completion, sort_keys=True, ensure_ascii=False)
 
 
 def pick(records: list[dict[str, Any]], top_k: int | None) -> list[dict[str, Any]]:
     """Per task (first appearance order): distinct completions, highest reward first (ties: later step, then
     rollout id), at most `top_k` (all when None)."""
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        by_task[str(r.get("task_id"))].append(r)
+    for record in records:
+        by_task[str(record.get("task_id"))].append(record)
     out = []
     for rs in by_task.values():
         rs = sorted(rs, key=lambda r: (-r["reward"], -r["step"], str(r.get("rollout_id"))))
         seen: set[str] = set()
         kept = []
-        for r in rs:
-            key = completion_key(r)
+        for record in rs:
+            key = completion_key(record)
             if key in seen:
                 continue
             seen.add(key)
-            kept.append(r)
+            kept.append(record)
             if top_k is not None and len(kept) >= top_k:
                 break
         out += kept
     return out
 
 
-def sft_row(r: dict[str, Any]) -> dict[str, Any]:
+def sft_row(record: dict[str, Any]) -> dict[str, Any]:
     """The SFT row of one record."""
-    row: dict[str, Any] = {"messages": r["messages"]}
-    if r.get("tools"):
-        row["tools"] = r["tools"]
-    return row | {k: r.get(k) for k in ("task_id", "source", "step", "reward", "rollout_id")}
+    row: dict[str, Any] = {"messages": record["messages"]}
+    if record.get("tools"):
+        row["tools"] = record["tools"]
+    return row | {k: record.get(k) for k in ("task_id", "source", "step", "reward", "rollout_id")}
 
 
 def export_rows(cfg: Any) -> list[dict[str, Any]]:

@@ -20,8 +20,8 @@ def setup_logging(process: str, run_dir: Path | None = None, level: str = "info"
     """
     root = logging.getLogger("prime_rl")
     root.setLevel(level.upper())
-    for h in list(root.handlers):
-        root.removeHandler(h)
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
     console = logging.StreamHandler(sys.stderr)
     console.setFormatter(logging.Formatter(_FMT, _DATEFMT))
     root.addHandler(console)

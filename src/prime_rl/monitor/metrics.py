@@ -52,9 +52,9 @@ def read_metrics(run_dir: Path, process: str | None = None) -> list[dict[str, An
     return rows
 
 
-def _clean(v: Any) -> Any:
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
+def _clean(value: Any) -> Any:
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
         return None
-    return v
+    return value

@@ -86,9 +86,9 @@ def newest_step_dir(parent: Path, marker: str, above: int = -1) -> tuple[int, Pa
     """The newest `(N, parent/step_N)` with `marker` inside and N > `above`, or None: one listing, and the marker is
     checked only for versions newer than `above`, newest first. The orchestrator's weight watcher calls it every
     10 ms, so it uses `os.scandir` rather than pathlib."""
-    for n, p in sorted(_scan_steps(parent, above) or [], reverse=True):
-        if os.path.isfile(os.path.join(p, marker)):
-            return n, Path(p)
+    for step, step_dir in sorted(_scan_steps(parent, above) or [], reverse=True):
+        if os.path.isfile(os.path.join(step_dir, marker)):
+            return step, Path(step_dir)
     return None
 
 

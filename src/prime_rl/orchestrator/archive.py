@@ -106,6 +106,6 @@ class ArchiveWriter:
 def prune(run: Path, keep_from: int) -> list[int]:
     """Delete the archive folders of steps below `keep_from`; returns the steps deleted."""
     gone = [n for n in archived_steps(run) if n < keep_from]
-    for n in gone:
-        shutil.rmtree(archive_dir(run) / f"step_{n}", ignore_errors=True)
+    for step in gone:
+        shutil.rmtree(archive_dir(run) / f"step_{step}", ignore_errors=True)
     return gone

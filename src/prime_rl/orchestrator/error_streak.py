@@ -49,14 +49,14 @@ class ErrorStreak:
     def observe(self, rollouts: list[Rollout]) -> str | None:
         """Count `rollouts` (one collected group, in order); the stop message when a limit trips (and on every later
         call), else None."""
-        for r in rollouts:
+        for rollout in rollouts:
             if self.tripped is not None:
                 break
-            self.recent.append((r.error_kind or "unknown") if r.masked else None)
-            if r.masked:
+            self.recent.append((rollout.error_kind or "unknown") if rollout.masked else None)
+            if rollout.masked:
                 self.streak += 1
-                self.kinds[r.error_kind or "unknown"] += 1
-                self.last.setdefault(r.source, deque(maxlen=self.keep)).append(r.error or "unknown")
+                self.kinds[rollout.error_kind or "unknown"] += 1
+                self.last.setdefault(rollout.source, deque(maxlen=self.keep)).append(rollout.error or "unknown")
             else:
                 self.streak = 0
                 self.kinds.clear()
@@ -70,9 +70,10 @@ class ErrorStreak:
             return self._message(head, self.kinds)
         if self.max_rate is not None and len(self.recent) == self.window:
             kinds = Counter(k for k in self.recent if k is not None)
-            n = sum(kinds.values())
-            if n / self.window > self.max_rate:
-                head = (f"{n} of the last {self.window} rollouts masked ({100 * n / self.window:.0f}% > "
+            num_masked = sum(kinds.values())
+            if num_masked / self.window > self.max_rate:
+                head = (f"{num_masked} of the last {self.window} rollouts masked "
+                        f"({100 * num_masked / self.window:.0f}% > "
                         f"orchestrator.max_error_rate = {self.max_rate:g} over orchestrator.error_rate_window)")
                 return self._message(head, kinds)
         return None

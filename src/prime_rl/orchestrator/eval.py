@@ -51,18 +51,19 @@ def eval_tasks(source: TaskSource, num_examples: int | None) -> list:
     return tasks if num_examples is None else tasks[:num_examples]
 
 
-def summarize(rollouts_by_task: list[list[Rollout]], k: int, threshold: float) -> dict[str, float]:
-    """avg@k, pass@k, pass@1 (per task, see the module docstring), error/truncated percentages and mean turns over
-    the rollouts of several tasks (one list per task). The three scores are NaN when no task has an unmasked
-    rollout."""
+def summarize(rollouts_by_task: list[list[Rollout]], at_k: int, threshold: float) -> dict[str, float]:
+    """avg@k, pass@k (k = `at_k`), pass@1 (per task, see the module docstring), error/truncated percentages and
+    mean turns over the rollouts of several tasks (one list per task). The three scores are NaN when no task has an
+    unmasked rollout."""
     all_r = [r for rs in rollouts_by_task for r in rs]
     scored = [[r for r in rs if not r.masked] for rs in rollouts_by_task]
     scored = [rs for rs in scored if rs]
     nan = float("nan")
     num_scored = len(scored)
     out = {
-        f"avg@{k}": sum(sum(r.reward for r in rs) / len(rs) for rs in scored) / num_scored if num_scored else nan,
-        f"pass@{k}": sum(any(r.reward >= threshold for r in rs) for rs in scored) / num_scored if num_scored else nan,
+        f"avg@{at_k}": sum(sum(r.reward for r in rs) / len(rs) for rs in scored) / num_scored if num_scored else nan,
+        f"pass@{at_k}": (sum(any(r.reward >= threshold for r in rs) for rs in scored) / num_scored
+                         if num_scored else nan),
         "pass@1": (sum(sum(r.reward >= threshold for r in rs) / len(rs) for rs in scored) / num_scored
                    if num_scored else nan),
         "tasks": float(len(rollouts_by_task)),

@@ -188,33 +188,34 @@ def k_of(metrics: dict[str, float]) -> int:
     return next(int(key[len("avg@"):]) for key in metrics if key.startswith("avg@"))
 
 
-def sweep_table(results: dict[int, EvalResult], k: int, title: str):
-    """A rich Table across steps: one row per (step, source) with tasks, avg@k, pass@k, pass@1 and error %. A source
-    evaluated with another k (its own `rollouts_per_example`) shows its k beside its name, its scores in the same
-    columns."""
+def sweep_table(results: dict[int, EvalResult], at_k: int, title: str):
+    """A rich Table across steps: one row per (step, source) with tasks, avg@k, pass@k (k = `at_k`), pass@1 and
+    error %. A source evaluated with another k (its own `rollouts_per_example`) shows its k beside its name, its
+    scores in the same columns."""
     from rich.table import Table
 
     table = Table(title=title)
-    cols = ["Step", "Source", "Tasks", f"avg@{k}", f"pass@{k}", "pass@1", "Error"]
-    if k == 1:
+    cols = ["Step", "Source", "Tasks", f"avg@{at_k}", f"pass@{at_k}", "pass@1", "Error"]
+    if at_k == 1:
         cols.remove("pass@1")  # the same column twice otherwise
     for col in cols:
         table.add_column(col, justify="left" if col == "Source" else "right")
 
-    def f(value: Any, digits: int) -> str:
+    def fmt(value: Any, digits: int) -> str:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
     for step, res in results.items():
         for name, scores in res.by_source.items():
             ks = k_of(scores)
-            label = name if ks == k else f"{name} (k={ks})"
-            row = [str(step), label, str(int(scores["tasks"])), f(scores[f"avg@{ks}"], 4), f(scores[f"pass@{ks}"], 3)]
-            table.add_row(*row, *([f(scores["pass@1"], 3)] if k != 1 else []), f"{scores['error_pct']:.1f}%")
+            label = name if ks == at_k else f"{name} (k={ks})"
+            row = [str(step), label, str(int(scores["tasks"])), fmt(scores[f"avg@{ks}"], 4),
+                   fmt(scores[f"pass@{ks}"], 3)]  # fmt: skip
+            table.add_row(*row, *([fmt(scores["pass@1"], 3)] if at_k != 1 else []), f"{scores['error_pct']:.1f}%")
     return table
 
 
-def sweep_plot(results: dict[int, EvalResult], k: int, path: Path, title: str) -> Path:
-    """avg@k (solid) and pass@k (dashed) of each source against the step, saved to `path` (PNG)."""
+def sweep_plot(results: dict[int, EvalResult], at_k: int, path: Path, title: str) -> Path:
+    """avg@k (solid) and pass@k (dashed; k = `at_k`) of each source against the step, saved to `path` (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -61,11 +61,12 @@ def shape_rewards(group: Sequence[Rollout], penalties: Mapping[str, LengthPenalt
     """Copies of `group`'s rollouts with the length penalty of their source added to the reward (masked rollouts
     and sources without a penalty unchanged). `env_metrics["length_penalty"]` records the amount."""
     out = []
-    for r in group:
-        cfg = penalties.get(r.source)
-        if cfg is None or r.masked:
-            out.append(r)
+    for rollout in group:
+        cfg = penalties.get(rollout.source)
+        if cfg is None or rollout.masked:
+            out.append(rollout)
             continue
-        p = length_penalty(r.num_loss_tokens, cfg)
-        out.append(dataclasses.replace(r, reward=r.reward + p, env_metrics={**r.env_metrics, "length_penalty": p}))
+        penalty = length_penalty(rollout.num_loss_tokens, cfg)
+        out.append(dataclasses.replace(rollout, reward=rollout.reward + penalty,
+                                       env_metrics={**rollout.env_metrics, "length_penalty": penalty}))  # fmt: skip
     return out

@@ -22,13 +22,14 @@ class PromptTooLong(ValueError):
     """No sampled first prompt of a source fits in `seq_len` (the message names the source and the lengths)."""
 
 
-def sample_evenly(n: int, k: int) -> list[int]:
-    """`min(n, k)` indices spread evenly over `range(n)` (first and last included when k >= 2)."""
-    if n <= k:
-        return list(range(n))
-    if k == 1:
+def sample_evenly(size: int, num_picks: int) -> list[int]:
+    """`min(size, num_picks)` indices spread evenly over `range(size)` (first and last included when
+    `num_picks` >= 2)."""
+    if size <= num_picks:
+        return list(range(size))
+    if num_picks == 1:
         return [0]
-    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+    return sorted({round(i * (size - 1) / (num_picks - 1)) for i in range(num_picks)})
 
 
 def prompt_lengths(source: TaskSource, split: str, renderer: Any, sample: int) -> dict[str, int]:

@@ -50,16 +50,16 @@ class WeightWatcher:
         found = self.newest(above=self.policy.version)
         if found is None:
             return None
-        n, path = found
+        version, path = found
         t0 = time.perf_counter()
-        await self.load(str(path), n)
+        await self.load(str(path), version)
         self.last_load_s = time.perf_counter() - t0
-        log.info("loaded policy version %d from %s in %.3f s", n, path, self.last_load_s)
-        self.loaded.append(n)
-        self.policy.set(n)
+        log.info("loaded policy version %d from %s in %.3f s", version, path, self.last_load_s)
+        self.loaded.append(version)
+        self.policy.set(version)
         if self.on_loaded is not None:
-            await self.on_loaded(n)
-        return n
+            await self.on_loaded(version)
+        return version
 
     async def run(self) -> None:
         """Poll forever (cancel to stop). Errors of the update route propagate, and so does the client's report that

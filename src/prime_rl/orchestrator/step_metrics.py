@@ -75,15 +75,16 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
     return metrics
 
 
-def step_line(step: int, m: dict[str, Any], max_steps: int | None = None) -> str:
+def step_line(step: int, metrics: dict[str, Any], max_steps: int | None = None) -> str:
     """`Step 12/50 | 1m 23s | Reward 0.7508 | Trainable 32/32 (100.0%) | Turns 3.9 | Max Off-Policy 1 | Error 0.0% |
     Truncated 12.5%` (`Step 12 | ...` without `max_steps`)."""
-    reward = m["reward"]
+    reward = metrics["reward"]
     rtxt = "nan" if reward is None or (isinstance(reward, float) and math.isnan(reward)) else _number(reward)
     return progress_step_line(step, max_steps, [
-        format_duration(m["step_time_s"]), f"Reward {rtxt}",
-        f"Trainable {m['trainable']}/{m['num_rollouts']} ({m['trainable_pct']:.1f}%)", f"Turns {m['turns']:.1f}",
-        f"Max Off-Policy {m['max_off_policy']}", f"Error {m['error_pct']:.1f}%", f"Truncated {m['truncated_pct']:.1f}%",
+        format_duration(metrics["step_time_s"]), f"Reward {rtxt}",
+        f"Trainable {metrics['trainable']}/{metrics['num_rollouts']} ({metrics['trainable_pct']:.1f}%)",
+        f"Turns {metrics['turns']:.1f}", f"Max Off-Policy {metrics['max_off_policy']}",
+        f"Error {metrics['error_pct']:.1f}%", f"Truncated {metrics['truncated_pct']:.1f}%",
     ])  # fmt: skip
 
 

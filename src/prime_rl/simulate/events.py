@@ -17,11 +17,11 @@ class EventQueue:
         self._seq = itertools.count()
         self.processed = 0
 
-    def at(self, t: float, fn: Callable[[], None]) -> None:
-        """Schedule `fn` at time `t` (not before now). Raises ValueError for a time in the past."""
-        if t < self.now - 1e-12:
-            raise ValueError(f"event at {t} is before the clock ({self.now})")
-        heapq.heappush(self._heap, (max(t, self.now), next(self._seq), fn))
+    def at(self, when: float, fn: Callable[[], None]) -> None:
+        """Schedule `fn` at time `when` (not before now). Raises ValueError for a time in the past."""
+        if when < self.now - 1e-12:
+            raise ValueError(f"event at {when} is before the clock ({self.now})")
+        heapq.heappush(self._heap, (max(when, self.now), next(self._seq), fn))
 
     def after(self, dt: float, fn: Callable[[], None]) -> None:
         """Schedule `fn` `dt` seconds from now."""
@@ -31,8 +31,8 @@ class EventQueue:
         """Process events until `until()` holds or none is left. Raises RuntimeError past `max_events` (a model
         that never reaches its end)."""
         while self._heap and not until():
-            t, _, fn = heapq.heappop(self._heap)
-            self.now = t
+            when, _, fn = heapq.heappop(self._heap)
+            self.now = when
             fn()
             self.processed += 1
             if self.processed > max_events:

@@ -37,19 +37,19 @@ class Request:
 
 def iteration_times(cfg: PlanInferenceConfig) -> tuple[float, float]:
     """`(t0, t1)` of the decode iteration time `t(b) = t0 + t1 * b` (seconds) from the config's two points."""
-    b = cfg.peak_batch
+    peak_batch = cfg.peak_batch
     single = 1.0 / cfg.single_seq_tokens_per_s
-    if b == 1:
+    if peak_batch == 1:
         return single, 0.0
-    t1 = (b / cfg.peak_tokens_per_s - single) / (b - 1)
+    t1 = (peak_batch / cfg.peak_tokens_per_s - single) / (peak_batch - 1)
     return single - t1, t1
 
 
 class Replica:
     """One inference server on the event queue `q`; `version` is the policy version it serves now."""
 
-    def __init__(self, idx: int, q: EventQueue, cfg: PlanInferenceConfig):
-        self.idx, self.q = idx, q
+    def __init__(self, idx: int, queue: EventQueue, cfg: PlanInferenceConfig):
+        self.idx, self.q = idx, queue
         self.t0, self.t1 = iteration_times(cfg)
         self.max_seqs = cfg.peak_batch
         self.prefill_rate = cfg.prefill_tokens_per_s
@@ -75,9 +75,9 @@ class Replica:
         """Requests waiting, prefilling or decoding (what the client balances on)."""
         return len(self.waiting) + len(self.prefilling) + len(self.active)
 
-    def iteration_s(self, b: int) -> float:
-        """Seconds of one decode iteration with `b` sequences."""
-        return self.t0 + self.t1 * b
+    def iteration_s(self, batch_size: int) -> float:
+        """Seconds of one decode iteration with `batch_size` sequences."""
+        return self.t0 + self.t1 * batch_size
 
     # ---- state advance ----
     def _advance(self) -> None:
@@ -92,10 +92,10 @@ class Replica:
             self.prefill_left = max(0.0, self.prefill_left - dt)
             self.busy_s += dt
         elif self.active:
-            n = len(self.active)
-            self.V += dt / self.iteration_s(n)
+            num_active = len(self.active)
+            self.V += dt / self.iteration_s(num_active)
             self.busy_s += dt
-            self.seq_s += n * dt
+            self.seq_s += num_active * dt
 
     def _schedule(self) -> None:
         self._gen += 1

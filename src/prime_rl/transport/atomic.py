@@ -74,9 +74,9 @@ def publish_filled_dir(tmp: Path, path: Path, marker: str | None = STABLE) -> Pa
     """Publish an already-filled temporary directory `tmp` as `path`: fsync every file, replace `path` by a rename,
     then write the `marker` file last. For writers that fill `tmp` themselves (e.g. several ranks, collectively)."""
     tmp, path = Path(tmp), Path(path)
-    for p in tmp.rglob("*"):
-        if p.is_file():
-            with open(p, "rb") as f:
+    for entry in tmp.rglob("*"):
+        if entry.is_file():
+            with open(entry, "rb") as f:
                 os.fsync(f.fileno())
     if path.exists():
         shutil.rmtree(path)

@@ -64,15 +64,15 @@ class MicroBatch:
     teacher_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        n = None
+        length = None
         for name, dtype in self.dtypes().items():
             arr = np.ascontiguousarray(np.asarray(getattr(self, name)).astype(dtype, copy=False))
             if arr.ndim != 1:
                 raise BatchFormatError(f"micro-batch field {name!r} must be 1-D, got shape {arr.shape}")
-            if n is None:
-                n = arr.shape[0]
-            elif arr.shape[0] != n:
-                raise BatchFormatError(f"micro-batch field {name!r} has length {arr.shape[0]}, expected {n}")
+            if length is None:
+                length = arr.shape[0]
+            elif arr.shape[0] != length:
+                raise BatchFormatError(f"micro-batch field {name!r} has length {arr.shape[0]}, expected {length}")
             setattr(self, name, arr)
 
     def dtypes(self) -> dict[str, str]:
@@ -89,16 +89,16 @@ class MicroBatch:
     def nonfinite_fields(self) -> list[str]:
         """Fields holding NaN or inf on a loss token (`advantages`, `inference_logprobs`, `temperature`,
         `teacher_logprobs` when set); [] when none does. One vectorised check per field (docs/design.md invariant 7)."""
-        m = self.loss_mask
+        mask = self.loss_mask
         names = ["advantages", "inference_logprobs", "temperature"] + [k for k in OPTIONAL_FIELDS if getattr(self, k) is not None]
-        return [name for name in names if not bool(np.isfinite(getattr(self, name)[m]).all())]
+        return [name for name in names if not bool(np.isfinite(getattr(self, name)[mask]).all())]
 
     @classmethod
     def empty_like(cls, length: int = 1, pad_id: int = 0, teacher: bool = False) -> MicroBatch:
         """A padding micro-batch with no loss tokens (with `teacher`: zero `teacher_logprobs`)."""
-        z = np.zeros(length, dtype=np.float32)
-        return cls(np.full(length, pad_id), np.arange(length), np.zeros(length, bool), z, z, np.ones(length),
-                   z if teacher else None)
+        zeros = np.zeros(length, dtype=np.float32)
+        return cls(np.full(length, pad_id), np.arange(length), np.zeros(length, bool), zeros, zeros, np.ones(length),
+                   zeros if teacher else None)
 
 
 def concat_micro_batches(mbs: list[MicroBatch], max_tokens: int) -> list[MicroBatch]:
@@ -124,12 +124,13 @@ def concat_micro_batches(mbs: list[MicroBatch], max_tokens: int) -> list[MicroBa
 
 def _concat(mbs: list[MicroBatch]) -> MicroBatch:
     fields = {f: np.concatenate([getattr(m, f) for m in mbs]) for f in FIELDS}
-    for f, dtype in OPTIONAL_FIELDS.items():
-        if all(getattr(m, f) is None for m in mbs):
+    for name, dtype in OPTIONAL_FIELDS.items():
+        if all(getattr(m, name) is None for m in mbs):
             continue
-        if any(getattr(m, f) is None and m.num_loss_tokens for m in mbs):
-            raise BatchFormatError(f"micro-batches to concatenate differ in {f!r}: one with loss tokens lacks it")
-        fields[f] = np.concatenate([np.zeros(len(m), dtype) if getattr(m, f) is None else getattr(m, f) for m in mbs])
+        if any(getattr(m, name) is None and m.num_loss_tokens for m in mbs):
+            raise BatchFormatError(f"micro-batches to concatenate differ in {name!r}: one with loss tokens lacks it")
+        fields[name] = np.concatenate([np.zeros(len(m), dtype) if getattr(m, name) is None else getattr(m, name)
+                                        for m in mbs])  # fmt: skip
     return MicroBatch(**fields)
 
 

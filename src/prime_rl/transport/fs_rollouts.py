@@ -18,10 +18,10 @@ def write_rank_files(run_dir: Path, step: int, batches: list[StepBatch]) -> list
     """Write `rollouts/step_<step>/rank_R.bin` for each batch atomically; returns the paths."""
     run = RunDir(run_dir)
     paths = []
-    for b in batches:
-        p = run.rollout_file(step, b.rank)
-        write_batch(p, b)
-        paths.append(p)
+    for batch in batches:
+        path = run.rollout_file(step, batch.rank)
+        write_batch(path, batch)
+        paths.append(path)
     return paths
 
 

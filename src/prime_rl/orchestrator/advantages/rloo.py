@@ -18,11 +18,13 @@ from prime_rl.orchestrator.advantages import group_mean, trainable_rewards
 def rloo_advantages(rewards: Sequence[float], mask: Sequence[bool], cfg: RLOOAdvantageConfig) -> list[float]:
     """Shape [G] -> [G]; 0.0 for masked members."""
     vals = trainable_rewards(rewards, mask)
-    k = len(vals)
-    if k < 2:
+    num_trainable = len(vals)
+    if num_trainable < 2:
         return [0.0] * len(rewards)
     total = sum(vals)
     if math.isfinite(total):
-        return [float(r) - (total - float(r)) / (k - 1) if m else 0.0 for r, m in zip(rewards, mask, strict=True)]
+        return [float(r) - (total - float(r)) / (num_trainable - 1) if m else 0.0
+                for r, m in zip(rewards, mask, strict=True)]  # fmt: skip
     mean = group_mean(vals)
-    return [(float(r) - mean) * (k / (k - 1)) if m else 0.0 for r, m in zip(rewards, mask, strict=True)]
+    return [(float(r) - mean) * (num_trainable / (num_trainable - 1)) if m else 0.0
+            for r, m in zip(rewards, mask, strict=True)]  # fmt: skip

@@ -78,8 +78,8 @@ def to_trace_messages(messages: list[dict[str, Any]]) -> list[tuple[Any, bool]]:
     from verifiers.v1.types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
     out: list[tuple[Any, bool]] = []
-    for m in messages:
-        role, content = m.get("role"), _text(m.get("content"))
+    for message in messages:
+        role, content = message.get("role"), _text(message.get("content"))
         if role == "system":
             out.append((SystemMessage(content=content), False))
         elif role == "user":
@@ -87,11 +87,12 @@ def to_trace_messages(messages: list[dict[str, Any]]) -> list[tuple[Any, bool]]:
         elif role == "assistant":
             calls = [ToolCall(id=c["id"], name=c["function"]["name"],
                               arguments=a if isinstance(a := c["function"].get("arguments", {}), str) else json.dumps(a))
-                     for c in m.get("tool_calls") or []]  # fmt: skip
-            out.append((AssistantMessage(content=content or None, reasoning_content=m.get("reasoning_content"),
+                     for c in message.get("tool_calls") or []]  # fmt: skip
+            out.append((AssistantMessage(content=content or None, reasoning_content=message.get("reasoning_content"),
                                          tool_calls=calls or None), True))  # fmt: skip
-        elif role == "tool" and m.get("tool_call_id"):
-            out.append((ToolMessage(tool_call_id=m["tool_call_id"], content=content, name=m.get("name")), False))
+        elif role == "tool" and message.get("tool_call_id"):
+            tool_message = ToolMessage(tool_call_id=message["tool_call_id"], content=content, name=message.get("name"))
+            out.append((tool_message, False))
     return out
 
 
