@@ -170,3 +170,32 @@ def test_clean_with_a_resume_is_refused(tmp_path, tiny, capsys, resume):  # noqa
     code, out, err = run_dry(demo_args(tmp_path, tiny, None, None, *resume, "--clean"), capsys)
     assert code == 2, out + err
     assert "--clean removes the checkpoints that" in err and (own / "trainer/STABLE").is_file()
+
+
+def test_a_relative_resume_dir_is_made_absolute_for_the_children(tmp_path, tiny, capsys, source, monkeypatch):  # noqa: F811
+    """`ckpt.resume_dir` relative to the working directory `rl` runs in: the configs the children read, and the
+    `rl.toml` a Slurm job's nodes read, hold it absolute, so a process started in another working directory (a
+    node's `slurm.workdir`, `trainer @ configs/trainer.toml` by hand) loads the same checkpoint."""
+    from prime_rl.config.loader import write_config
+    from prime_rl.config.orchestrator import OrchestratorConfig
+    from prime_rl.config.rl import RLConfig
+    from prime_rl.launcher.plan import launch_config
+
+    rows_at(tmp_path / "gym-root")
+    monkeypatch.chdir(tmp_path)
+    args = demo_args(tmp_path, tiny, None, None, "--ckpt.resume-dir", "run-a/checkpoints/step_4")
+    code, out, err = run_dry(args, capsys)
+    assert code == 0, out + err
+    want = (tmp_path / "run-a/checkpoints/step_4").resolve()
+    assert f"fork of checkpoint step 4 ({want})" in out
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert written_trainer(tmp_path).ckpt.resume_dir == want
+    orch = parse_config(OrchestratorConfig, ["@", str(tmp_path / "run/configs/orchestrator.toml")])
+    assert orch.ckpt.resume_dir == want
+    monkeypatch.chdir(tmp_path)
+    rl_toml = write_config(launch_config(parse_config(RLConfig, args)), tmp_path / "rl.toml")
+    monkeypatch.chdir(elsewhere)
+    back = parse_config(RLConfig, ["@", str(rl_toml)])  # no "set twice" between [ckpt] and the sections
+    assert back.ckpt.resume_dir == back.trainer.ckpt.resume_dir == back.orchestrator.ckpt.resume_dir == want

@@ -301,10 +301,11 @@ def processes(cfg: RLConfig, run: RunDir, nodes: list[NodeRoles], replicas: list
 
 def launch_config(cfg: RLConfig) -> RLConfig:
     """The `rl.toml` a run reads back (a Slurm job's nodes, `rl @ configs/rl.toml`): the run's config with its
-    run directory, without `dry_run`, and (single-node) the orchestrator pointed at the replicas the node starts,
-    since the written file sets `base_url` explicitly."""
+    run directory and `ckpt.resume_dir` absolute, without `dry_run`, and (single-node) the orchestrator pointed at
+    the replicas the node starts, since the written file sets `base_url` explicitly."""
     root = preflight.check_run_dirs(cfg)
-    changes: dict[str, Any] = {"output_dir": root, "dry_run": False, **{f"{s}.output_dir": root for s in SECTIONS}}
+    changes: dict[str, Any] = {"output_dir": root, "dry_run": False, **{f"{s}.output_dir": root for s in SECTIONS},
+                               **resume.absolute_resume_dir(cfg)}  # fmt: skip
     if cfg.deployment.type == "single-node":
         changes["orchestrator.client.base_url"] = preflight.check_client(cfg, local_replicas(cfg))
     return evolve(cfg, changes)

@@ -97,7 +97,25 @@ def start(cfg: Any, run: RunDir) -> Start:
     clean = _previous_run_cleared(cfg, run)
     if ckpt.resume_dir is None:
         return Start(clean=clean)
-    return Start(step=_fork_step(cfg, run), clean=clean, fork=Path(ckpt.resume_dir))
+    step = _fork_step(cfg, run)
+    changes = absolute_resume_dir(cfg)
+    return Start(step=step, clean=clean, fork=changes.get("trainer.ckpt.resume_dir", Path(ckpt.resume_dir)),
+                 changes={k: v for k, v in changes.items() if k != "ckpt.resume_dir"})  # fmt: skip
+
+
+def absolute_resume_dir(cfg: Any) -> dict[str, Path]:
+    """`ckpt.resume_dir` given relative to the working directory (where `rl` runs), made absolute in the shared
+    `[ckpt]` and in both sections: the children, a Slurm job's nodes (`slurm.workdir`) and a later
+    `trainer @ configs/trainer.toml` may run in another working directory. Returns the changes (dotted field ->
+    resolved path; empty when no resume_dir is set or each is absolute already)."""
+    out: dict[str, Path] = {}
+    for dotted in ("ckpt", "trainer.ckpt", "orchestrator.ckpt"):
+        ckpt = cfg
+        for name in dotted.split("."):
+            ckpt = getattr(ckpt, name, None)
+        if ckpt is not None and ckpt.resume_dir is not None and not Path(ckpt.resume_dir).is_absolute():
+            out[f"{dotted}.resume_dir"] = Path(ckpt.resume_dir).resolve()
+    return out
 
 
 def _field(cfg: Any, name: str) -> tuple[str, str]:
