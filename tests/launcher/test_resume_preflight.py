@@ -67,6 +67,19 @@ def test_a_fork_from_an_incomplete_checkpoint_is_refused(tmp_path, tiny, capsys,
     assert "Traceback" not in err and not (tmp_path / "run/configs").exists()
 
 
+def test_a_relative_fork_source_is_named_as_written(tmp_path, tiny, capsys, source, monkeypatch):  # noqa: F811
+    """A relative `ckpt.resume_dir`: the message names the folders relative to the working directory, as written."""
+    rows_at(tmp_path / "gym-root")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_dry(demo_args(tmp_path, tiny, None, None, "--ckpt.resume-dir", "run-a/checkpoints/step_3"),
+                             capsys)  # fmt: skip
+    assert code == 2, out + err
+    assert ("ckpt.resume_dir = 'run-a/checkpoints/step_3' (from --ckpt.resume-dir): run-a/checkpoints/step_3 is not a "
+            "complete checkpoint") in err
+    assert "complete checkpoints under run-a/checkpoints: steps 2, 4" in err
+    assert "set ckpt.resume_dir to one of them (e.g. run-a/checkpoints/step_4)" in err
+
+
 def test_a_fork_from_a_run_without_checkpoints_names_ckpt_interval(tmp_path, tiny, capsys):  # noqa: F811
     rows_at(tmp_path / "gym-root")
     empty = tmp_path / "run-a/checkpoints"

@@ -196,9 +196,9 @@ def _fork_step(cfg: Any, run: RunDir) -> int:
             f"{head} is inside this run's own output_dir {run.root}: a fork starts a new run from another run's "
             "checkpoint; continue this run with --resume (its newest complete checkpoint) or ckpt.resume_step = N"
         )
-    if missing_parts(src):
-        steps, listing = _listing(src.parent.resolve())
-        fix = (f"set {field_} to one of them (e.g. {src.parent.resolve() / f'step_{steps[-1]}'})" if steps else
+    if missing_parts(src):  # folders named as the user wrote them (relative: to the working directory)
+        steps, listing = _listing(src.parent)
+        fix = (f"set {field_} to one of them (e.g. {src.parent / f'step_{steps[-1]}'})" if steps else
                "the source run saves checkpoints with ckpt.interval")  # fmt: skip
         raise PreflightError(f"{_not_complete(head, src)}; {listing}; {fix}")
     return int(src.name.removeprefix("step_"))
