@@ -214,8 +214,8 @@ class ReasoningGymEnv(Environment):
     def sft_examples(self, split: str = "train") -> list[dict[str, Any]]:
         """The dataset's reference answers in this environment's answer format."""
         out = []
-        for t in self.tasks(split):
-            answer = str(t.info["answer"])
+        for task in self.tasks(split):
+            answer = str(task.info["answer"])
             if self.answer_format == "tool":
                 call = {"id": "call_0_0", "type": "function",
                         "function": {"name": "submit_answer", "arguments": {"answer": answer}}}  # fmt: skip
@@ -226,5 +226,6 @@ class ReasoningGymEnv(Environment):
             else:
                 content = f"<answer>{answer}</answer>" if self.answer_format == "tag" else answer
                 turns = [{"role": "assistant", "content": content}]
-            out.append({"messages": [*t.messages, *turns], "tools": t.tools, "task_id": t.task_id, "split": split})
+            out.append({"messages": [*task.messages, *turns], "tools": task.tools, "task_id": task.task_id,
+                        "split": split})  # fmt: skip
         return out

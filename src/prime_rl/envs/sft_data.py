@@ -22,10 +22,10 @@ def write_sft_data(env: str, out: str | Path, split: str = "train", limit: int |
     from prime_rl.envs.base import load_env
     from prime_rl.transport.atomic import atomic_write_text
 
-    e = load_env(env, **(env_args or {}))
-    if not hasattr(e, "sft_examples"):
+    environment = load_env(env, **(env_args or {}))
+    if not hasattr(environment, "sft_examples"):
         raise ValueError(f"environment {env!r} has no demonstrations (sft_examples)")
-    rows = e.sft_examples(split)[:limit]
+    rows = environment.sft_examples(split)[:limit]
     if not rows:
         raise ValueError(f"environment {env!r} has no {split!r} demonstrations")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -35,5 +35,5 @@ def write_sft_data(env: str, out: str | Path, split: str = "train", limit: int |
 
 def run(cfg) -> None:
     """`prime-rl sft-data` (`prime_rl.config.utilities.SFTDataConfig`). Raises KeyError / ValueError (exit 2)."""
-    n = write_sft_data(cfg.env, cfg.out, cfg.split, cfg.limit, cfg.args)
-    print(f"{n} {cfg.split} demonstrations of {cfg.env} written to {cfg.out}")
+    num_rows = write_sft_data(cfg.env, cfg.out, cfg.split, cfg.limit, cfg.args)
+    print(f"{num_rows} {cfg.split} demonstrations of {cfg.env} written to {cfg.out}")

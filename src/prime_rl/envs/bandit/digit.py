@@ -22,10 +22,10 @@ def digit_reward(answer: str | None, target: int, digit_credit: float) -> float:
     text = (answer or "").strip()
     if not text:
         return 0.0
-    c = text[0]
-    if c == str(target):
+    first_char = text[0]
+    if first_char == str(target):
         return 1.0
-    return digit_credit if c.isascii() and c.isdigit() else 0.0
+    return digit_credit if first_char.isascii() and first_char.isdigit() else 0.0
 
 
 class DigitEpisode(Episode):
@@ -36,8 +36,8 @@ class DigitEpisode(Episode):
         return f"error: digit-bandit has no tools (called {name!r}); answer with one digit"
 
     def verify(self, final_response: str | None = None) -> VerifyResult:
-        r = digit_reward(final_response, self.target, self.digit_credit)
-        return VerifyResult(r, {"target": float(r == 1.0), "digit": float(r > 0.0)})
+        reward = digit_reward(final_response, self.target, self.digit_credit)
+        return VerifyResult(reward, {"target": float(reward == 1.0), "digit": float(reward > 0.0)})
 
 
 class DigitBanditEnv(Environment):

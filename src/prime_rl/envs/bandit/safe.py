@@ -110,16 +110,16 @@ class ToolBanditEnv(Environment):
         """Format demonstrations, not solutions: a uniformly random code (seeded), the safe's reply, that reply."""
         rng = random.Random(self.seed)
         out = []
-        for t in self.tasks(split):
+        for task in self.tasks(split):
             code = rng.randrange(10)
             reply = "open" if code == self.code else "locked"
             call = {"id": "call_0", "type": "function",
                     "function": {"name": TOOL_NAME, "arguments": json.dumps({"code": code})}}  # fmt: skip
             msgs = [
-                *t.messages,
+                *task.messages,
                 {"role": "assistant", "content": "", "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "call_0", "name": TOOL_NAME, "content": reply},
                 {"role": "assistant", "content": reply},
             ]
-            out.append({"messages": msgs, "tools": t.tools, "task_id": t.task_id, "split": split})
+            out.append({"messages": msgs, "tools": task.tools, "task_id": task.task_id, "split": split})
         return out

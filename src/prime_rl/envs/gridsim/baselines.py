@@ -21,16 +21,16 @@ def greedy(prices: Sequence[float], rng: np.random.Generator) -> list[int]:
     """Charge in the 4 cheapest hours and sell in the 4 dearest, walking the day in order and skipping moves
     that can't be made (sell when empty, charge when full). Ties: earlier hour first; the dearest hours are
     chosen among the hours not already picked as cheapest."""
-    n = len(prices)
-    cheap = set(sorted(range(n), key=lambda h: (prices[h], h))[:GREEDY_UNITS])
-    dear = set([h for h in sorted(range(n), key=lambda h: (-prices[h], h)) if h not in cheap][:GREEDY_UNITS])
+    num_hours = len(prices)
+    cheap = set(sorted(range(num_hours), key=lambda h: (prices[h], h))[:GREEDY_UNITS])
+    dear = set([h for h in sorted(range(num_hours), key=lambda h: (-prices[h], h)) if h not in cheap][:GREEDY_UNITS])
     out, soc = [], 0
-    for h in range(n):
-        a = 1 if h in cheap else -1 if h in dear else 0
-        if (a == 1 and soc >= CAPACITY_UNITS) or (a == -1 and soc <= 0):
-            a = 0
-        soc += a
-        out.append(a)
+    for hour in range(num_hours):
+        action = 1 if hour in cheap else -1 if hour in dear else 0
+        if (action == 1 and soc >= CAPACITY_UNITS) or (action == -1 and soc <= 0):
+            action = 0
+        soc += action
+        out.append(action)
     return out
 
 

@@ -60,8 +60,8 @@ def show(cfg: GridSimShowConfig) -> None:
     env = _env(cfg)
     task = env.tasks(cfg.split)[cfg.index]
     ep = env.episode(task)
-    for m in task.messages:
-        print(f"--- {m['role']} ({len(m['content'].encode())} bytes)\n{m['content']}")
+    for message in task.messages:
+        print(f"--- {message['role']} ({len(message['content'].encode())} bytes)\n{message['content']}")
     print(f"--- optimal schedule (profit {ep.optimal_profit:.2f}): {ep.optimal}")
 
 

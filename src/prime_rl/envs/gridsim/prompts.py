@@ -53,8 +53,8 @@ def price_order(prices: Sequence[float]) -> list[int]:
 def price_ranks(prices: Sequence[float]) -> list[int]:
     """Each hour's rank in the day, 1 = cheapest (the inverse of `price_order`; ties: earlier hour first)."""
     ranks = [0] * len(prices)
-    for r, h in enumerate(price_order(prices), 1):
-        ranks[h - 1] = r
+    for rank, hour in enumerate(price_order(prices), 1):
+        ranks[hour - 1] = rank
     return ranks
 
 

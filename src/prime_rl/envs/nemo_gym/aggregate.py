@@ -28,13 +28,13 @@ def _stats(rows: list[dict[str, float]]) -> dict[str, float]:
     keys = sorted({k for r in rows for k in r}, key=lambda k: (k != "reward", k))
     out: dict[str, float] = {}
     for stat in ("mean", "max", "min", "median", "std"):
-        for k in keys:
-            xs = [r[k] for r in rows if k in r]
+        for key in keys:
+            xs = [r[key] for r in rows if key in r]
             if stat == "std":
-                out[f"std/{k}"] = statistics.stdev(xs) if len(xs) > 1 else 0.0
+                out[f"std/{key}"] = statistics.stdev(xs) if len(xs) > 1 else 0.0
             else:
                 fn = {"mean": statistics.fmean, "max": max, "min": min, "median": statistics.median}[stat]
-                out[f"{stat}/{k}"] = float(fn(xs))
+                out[f"{stat}/{key}"] = float(fn(xs))
     return out
 
 

@@ -232,14 +232,17 @@ def load_server_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
     Raises:
         FileNotFoundError: none found (says what to run). ValueError: malformed config.
     """
-    p = Path(path)
+    root = Path(path)
     candidates = (
-        [p / SERVER_CONFIG] if (p / SERVER_CONFIG).is_file() else sorted(p.glob(f"resources_servers/*/{SERVER_CONFIG}"))
+        [root / SERVER_CONFIG]
+        if (root / SERVER_CONFIG).is_file()
+        else sorted(root.glob(f"resources_servers/*/{SERVER_CONFIG}"))
     )
     if len(candidates) != 1:
         what = "no" if not candidates else f"{len(candidates)}"
         raise FileNotFoundError(
-            f"{what} {SERVER_CONFIG} under {p}; run `env-server write ENV OUT` and serve OUT/resources_servers/ENV_v1"
+            f"{what} {SERVER_CONFIG} under {root}; run `env-server write ENV OUT` and serve "
+            "OUT/resources_servers/ENV_v1"
         )
     cfg = json.loads(candidates[0].read_text())
     if not isinstance(cfg, dict) or not isinstance(cfg.get("env"), str):

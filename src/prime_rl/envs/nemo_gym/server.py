@@ -281,10 +281,11 @@ async def close_session(request: Request, body: dict[str, Any] | None = Body(Non
         if named is not None and cb.episode_id is not None and named.identity and named.identity[0] != cb.episode_id:
             raise HTTPException(409, "episode_id does not match the seeded resources session")
     named_sid = "r:" + cb.resources_session_id if cb.resources_session_id is not None else None
-    for s in (sid, named_sid):
-        if s is not None and (s in store.live or s == named_sid):  # a never-seeded 0.7 id is closed for good too
-            closed |= s in store.live
-            store.end(s, SESSION_LOST, "session was closed")
+    for session_id in (sid, named_sid):
+        # a never-seeded 0.7 id is closed for good too
+        if session_id is not None and (session_id in store.live or session_id == named_sid):
+            closed |= session_id in store.live
+            store.end(session_id, SESSION_LOST, "session was closed")
     if cb.resources_session_id is not None:
         return _json({"resources_session_id": cb.resources_session_id})
     return _json({"closed": closed})

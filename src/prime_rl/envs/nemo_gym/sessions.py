@@ -141,8 +141,8 @@ class SessionStore:
                                         "server restart names no session)")  # fmt: skip
         sess = self.live.get(sid)
         if sess is None:
-            t = self.ended.get(sid)
-            return None, ((t.kind, t.reason) if t else (SESSION_LOST, "unknown session"))
+            ended = self.ended.get(sid)
+            return None, ((ended.kind, ended.reason) if ended else (SESSION_LOST, "unknown session"))
         sess.last_seen = time.monotonic()
         return sess, ("", "")
 

@@ -42,10 +42,10 @@ class SplitTasks:
     def __init__(self, env: Environment, name: str, tasks: list[Task]):
         self.env, self.name, self.tasks = env, name, tasks
         self.by_id: dict[str, int] = {}
-        for i, t in enumerate(tasks):
-            if t.task_id in self.by_id:
-                raise ValueError(f"split {name!r}: task_id {t.task_id!r} appears twice; ids must be unique")
-            self.by_id[t.task_id] = i
+        for i, task in enumerate(tasks):
+            if task.task_id in self.by_id:
+                raise ValueError(f"split {name!r}: task_id {task.task_id!r} appears twice; ids must be unique")
+            self.by_id[task.task_id] = i
         self._next = 0
         self._lock = threading.Lock()
 
@@ -56,23 +56,24 @@ class SplitTasks:
         Raises:
             ResetError: both `task_id` and `index`; an unknown id (404); an index out of range (404).
         """
-        n = len(self.tasks)
+        num_tasks = len(self.tasks)
         if task_id is not None and index is not None:
             raise ResetError("reset takes task_id or index, not both")
         if task_id is not None:
             if task_id not in self.by_id:
-                raise ResetError(f"no task {task_id!r} in split {self.name!r} ({n} tasks; GET /{self.name}/tasks "
-                                 "lists them)", status=404)  # fmt: skip
+                raise ResetError(f"no task {task_id!r} in split {self.name!r} ({num_tasks} tasks; "
+                                 f"GET /{self.name}/tasks lists them)", status=404)  # fmt: skip
             return self.tasks[self.by_id[task_id]]
         if index is not None:
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
-                raise ResetError(f"index {index!r} is not a task of split {self.name!r} (0..{n - 1})", status=404)
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_tasks:
+                raise ResetError(f"index {index!r} is not a task of split {self.name!r} (0..{num_tasks - 1})",
+                                 status=404)  # fmt: skip
             return self.tasks[index]
         if seed is not None:
-            return self.tasks[seed % n]
+            return self.tasks[seed % num_tasks]
         with self._lock:
-            i, self._next = self._next, (self._next + 1) % n
-        return self.tasks[i]
+            picked, self._next = self._next, (self._next + 1) % num_tasks
+        return self.tasks[picked]
 
 
 class TaskEnvironment(OpenEnvEnvironment[TaskAction, TaskObservation, TaskState]):

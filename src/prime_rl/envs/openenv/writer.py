@@ -37,9 +37,9 @@ async def _read(url: str, split: str, ids: list[str], concurrency: int, timeout_
     out: list[Task | None] = [None] * len(ids)
     base = f"{url.rstrip('/')}/{split}"
 
-    async def worker(k: int) -> None:
+    async def worker(offset: int) -> None:
         async with TaskEnvClient(base_url=base, message_timeout_s=timeout_s) as client:
-            for i in range(k, len(ids), concurrency):
+            for i in range(offset, len(ids), concurrency):
                 obs = (await client.reset(task_id=ids[i])).observation
                 if obs.task_id != ids[i]:
                     raise ValueError(f"{base}: reset(task_id={ids[i]!r}) answered task {obs.task_id!r}")
@@ -63,14 +63,14 @@ def read_served_tasks(url: str, concurrency: int = 4, timeout_s: float = 60.0) -
 
     async def read_all() -> tuple[dict[str, Any], list[Task], list[Task]]:
         info = await server_info(url)
-        n = max(1, min(concurrency, int(info.get("max_concurrent_envs", concurrency))))
+        num_workers = max(1, min(concurrency, int(info.get("max_concurrent_envs", concurrency))))
         train_ids = [t["task_id"] for t in await list_tasks(url, "all") if t["split"] == "train"]
         eval_ids = [t["task_id"] for t in await list_tasks(url, "eval")]
         both = set(train_ids) & set(eval_ids)
         if both:
             raise ValueError(f"{url}: {len(both)} task(s) are in both train and eval (e.g. {sorted(both)[0]!r})")
-        train, ev = await asyncio.gather(_read(url, "all", train_ids, n, timeout_s),
-                                         _read(url, "eval", eval_ids, n, timeout_s))  # fmt: skip
+        train, ev = await asyncio.gather(_read(url, "all", train_ids, num_workers, timeout_s),
+                                         _read(url, "eval", eval_ids, num_workers, timeout_s))  # fmt: skip
         return info, train, ev
 
     info, train, ev = asyncio.run(read_all())

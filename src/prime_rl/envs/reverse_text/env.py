@@ -18,24 +18,25 @@ SPLITS = ("train", "eval")
 _THINK = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
 
 
-def lcs_length(a: str, b: str) -> int:
-    """Length of the longest common subsequence of `a` and `b` (O(len a * len b) time, O(len b) memory)."""
-    if len(a) < len(b):
-        a, b = b, a
-    prev = [0] * (len(b) + 1)
-    for ca in a:
+def lcs_length(first: str, second: str) -> int:
+    """Length of the longest common subsequence of `first` and `second` (O(len first * len second) time,
+    O(min(len first, len second)) memory)."""
+    if len(first) < len(second):
+        first, second = second, first
+    prev = [0] * (len(second) + 1)
+    for ca in first:
         cur = [0]
-        for j, cb in enumerate(b):
+        for j, cb in enumerate(second):
             cur.append(prev[j] + 1 if ca == cb else max(prev[j + 1], cur[j]))
         prev = cur
     return prev[-1]
 
 
-def lcs_ratio(a: str, b: str) -> float:
-    """2 * LCS(a, b) / (len a + len b), in [0, 1]; 1.0 for two empty strings."""
-    if not a and not b:
+def lcs_ratio(first: str, second: str) -> float:
+    """2 * LCS(first, second) / (len first + len second), in [0, 1]; 1.0 for two empty strings."""
+    if not first and not second:
         return 1.0
-    return 2.0 * lcs_length(a, b) / (len(a) + len(b))
+    return 2.0 * lcs_length(first, second) / (len(first) + len(second))
 
 
 def corpus_texts(min_len: int = 10, max_len: int = 50) -> list[str]:
