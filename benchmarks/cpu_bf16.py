@@ -159,7 +159,7 @@ def measure(model_dir: Path, args) -> dict[str, Any]:
     from prime_rl.cpu_bf16 import check, matmul_gflops
 
     torch.set_num_threads(args.threads)
-    fp32_gf, bf16_gf = matmul_gflops(n=1024, rounds=5)
+    fp32_gf, bf16_gf = matmul_gflops(size=1024, rounds=5)
     decision = check(environ={})
     out: dict[str, Any] = {"model": str(model_dir), "threads": args.threads,
                            "matmul_gflops": {"float32": fp32_gf, "bfloat16": bf16_gf},

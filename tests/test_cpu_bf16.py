@@ -61,7 +61,7 @@ def test_cpu_flags_reads_every_flags_line(tmp_path):
 
 
 def test_matmul_probe_measures_both_dtypes():
-    fp32, bf16 = cpu_bf16.matmul_gflops(n=64, rounds=1)
+    fp32, bf16 = cpu_bf16.matmul_gflops(size=64, rounds=1)
     assert fp32 > 0 and bf16 > 0
 
 

@@ -98,24 +98,24 @@ def cpu_flags(path: Path = CPUINFO) -> set[str]:
     return flags
 
 
-def matmul_gflops(n: int = 512, rounds: int = 5) -> tuple[float, float]:
-    """`(fp32, bf16)` GFLOP/s of an `n x n` by `n x n` matmul (2 n^3 flops) on this CPU with torch's current thread
-    count: one warm-up each, then `rounds` rounds timing one fp32 and one bf16 matmul back to back; each dtype's best
-    round counts (the least disturbed by other processes)."""
+def matmul_gflops(size: int = 512, rounds: int = 5) -> tuple[float, float]:
+    """`(fp32, bf16)` GFLOP/s of a `size x size` by `size x size` matmul (2 size^3 flops) on this CPU with torch's
+    current thread count: one warm-up each, then `rounds` rounds timing one fp32 and one bf16 matmul back to back;
+    each dtype's best round counts (the least disturbed by other processes)."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    a32, b32 = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    a32, b32 = torch.randn(size, size, generator=gen), torch.randn(size, size, generator=gen)
     a16, b16 = a32.to(torch.bfloat16), b32.to(torch.bfloat16)
     best = {torch.float32: float("inf"), torch.bfloat16: float("inf")}
     with torch.inference_mode():
         torch.mm(a32, b32), torch.mm(a16, b16)
         for _ in range(rounds):
-            for a, b in ((a32, b32), (a16, b16)):
+            for lhs, rhs in ((a32, b32), (a16, b16)):
                 t0 = time.perf_counter()
-                torch.mm(a, b)
-                best[a.dtype] = min(best[a.dtype], time.perf_counter() - t0)
-    flops = 2.0 * n**3 / 1e9
+                torch.mm(lhs, rhs)
+                best[lhs.dtype] = min(best[lhs.dtype], time.perf_counter() - t0)
+    flops = 2.0 * size**3 / 1e9
     return flops / best[torch.float32], flops / best[torch.bfloat16]
 
 

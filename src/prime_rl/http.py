@@ -232,8 +232,8 @@ class HttpClient:
         kwargs: dict[str, Any] = {"data": data, "headers": headers}
         if timeout is not None:
             kwargs["timeout"] = timeout
-        async with self.session().request(method, url, **kwargs) as r:
-            return Response(r.status, r.headers, await r.read())
+        async with self.session().request(method, url, **kwargs) as response:
+            return Response(response.status, response.headers, await response.read())
 
     async def request(self, method: str, url: str, *, json_body: Any = None, data: bytes | None = None,
                       headers: Mapping[str, str] | None = None, idempotent: bool, retry: RetryPolicy = NO_RETRY,

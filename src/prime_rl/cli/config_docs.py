@@ -122,11 +122,11 @@ def _tables(cls: type[BaseModel], prefix: str, skip: set[str]) -> list[str]:
                     f"{_cell(finfo.description or '')} |")  # fmt: skip
         if models and is_list:
             nested.append((f"{path}.N", models[0], finfo, f" (item N of the list: [[{path}]] tables)"))
-        for m in models if not is_list else ():  # a section chosen by its `type`: every variant's fields
-            tag = next((f'{n} = "{typing.get_args(f.annotation)[0]}"' for n, f in m.model_fields.items()
+        for variant in models if not is_list else ():  # a section chosen by its `type`: every variant's fields
+            tag = next((f'{n} = "{typing.get_args(f.annotation)[0]}"' for n, f in variant.model_fields.items()
                         if typing.get_origin(f.annotation) is typing.Literal
-                        and len(typing.get_args(f.annotation)) == 1), m.__name__)  # fmt: skip
-            nested.append((path, m, finfo, f" ({tag})"))
+                        and len(typing.get_args(f.annotation)) == 1), variant.__name__)  # fmt: skip
+            nested.append((path, variant, finfo, f" ({tag})"))
     out = []
     if rows:
         out += ["| field | type | default | description |", "|---|---|---|---|", *rows, ""]
@@ -154,9 +154,9 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m prime_rl.cli.config_docs", description=__doc__.split("\n")[0])
-    p.add_argument("--write", type=Path, default=None, help="write the page to this file (default: print it)")
-    args = p.parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m prime_rl.cli.config_docs", description=__doc__.split("\n")[0])
+    parser.add_argument("--write", type=Path, default=None, help="write the page to this file (default: print it)")
+    args = parser.parse_args(argv)
     text = render()
     if args.write is None:
         print(text, end="")

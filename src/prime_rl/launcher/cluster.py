@@ -124,8 +124,8 @@ class JobDir:
         self._write(f"node_{node.index}.json", {"index": node.index, "name": node.name, "addr": node.addr,
                                                 "host": socket.gethostname(), "pid": os.getpid()})
 
-    def arrived(self, n: int) -> list[int]:
-        return [i for i in range(n) if (self.path / f"node_{i}.json").is_file()]
+    def arrived(self, num_nodes: int) -> list[int]:
+        return [i for i in range(num_nodes) if (self.path / f"node_{i}.json").is_file()]
 
     def wait_all_arrived(self, node: SlurmNode, timeout_s: float, output_dir: Path, poll_s: float = 0.2) -> None:
         """Block until every node's `node_<i>.json` is visible here.
@@ -182,8 +182,8 @@ class JobDir:
 
     def failures(self) -> list[dict[str, Any]]:
         out = []
-        for p in sorted(self.path.glob("failed_*.json")):
-            d = self._read(p.name)
-            if d is not None:
-                out.append(d)
+        for file in sorted(self.path.glob("failed_*.json")):
+            record = self._read(file.name)
+            if record is not None:
+                out.append(record)
         return out

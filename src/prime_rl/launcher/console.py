@@ -16,16 +16,16 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def parse_eval_line(line: str) -> tuple[int, str] | None:
     """`(N, "Eval policy N | ...")` when `line` carries an orchestrator eval result, else None."""
-    m = EVAL_RE.search(ANSI_RE.sub("", line.rstrip("\r\n")))
-    return None if m is None else (int(m.group(2)), m.group(1))
+    match = EVAL_RE.search(ANSI_RE.sub("", line.rstrip("\r\n")))
+    return None if match is None else (int(match.group(2)), match.group(1))
 
 
 def parse_step_line(line: str) -> tuple[int, str] | None:
     """`(N, "Step N | ...")` when `line` carries an orchestrator step line (after any log prefix), else None."""
-    m = STEP_RE.search(ANSI_RE.sub("", line.rstrip("\r\n")))
-    if m is None:
+    match = STEP_RE.search(ANSI_RE.sub("", line.rstrip("\r\n")))
+    if match is None:
         return None
-    return int(m.group(2)), m.group(1)
+    return int(match.group(2)), match.group(1)
 
 
 class LogTail:

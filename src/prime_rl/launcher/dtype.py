@@ -22,8 +22,8 @@ SHARED_DTYPES = ("float32", "bfloat16")  # the dtypes both the trainer and vLLM 
 
 def inference_dtype(cfg: RLConfig) -> str:
     """The inference server's dtype setting: `inference.vllm.dtype`, else `inference.model.dtype` (may be auto)."""
-    v = cfg.inference.vllm.dtype
-    return v if v != "auto" else cfg.inference.model.dtype
+    vllm_dtype = cfg.inference.vllm.dtype
+    return vllm_dtype if vllm_dtype != "auto" else cfg.inference.model.dtype
 
 
 def run_dtypes(

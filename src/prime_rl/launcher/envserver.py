@@ -41,20 +41,20 @@ class EnvServerPlan:
 def nemo_sources(cfg: RLConfig) -> list[tuple[str, SourceConfig]]:
     """`(dotted path, source)` of every train and eval source that plays rows against a resources server."""
     out = []
-    for i, s in enumerate(cfg.orchestrator.train.source):
-        if s.env.taskset is not None and s.env.taskset.id == "nemo-gym":
-            out.append((f"orchestrator.train.source[{i}]", s))
-    for i, s in enumerate(cfg.orchestrator.eval.source or []):
-        if s.env.taskset is not None and s.env.taskset.id == "nemo-gym":
-            out.append((f"orchestrator.eval.source[{i}]", s))
+    for i, source in enumerate(cfg.orchestrator.train.source):
+        if source.env.taskset is not None and source.env.taskset.id == "nemo-gym":
+            out.append((f"orchestrator.train.source[{i}]", source))
+    for i, source in enumerate(cfg.orchestrator.eval.source or []):
+        if source.env.taskset is not None and source.env.taskset.id == "nemo-gym":
+            out.append((f"orchestrator.eval.source[{i}]", source))
     return out
 
 
 def rows_root(dataset: Path) -> Path | None:
     """ROOT for `ROOT/resources_servers/<name>/data/<file>.jsonl`, else None."""
-    p = Path(dataset)
-    if len(p.parts) >= 4 and p.parent.name == "data" and p.parents[2].name == "resources_servers":
-        return p.parents[3]
+    path = Path(dataset)
+    if len(path.parts) >= 4 and path.parent.name == "data" and path.parents[2].name == "resources_servers":
+        return path.parents[3]
     return None
 
 

@@ -37,11 +37,12 @@ def evolve(model: M, changes: dict[str, Any]) -> M:
 def map_sources(cfg: Any, fn: Callable[[str, Any], Any]) -> Any:
     """A copy of the RL config `cfg` whose train and eval sources are `fn(dotted path, source)`; `fn` returns the
     source itself (unchanged) or a new one."""
-    o = cfg.orchestrator
-    train = [fn(f"orchestrator.train.source[{i}]", s) for i, s in enumerate(o.train.source)]
+    orch = cfg.orchestrator
+    train = [fn(f"orchestrator.train.source[{i}]", s) for i, s in enumerate(orch.train.source)]
     changes: dict[str, Any] = {"orchestrator.train.source": train}
-    if o.eval.source is not None:
-        changes["orchestrator.eval.source"] = [fn(f"orchestrator.eval.source[{i}]", s) for i, s in enumerate(o.eval.source)]
+    if orch.eval.source is not None:
+        changes["orchestrator.eval.source"] = [fn(f"orchestrator.eval.source[{i}]", s)
+                                               for i, s in enumerate(orch.eval.source)]  # fmt: skip
     return evolve(cfg, changes)
 
 

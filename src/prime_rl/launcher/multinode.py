@@ -63,11 +63,11 @@ class RemoteFailure(LaunchError):
 
 
 def _check_remote(jobdir: JobDir, node: SlurmNode) -> None:
-    for f in jobdir.failures():
-        if f["index"] != node.index:
+    for failure in jobdir.failures():
+        if failure["index"] != node.index:
             raise RemoteFailure(
-                f"stopping node {node.index} ({node.name}): {f['process']} on node {f['index']} ({f['name']}) "
-                f"{f['what']}; see {f['log']}"
+                f"stopping node {node.index} ({node.name}): {failure['process']} on node {failure['index']} "
+                f"({failure['name']}) {failure['what']}; see {failure['log']}"
             )
 
 

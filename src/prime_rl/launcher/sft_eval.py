@@ -103,8 +103,8 @@ class OnlineEval:
         folder = self.results_dir / model_key(self.cfg.model.name, ck.run_dir)
         stale = [f for f in folder.glob("step_*.json*") if f.name.split(".")[0][5:].isdigit()
                  and int(f.name.split(".")[0][5:]) > from_step]  # fmt: skip
-        for f in stale:
-            f.unlink()
+        for file in stale:
+            file.unlink()
         if stale:
             self.log.info(f"removed {len(stale)} eval result file(s) of steps after {from_step} from {folder}")
 

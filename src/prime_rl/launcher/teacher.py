@@ -26,14 +26,15 @@ def check_teacher_model(cfg: RLConfig) -> None:
         resolve_model(teacher)
     except ModelNotFoundError as e:
         raise PreflightError(e.named(*as_set(cfg, "teacher.model.name"))) from None
-    s, t = load_tokenizer(student), load_tokenizer(teacher)
-    sv, tv = s.get_vocab(), t.get_vocab()
+    student_tok, teacher_tok = load_tokenizer(student), load_tokenizer(teacher)
+    sv, tv = student_tok.get_vocab(), teacher_tok.get_vocab()
     differ = sorted(k for k in sv.keys() | tv.keys() if sv.get(k) != tv.get(k))
-    if differ or s.eos_token_id != t.eos_token_id:
-        k = differ[0] if differ else s.eos_token
+    if differ or student_tok.eos_token_id != teacher_tok.eos_token_id:
+        example = differ[0] if differ else student_tok.eos_token
         raise PreflightError(
             f"the teacher's tokenizer differs from the student's: teacher.model.name = {teacher!r} and model.name = "
-            f"{student!r} map {len(differ)} token(s) to other ids (e.g. {k!r}: student {sv.get(k)}, teacher "
-            f"{tv.get(k)}; end-of-sequence id student {s.eos_token_id}, teacher {t.eos_token_id}); the teacher scores "
-            "the student's token ids, so both must share one tokenizer: choose a teacher of the student's model family"
+            f"{student!r} map {len(differ)} token(s) to other ids (e.g. {example!r}: student {sv.get(example)}, "
+            f"teacher {tv.get(example)}; end-of-sequence id student {student_tok.eos_token_id}, teacher "
+            f"{teacher_tok.eos_token_id}); the teacher scores the student's token ids, so both must share one "
+            "tokenizer: choose a teacher of the student's model family"
         )

@@ -69,11 +69,11 @@ def resolve_model(name: str) -> Path:
         ModelNotFoundError: a local path that is not a folder with `config.json`, or a hub id not found (offline:
             not in the local cache; online: not reachable or no such repository).
     """
-    p = Path(name).expanduser()
-    if p.exists() or not is_hub_id(name):
-        if (p / "config.json").is_file():
-            return p.resolve()
-        what = f"no such folder{_other_steps(p)}" if not p.exists() else "no config.json in it"
+    local = Path(name).expanduser()
+    if local.exists() or not is_hub_id(name):
+        if (local / "config.json").is_file():
+            return local.resolve()
+        what = f"no such folder{_other_steps(local)}" if not local.exists() else "no config.json in it"
         raise ModelNotFoundError(
             name, f"{what}. Give a local Hugging Face model folder (e.g. `prime-rl smollm outputs/smollm` or "
             f"`prime-rl tiny-model outputs/tiny-model`) or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'"
@@ -86,7 +86,7 @@ def resolve_model(name: str) -> Path:
     except Exception as e:  # noqa: BLE001 - every failure becomes one message naming the field
         raise ModelNotFoundError(
             name, f"no such local folder; {hub_reason(e, offline)}. Give a local Hugging Face model folder (none "
-            f"at ./{name}{_other_steps(p)}: `prime-rl tiny-model {name}` or `prime-rl smollm {name}` writes one there), or a hub id "
+            f"at ./{name}{_other_steps(local)}: `prime-rl tiny-model {name}` or `prime-rl smollm {name}` writes one there), or a hub id "
             f"that is downloaded (`hf download {name}` where the hub is reachable)"
         ) from None
     if not (folder / "config.json").is_file():
@@ -94,22 +94,22 @@ def resolve_model(name: str) -> Path:
     return folder
 
 
-def hub_reason(e: Exception, offline: bool) -> str:
+def hub_reason(error: Exception, offline: bool) -> str:
     """Why `snapshot_download` found no model, in whole words: offline and not cached; the hub unreachable (its
     network error) and not cached; no such (or a private or gated) repository; else the error's first sentence."""
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    if isinstance(e, LocalEntryNotFoundError):
+    if isinstance(error, LocalEntryNotFoundError):
         if offline:
             return "no model of that id in the local Hugging Face cache (HF_HUB_OFFLINE=1)"
-        cause = e.__cause__ or e.__context__
+        cause = error.__cause__ or error.__context__
         why = f" ({type(cause).__name__}: {_clip(str(cause))})" if cause is not None else ""
         return f"the hub is not reachable{why} and the local Hugging Face cache has no model of that id"
-    if isinstance(e, GatedRepoError):
+    if isinstance(error, GatedRepoError):
         return "the hub's repository of that id is gated (accept its terms on its hub page, then `hf auth login`)"
-    if isinstance(e, RepositoryNotFoundError):
+    if isinstance(error, RepositoryNotFoundError):
         return "the hub has no model of that id (or it is private: `hf auth login` with an account that can read it)"
-    return f"the hub lookup failed ({type(e).__name__}: {_clip(str(e))})"
+    return f"the hub lookup failed ({type(error).__name__}: {_clip(str(error))})"
 
 
 def _clip(text: str, limit: int = 200) -> str:

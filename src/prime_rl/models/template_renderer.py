@@ -123,22 +123,22 @@ class TemplateRenderer:
     def render(self, messages: list[dict], *, tools: list[dict] | None = None, add_generation_prompt: bool = False):
         """`RenderedTokens` with `message_indices` (incremental rendering) and `sampled_mask`: True on each
         assistant turn's own tokens after its generation prompt, up to and including the first stop token."""
-        r = self._base.render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
-        ids, idx = list(r.token_ids), list(r.message_indices)
+        rendered = self._base.render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
+        ids, idx = list(rendered.token_ids), list(rendered.message_indices)
         sampled = [False] * len(ids)
         stops = set(self._stop_ids)
-        for i, m in enumerate(messages):
-            if m.get("role") != "assistant":
+        for i, message in enumerate(messages):
+            if message.get("role") != "assistant":
                 continue
             head = self.render_ids(messages[:i], tools=tools, add_generation_prompt=True)
             start = len(head) if ids[: len(head)] == list(head) else 0
-            for k in range(start, len(ids)):
-                if idx[k] != i:
+            for pos in range(start, len(ids)):
+                if idx[pos] != i:
                     continue
-                sampled[k] = True
-                if ids[k] in stops:
+                sampled[pos] = True
+                if ids[pos] in stops:
                     break
-        return dataclasses.replace(r, sampled_mask=sampled)
+        return dataclasses.replace(rendered, sampled_mask=sampled)
 
     # -- sampling -----------------------------------------------------------------------------------------------
     def _find_stop_ids(self) -> list[int]:

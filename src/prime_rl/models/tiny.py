@@ -90,11 +90,11 @@ def build_tiny_model(
         model = Qwen3ForCausalLM(cfg).to(torch.float32)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
+        for name, param in sorted(model.named_parameters()):
             if name.endswith("norm.weight"):
-                p.fill_(1.0)
+                param.fill_(1.0)
             else:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * init_std)
+                param.copy_(torch.randn(param.shape, generator=gen, dtype=torch.float32) * init_std)
     model.save_pretrained(out, safe_serialization=True)
     GenerationConfig(eos_token_id=[EOS_TOKEN_ID, PAD_TOKEN_ID], pad_token_id=PAD_TOKEN_ID).save_pretrained(out)
     write_tokenizer(out, model_max_length=max_position_embeddings)
@@ -117,11 +117,11 @@ def cached_tiny_model(
     root = Path(cache_dir or os.environ.get("PRIME_RL_CACHE") or Path(tempfile.gettempdir()) / "prime-rl-cache")
     root.mkdir(parents=True, exist_ok=True)
     here = Path(__file__).parent
-    h = hashlib.sha256()
-    for f in ("tiny.py", "tokenizer.py", "qwen3_chat_template.jinja"):
-        h.update((here / f).read_bytes())
+    digest = hashlib.sha256()
+    for source in ("tiny.py", "tokenizer.py", "qwen3_chat_template.jinja"):
+        digest.update((here / source).read_bytes())
     tied = "-tied" if tie_embeddings else ""
-    final = root / f"tiny-h{hidden}-l{layers}-s{seed}{tied}-{h.hexdigest()[:10]}"
+    final = root / f"tiny-h{hidden}-l{layers}-s{seed}{tied}-{digest.hexdigest()[:10]}"
     if (final / "model.safetensors").exists():
         return final
     tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", dir=root))

@@ -45,12 +45,12 @@ def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable-unicode map (the alphabet of `tokenizers`' ByteLevel)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
+    extra = 0
+    for byte in range(256):
+        if byte not in bs:
+            bs.append(byte)
+            cs.append(256 + extra)
+            extra += 1
     return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
 
 
