@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from prime_rl.monitor.progress import Progress, eta_seconds, format_duration
+from prime_rl.monitor.progress import Progress, eta_seconds, format_duration, mean_rate_eta_column
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 
@@ -136,3 +136,29 @@ def test_trainer_and_orchestrator_step_lines_share_one_format():
     assert orchestrator_line(12, m, 50).startswith("Step 12/50 | 1m 23s | Reward 0.7500 | Trainable 32/32 (100.0%)")
     assert step_line(4, 10, ["Loss 0.1000"]) == "Step 4/10 | Loss 0.1000" and step_line(4, None, []) == "Step 4"
     assert [metric_title(k) for k in ("grad_norm", "mismatch_kl", "epoch")] == ["Grad Norm", "Mismatch KL", "Epoch"]
+
+
+def test_bar_eta_is_the_mean_rate_after_a_burst(monkeypatch):
+    """32 of 64 rollouts finish together after 2 s: the bar's ETA is 2 s (mean rate since the start), and stays
+    near the mean-rate value while the next burst runs, instead of rich's near-zero value from the burst's
+    instantaneous rate (TimeRemainingColumn: 0-1 s here, shown until the next burst)."""
+    from rich.progress import Progress as Bar
+
+    now = [0.0]
+    column = mean_rate_eta_column()
+    bar = Bar(column, get_time=lambda: now[0], auto_refresh=False, disable=True)
+    task_id = bar.add_task("eval rollouts", total=64)
+    task = bar.tasks[0]
+    assert column.render(task).plain == "-"  # nothing done: no rate yet
+    now[0] = 2.0
+    for _ in range(32):  # one burst: 1 ms apart
+        now[0] += 0.001
+        bar.update(task_id, advance=1)
+    assert column.render(task).plain == "2s" and task.time_remaining <= 1  # rich's own estimate: the burst's rate
+    now[0] = 10.0  # no rollout finished since: 32 done in 10 s, 32 to go
+    assert column.render(task).plain == "10s"
+    bar.update(task_id, completed=64)
+    assert column.render(task).plain == ""
+    monkeypatch.setenv("PRIME_RL_PROGRESS", "bar")
+    with Progress("x", total=4, unit="items") as shown:  # the bar draws this column, not rich's
+        assert any(type(c).__name__ == "MeanRateRemaining" for c in shown._bar.columns)

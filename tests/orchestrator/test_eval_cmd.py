@@ -60,6 +60,46 @@ async def test_results_of_a_local_checkpoint_go_to_output_dir_model(tmp_path, mo
     assert len((folder / "sft--step_20/step_0.jsonl").read_text().splitlines()) == 2
 
 
+async def test_a_policy_version_is_named_by_its_step_in_the_log(tmp_path, monkeypatch):
+    """`evals --model.name outputs/demo/sft/weights/step_20` logs the policy step 20 of its run, not "step 0" (the
+    result is still stored as the single model's step_0 files); a model folder outside `weights/` has no step."""
+    import logging
+
+    from prime_rl.orchestrator.eval_sweep import policy_step
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs/demo/sft/weights/step_20").mkdir(parents=True)
+    (tmp_path / "models/step_3").mkdir(parents=True)
+    assert policy_step("outputs/demo/sft/weights/step_20") == 20
+    assert policy_step("models/step_3") is None and policy_step("Qwen/Qwen3-0.6B") is None
+    assert policy_step("outputs/demo/sft/weights/step_99") is None  # no such folder: a hub id, not a version
+    tok = tiny_tokenizer(tmp_path / "tok")
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("prime_rl.eval")
+    handler, level = Keep(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        for name in ("outputs/demo/sft/weights/step_20", "models/step_3"):
+            _script.seen = {}
+            cfg = EvalCommandConfig(model={"name": name}, eval={"num_examples": 2}, output_dir=tmp_path / "out")
+            await evaluate(cfg, client=ScriptedClient(tok, _script), renderer=make_renderer(tok, cfg.renderer),
+                           sources=[InProcessSource("counter", CounterEnv(10))])  # fmt: skip
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    done = [ln for ln in lines if " evaluated in " in ln]
+    assert done[0].startswith("sft--step_20 (policy step 20 of outputs/demo/sft) evaluated in "), done
+    assert done[1].startswith("step_3 evaluated in "), done
+    assert not any("step 0" in ln for ln in lines), lines
+    assert (tmp_path / "out/sft--step_20/step_0.jsonl").is_file()
+
+
 def test_eval_without_server_fails_within_health_timeout_naming_the_url(tmp_path):
     import subprocess
     import sys

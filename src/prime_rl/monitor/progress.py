@@ -58,6 +58,24 @@ def eta_seconds(done: float, total: float | None, elapsed: float) -> float | Non
     return elapsed / done * max(0.0, total - done)
 
 
+def mean_rate_eta_column(start: float = 0) -> Any:
+    """A rich progress column: the remaining time at the mean rate since the bar started (`eta_seconds` of the
+    count above `start`), `-` until one item is done, empty once finished. rich's own `TimeRemainingColumn` uses
+    the rate of the last 30 s, which a burst of items finishing together (concurrent rollouts) turns into a
+    near-zero ETA that stays until the next burst."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class MeanRateRemaining(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            if task.total is None or task.finished:
+                return Text("")
+            eta = eta_seconds(task.completed - start, task.total - start, task.elapsed or 0.0)
+            return Text("-" if eta is None else format_duration(eta), style="progress.remaining")
+
+    return MeanRateRemaining()
+
+
 def mode() -> str:
     """`bar` on a terminal, else `log`; `PRIME_RL_PROGRESS` (bar, log, off) overrides; `off` on every torchrun rank
     but 0 (one process reports)."""
@@ -95,11 +113,11 @@ class Progress:
         self._t0 = self._last_log = time.monotonic()
         if self.mode == "bar":
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar
 
             console = Console(stderr=True, highlight=False)
-            eta = [TextColumn("eta"), TimeRemainingColumn()] if self.show_eta else []
+            eta = [TextColumn("eta"), mean_rate_eta_column(self.start)] if self.show_eta else []
             self._bar = Bar(
                 TextColumn(f"[bold]{self.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn(self.unit), TimeElapsedColumn(), *eta,

@@ -33,6 +33,7 @@ from prime_rl.orchestrator.eval_sweep import (
     ResultStore,
     k_of,
     model_key,
+    policy_step,
     score_step,
     settings_key,
     sweep,
@@ -163,8 +164,10 @@ async def evaluate_steps(
     try:
         for source in sources:
             await source.start()
-        if ck.run_dir is None:
-            return {0: await score_step(store, 0, None, one)}
+        if ck.run_dir is None:  # one model, stored as step 0; a run's weights/step_N is named by its policy step
+            n = policy_step(cfg.model.name)
+            what = f"{store.key} (policy step {n} of {Path(cfg.model.name).parent.parent})" if n is not None else store.key
+            return {0: await score_step(store, 0, None, one, what=what)}
         return await (watch if ck.watch else sweep)(ck, store, one)
     finally:
         for source in sources:

@@ -60,6 +60,14 @@ def model_key(name: str, run_dir: Path | None = None) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "--", raw).strip("-.") or "model"
 
 
+def policy_step(name: str) -> int | None:
+    """N when `name` is a run's policy version folder (`.../weights/step_N`, the rule `model_key` follows), else
+    None (a base model, a hub id, another folder)."""
+    path = Path(os.path.abspath(name))
+    match = re.fullmatch(r"step_(\d+)", path.name)
+    return int(match.group(1)) if match and path.parent.name == "weights" and path.is_dir() else None
+
+
 def settings_key(cfg: Any) -> str:
     """12 hex digits of the settings that decide a result: model name, the `eval` section, seq_len, seed, run_dir."""
     data = {"model": cfg.model.name, "eval": cfg.eval.model_dump(mode="json"), "seq_len": cfg.seq_len,
@@ -124,16 +132,19 @@ def stable_steps(run_dir: Path) -> list[tuple[int, Path]]:
     return step_dirs(Path(run_dir) / "weights", STABLE)
 
 
-async def score_step(store: ResultStore, step: int, path: Path | None, evaluate: Evaluate) -> EvalResult:
-    """The result of `step`: read back when done, else evaluated (`evaluate(step, path)`) and stored."""
+async def score_step(store: ResultStore, step: int, path: Path | None, evaluate: Evaluate,
+                     what: str | None = None) -> EvalResult:  # fmt: skip
+    """The result of `step`: read back when done, else evaluated (`evaluate(step, path)`) and stored. `what` names
+    it in the log (default `<model> step N`; a single model's eval, stored as step 0, passes its own name)."""
+    what = what or f"{store.key} step {step}"
     done = store.load(step)
     if done is not None:
-        log.info("%s step %d: already evaluated (%s), skipped", store.key, step, store.summary_file(step))
+        log.info("%s: already evaluated (%s), skipped", what, store.summary_file(step))
         return done
     t0 = time.monotonic()
     res = await evaluate(step, path)
     store.save(step, res)
-    log.info("%s step %d evaluated in %.1f s: %s", store.key, step, time.monotonic() - t0, store.rows_file(step))
+    log.info("%s evaluated in %.1f s: %s", what, time.monotonic() - t0, store.rows_file(step))
     return res
 
 
