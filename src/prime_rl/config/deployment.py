@@ -83,9 +83,9 @@ class DeploymentConfig(BaseConfig):
                         f"(a single-node run uses one node for every role)"
                     )
             for name in ("orchestrator_node", "env_server_node"):
-                v = getattr(self, name)
-                if v not in (None, 0):
-                    raise ValueError(f"deployment.{name} = {v}: a single-node run has only node 0")
+                node = getattr(self, name)
+                if node not in (None, 0):
+                    raise ValueError(f"deployment.{name} = {node}: a single-node run has only node 0")
             for name, where in (("bind_host", "inference.server.host / env_server.host"),
                                 ("port_base", "inference.server.port and the sources' resources_url"),
                                 ("rendezvous_timeout_s", "nothing: one host needs no rendezvous")):  # fmt: skip
@@ -95,13 +95,13 @@ class DeploymentConfig(BaseConfig):
                         f"on one host it is {where}"
                     )
             return self
-        n = self.num_nodes
+        num_nodes = self.num_nodes
         for name in ("orchestrator_node", "env_server_node"):
-            v = getattr(self, name)
-            if v is not None and v >= n:
+            node = getattr(self, name)
+            if node is not None and node >= num_nodes:
                 raise ValueError(
-                    f"deployment.{name} = {v} but the run has {n} nodes (num_infer_nodes {self.num_infer_nodes} + "
-                    f"num_train_nodes {self.num_train_nodes}), indices 0..{n - 1}"
+                    f"deployment.{name} = {node} but the run has {num_nodes} nodes (num_infer_nodes "
+                    f"{self.num_infer_nodes} + num_train_nodes {self.num_train_nodes}), indices 0..{num_nodes - 1}"
                 )
         return self
 

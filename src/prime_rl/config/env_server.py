@@ -34,15 +34,15 @@ class EnvDataConfig(BaseConfig):
 
     @field_validator("env")
     @classmethod
-    def _url_has_a_scheme(cls, v: str) -> str:
-        scheme, sep, rest = v.partition("://")
-        if sep and not is_url(v):
-            raise ValueError(f"{v!r} looks like a URL, but its scheme is {scheme!r}: an `env-server openenv` server's "
-                             f"URL starts with http:// or https:// (e.g. http://{rest})")  # fmt: skip
-        _, colon, port = v.rpartition(":")
+    def _url_has_a_scheme(cls, value: str) -> str:
+        scheme, sep, rest = value.partition("://")
+        if sep and not is_url(value):
+            raise ValueError(f"{value!r} looks like a URL, but its scheme is {scheme!r}: an `env-server openenv` "
+                             f"server's URL starts with http:// or https:// (e.g. http://{rest})")  # fmt: skip
+        _, colon, port = value.rpartition(":")
         if not sep and colon and port.isdigit():
-            raise ValueError(f"{v!r} looks like HOST:PORT; a server's URL needs its scheme: http://{v}")
-        return v
+            raise ValueError(f"{value!r} looks like HOST:PORT; a server's URL needs its scheme: http://{value}")
+        return value
 
     @model_validator(mode="after")
     def _gridsim_data_only(self) -> EnvDataConfig:

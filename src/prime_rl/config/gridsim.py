@@ -33,10 +33,10 @@ class GridSimDataConfig(BaseConfig):
 
     @field_validator("num_train")
     @classmethod
-    def _positive(cls, v: int | str) -> int | str:
-        if v != "all" and int(v) < 1:
+    def _positive(cls, value: int | str) -> int | str:
+        if value != "all" and int(value) < 1:
             raise ValueError("give a positive integer or `all`")
-        return v
+        return value
 
     @model_validator(mode="after")
     def _one_data_source(self) -> GridSimDataConfig:

@@ -10,12 +10,12 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from prime_rl.config.base import BaseConfig
 
 
-def _folder_out(v: Path) -> Path:
+def _folder_out(folder: Path) -> Path:
     """`out` of a command that writes a model folder: refused when it names an existing file."""
-    if v.exists() and not v.is_dir():
-        raise ValueError(f"{str(v)!r} is an existing file; the model is written as a folder: give a folder path "
-                         f"instead (e.g. {str(v)}-model)")  # fmt: skip
-    return v
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{str(folder)!r} is an existing file; the model is written as a folder: give a folder path "
+                         f"instead (e.g. {str(folder)}-model)")  # fmt: skip
+    return folder
 
 
 class TinyModelConfig(BaseConfig):
@@ -73,13 +73,13 @@ class SummaryConfig(BaseConfig):
 
     @field_validator("entry", "compare")
     @classmethod
-    def _pairs(cls, v: list[str], info: ValidationInfo) -> list[str]:
+    def _pairs(cls, value: list[str], info: ValidationInfo) -> list[str]:
         sep, shape = ("=", "NAME=PATH") if info.field_name == "entry" else (":", "A:B (two entry names)")
-        for item in v:
+        for item in value:
             left, _, right = item.partition(sep)
             if not left or not right:
                 raise ValueError(f"{item!r}: expected {shape}")
-        return v
+        return value
 
     @model_validator(mode="after")
     def _entries_named(self) -> SummaryConfig:
@@ -87,10 +87,10 @@ class SummaryConfig(BaseConfig):
             raise ValueError("entry: give at least one --entry NAME=PATH (a per-task scores JSONL such as "
                              "RUN/eval/step_0.jsonl); without one the table would be empty")  # fmt: skip
         names = [e.partition("=")[0] for e in self.entry]
-        for c in self.compare:
-            missing = [n for n in c.split(":", 1) if n not in names]
+        for pair in self.compare:
+            missing = [n for n in pair.split(":", 1) if n not in names]
             if missing:
-                raise ValueError(f"compare: {c!r} names {missing}, not among the entries {names}")
+                raise ValueError(f"compare: {pair!r} names {missing}, not among the entries {names}")
         return self
 
 

@@ -54,10 +54,10 @@ def completion_budget(prompt_ids: list[int], sampling: SamplingConfig, max_token
     Raises ValueError on an empty prompt or a budget < 1 (shared by every backend)."""
     if not prompt_ids:
         raise ValueError("generate: prompt_ids is empty")
-    n = sampling.max_completion_tokens if max_tokens is None else max_tokens
-    if n < 1:
-        raise ValueError(f"generate: max_tokens must be >= 1, got {n}")
-    return n
+    budget = sampling.max_completion_tokens if max_tokens is None else max_tokens
+    if budget < 1:
+        raise ValueError(f"generate: max_tokens must be >= 1, got {budget}")
+    return budget
 
 
 @runtime_checkable

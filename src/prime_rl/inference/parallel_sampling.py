@@ -93,18 +93,18 @@ class ParallelSampler:
         try:
             results = await self._send(live)
         except asyncio.CancelledError:  # the client is closing: its callers are cancelled too
-            for c in live:
-                c.future.cancel()
+            for call in live:
+                call.future.cancel()
             raise
         except Exception as e:  # noqa: BLE001 - handed to every waiting caller
-            for c in live:
-                if not c.future.done():
-                    c.future.set_exception(e)
+            for call in live:
+                if not call.future.done():
+                    call.future.set_exception(e)
             return
-        for c, r in zip(live, results, strict=True):
-            if not c.future.done():
-                c.future.set_result(r)
+        for call, result in zip(live, results, strict=True):
+            if not call.future.done():
+                call.future.set_result(result)
 
 
-def _hashable(v: Any) -> Any:
-    return tuple(v) if isinstance(v, list) else v
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value

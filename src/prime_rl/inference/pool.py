@@ -96,20 +96,20 @@ class ReplicaPool:
     def busy(self, url: str, samples: int = 1) -> Iterator[None]:
         """Count one request of `samples` sequences (n > 1: parallel sampling) in flight on `url` for the duration
         of the block: `outstanding` counts sequences, so a request with n = 8 weighs as 8 single ones."""
-        r = self.replicas[url]
-        r.outstanding += samples
-        r.sent += 1
+        replica = self.replicas[url]
+        replica.outstanding += samples
+        replica.sent += 1
         try:
             yield
         finally:
-            r.outstanding -= samples
+            replica.outstanding -= samples
 
     def mark_down(self, url: str, reason: str) -> None:
         """Take `url` out of routing for the rest of the run (logged once, with how many replicas are left)."""
-        r = self.replicas[url]
-        if r.down is not None:
+        replica = self.replicas[url]
+        if replica.down is not None:
             return
-        r.down = reason
+        replica.down = reason
         left = self.up()
         log.warning(
             "inference replica %s is down (%s); %d of %d replicas left%s", url, reason, len(left), len(self.replicas),

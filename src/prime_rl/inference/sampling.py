@@ -60,15 +60,15 @@ def chat_body(messages: list[dict], tools: list[dict] | None, sampling: Sampling
     return body
 
 
-def weight_version(v: str | None) -> int:
+def weight_version(reported: str | None) -> int:
     """A weight version as vLLM reports it ("default" or unset: 0, the base model). Raises InferenceError on a
     non-integer."""
-    if v in (None, "", "default"):
+    if reported in (None, "", "default"):
         return 0
     try:
-        return int(v)
+        return int(reported)
     except ValueError:
-        raise InferenceError(f"server reported a non-integer weight version {v!r}") from None
+        raise InferenceError(f"server reported a non-integer weight version {reported!r}") from None
 
 
 def parse_choice(url: str, choice: dict, prompt: list[int], known_version: int) -> GenerateResult:

@@ -41,9 +41,9 @@ def resolve_dtype(cfg: InferenceConfig, cpu: bool) -> str:
     """`vllm.dtype`, else `model.dtype`, else bfloat16 on GPU and on CPU what `prime_rl.cpu_bf16.auto_cpu_dtype()`
     says for the model (bfloat16 only for a model at least `MIN_HIDDEN` wide, on native bf16 matmul that measures
     faster than fp32 here; else float32)."""
-    for d in (cfg.vllm.dtype, cfg.model.dtype):
-        if d != "auto":
-            return d
+    for dtype in (cfg.vllm.dtype, cfg.model.dtype):
+        if dtype != "auto":
+            return dtype
     if not cpu:
         return "bfloat16"
     from prime_rl.cpu_bf16 import auto_cpu_dtype
@@ -57,35 +57,35 @@ def _flag(name: str) -> str:
 
 def build_vllm_args(cfg: InferenceConfig, cpu: bool) -> list[str]:
     """The vLLM `serve` flags for `cfg` (without the program). Pure; unit-tested."""
-    v = cfg.vllm
+    vllm = cfg.vllm
     args = ["--model", cfg.model.name, "--host", cfg.server.host, "--port", str(cfg.server.port)]
-    args += ["--dtype", resolve_dtype(cfg, cpu), "--seed", str(v.seed), "--logprobs-mode", v.logprobs_mode]
+    args += ["--dtype", resolve_dtype(cfg, cpu), "--seed", str(vllm.seed), "--logprobs-mode", vllm.logprobs_mode]
     args += ["--worker-extension-cls", WORKER_EXTENSION, "--enable-scale-out", "--generation-config", "vllm"]
-    if v.enforce_eager if v.enforce_eager is not None else cpu:
+    if vllm.enforce_eager if vllm.enforce_eager is not None else cpu:
         args.append("--enforce-eager")
     if not cpu:
-        args += ["--gpu-memory-utilization", str(v.gpu_memory_utilization)]
-    if v.tensor_parallel_size != 1:
-        args += ["--tensor-parallel-size", str(v.tensor_parallel_size)]
-    if v.data_parallel_size != 1:
-        args += ["--data-parallel-size", str(v.data_parallel_size)]
-    if v.max_model_len is not None:
-        args += ["--max-model-len", str(v.max_model_len)]
-    if v.max_num_seqs is not None:
-        args += ["--max-num-seqs", str(v.max_num_seqs)]
-    if v.enable_prefix_caching is not None:
-        args.append("--enable-prefix-caching" if v.enable_prefix_caching else "--no-enable-prefix-caching")
-    if v.tool_call_parser:
-        args += ["--enable-auto-tool-choice", "--tool-call-parser", v.tool_call_parser]
-    if v.reasoning_parser:
-        args += ["--reasoning-parser", v.reasoning_parser]
-    if v.enable_lora:
-        args += ["--enable-lora", "--max-lora-rank", str(v.max_lora_rank)]
+        args += ["--gpu-memory-utilization", str(vllm.gpu_memory_utilization)]
+    if vllm.tensor_parallel_size != 1:
+        args += ["--tensor-parallel-size", str(vllm.tensor_parallel_size)]
+    if vllm.data_parallel_size != 1:
+        args += ["--data-parallel-size", str(vllm.data_parallel_size)]
+    if vllm.max_model_len is not None:
+        args += ["--max-model-len", str(vllm.max_model_len)]
+    if vllm.max_num_seqs is not None:
+        args += ["--max-num-seqs", str(vllm.max_num_seqs)]
+    if vllm.enable_prefix_caching is not None:
+        args.append("--enable-prefix-caching" if vllm.enable_prefix_caching else "--no-enable-prefix-caching")
+    if vllm.tool_call_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", vllm.tool_call_parser]
+    if vllm.reasoning_parser:
+        args += ["--reasoning-parser", vllm.reasoning_parser]
+    if vllm.enable_lora:
+        args += ["--enable-lora", "--max-lora-rank", str(vllm.max_lora_rank)]
     if cfg.model.trust_remote_code:
         args.append("--trust-remote-code")
     if cfg.model.chat_template is not None:
         args += ["--chat-template", str(Path(cfg.model.chat_template).expanduser().resolve())]
-    for key, val in v.extra_args.items():
+    for key, val in vllm.extra_args.items():
         flag = key if key.startswith("--") else _flag(key)
         if val is True:
             args.append(flag)

@@ -31,8 +31,8 @@ def tiny_server_config(model_dir: str | Path, port: int | None = None, health_ti
     servers load weights from any folder (`server.any_weights_path`) unless `server` names a `weights_dir`."""
     srv = {"port": port or free_port(), "health_timeout_s": health_timeout_s, **(server or {})}
     srv.setdefault("any_weights_path", "weights_dir" not in srv)
-    v = {"kv_cache_space_gb": 1, "max_model_len": 2048, "max_num_seqs": 64, **vllm}
-    return InferenceConfig(model={"name": str(model_dir)}, server=srv, vllm=v)
+    vllm_cfg = {"kv_cache_space_gb": 1, "max_model_len": 2048, "max_num_seqs": 64, **vllm}
+    return InferenceConfig(model={"name": str(model_dir)}, server=srv, vllm=vllm_cfg)
 
 
 @contextmanager

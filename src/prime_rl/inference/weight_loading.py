@@ -21,19 +21,19 @@ def safetensors_files(path: str | Path) -> list[Path]:
     0.32 mixes base and adapter requests wrongly, so prime-rl publishes merged full weights), or has no
     safetensors file.
     """
-    p = Path(path)
-    if not p.is_dir():
-        raise WeightsDirError(f"weights path {p} is not a directory (expected weights/step_N/ with *.safetensors)")
-    if (p / "adapter_config.json").exists() and not any(
-        f.name != "adapter_model.safetensors" for f in p.glob("*.safetensors")
+    folder = Path(path)
+    if not folder.is_dir():
+        raise WeightsDirError(f"weights path {folder} is not a directory (expected weights/step_N/ with *.safetensors)")
+    if (folder / "adapter_config.json").exists() and not any(
+        f.name != "adapter_model.safetensors" for f in folder.glob("*.safetensors")
     ):
         raise WeightsDirError(
-            f"{p} holds a LoRA adapter; /update_weights loads merged full weights (publish merged weights, "
+            f"{folder} holds a LoRA adapter; /update_weights loads merged full weights (publish merged weights, "
             "the trainer's default, or load the adapter by name with /v1/load_lora_adapter)"
         )
-    files = sorted(f for f in p.glob("*.safetensors") if f.name != "adapter_model.safetensors")
+    files = sorted(f for f in folder.glob("*.safetensors") if f.name != "adapter_model.safetensors")
     if not files:
-        raise WeightsDirError(f"no *.safetensors file in {p}")
+        raise WeightsDirError(f"no *.safetensors file in {folder}")
     return files
 
 
@@ -42,7 +42,7 @@ def iter_safetensors(path: str | Path) -> Iterator[tuple[str, object]]:
     time). Tensors keep their stored dtype; vLLM's `load_weights` casts to the engine's dtype."""
     from safetensors import safe_open
 
-    for f in safetensors_files(path):
-        with safe_open(str(f), framework="pt", device="cpu") as sf:
+    for file in safetensors_files(path):
+        with safe_open(str(file), framework="pt", device="cpu") as sf:
             for name in sf.keys():
                 yield name, sf.get_tensor(name)
