@@ -59,8 +59,25 @@ def run_block(examples: Path, name: str) -> None:
 def test_every_extension_point_has_its_examples():
     assert set(doc_blocks()) == {
         "my_env.py", "register_env.py", "multiply.toml", "my_advantage.py", "register_advantage.py", "range.toml",
-        "my_loss.py", "is_pg.toml", "my_backend.py", "register_backend.py",
+        "my_loss.py", "is_pg.toml", "my_backend.py", "register_backend.py", "distill.toml", "distill_server.toml",
     }  # fmt: skip
+
+
+def test_teacher_examples(examples):
+    """Both distillation blocks are run configs: the teacher term in the loss, and a teacher for the orchestrator
+    (the one rl starts, or a running server's URL)."""
+    started = parse_config(RLConfig, ["@", str(examples / "distill.toml")])
+    loss = started.trainer.loss
+    assert (loss.type, loss.teacher_kl_coef, loss.adv_tau) == ("opd", 1.0, 0.0)
+    assert started.teacher.model.name == "outputs/teacher/weights/step_40" and started.teacher.server.port == 8001
+    teacher = started.orchestrator.teacher  # wired to the server rl starts
+    assert (teacher.name, teacher.base_url) == ("outputs/teacher/weights/step_40", ["http://127.0.0.1:8001"])
+    assert started.orchestrator.gate.keep_for_kl  # groups of equal rewards still train on the teacher term
+    running = parse_config(RLConfig, ["@", str(examples / "distill_server.toml")])
+    loss = running.trainer.loss
+    assert (loss.type, loss.teacher_kl_coef, loss.adv_tau) == ("dppo_kl", 0.5, 1.0)
+    assert running.teacher is None and running.orchestrator.teacher.base_url == ["http://10.0.0.7:8001"]
+    assert running.orchestrator.teacher.name == "Qwen/Qwen3-4B"
 
 
 async def test_environment_example(examples, tmp_path):
