@@ -66,7 +66,7 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
         TimeoutError: the next step's batch did not arrive in time (names the file or the orchestrator's address).
         BatchFormatError: a batch's step, rank or world size does not match this process.
         RolloutTransportError: (tcp) the orchestrator refused the ask (a step it no longer holds, a world size
-            other than orchestrator.num_train_ranks).
+            other than orchestrator.num_train_ranks, a missing or wrong rollout_transport.token).
     """
     setup_logging("trainer", cfg.output_dir, cfg.log.level)
     loss = get_loss(cfg.loss)
