@@ -165,8 +165,9 @@ async def evaluate_steps(
         for source in sources:
             await source.start()
         if ck.run_dir is None:  # one model, stored as step 0; a run's weights/step_N is named by its policy step
-            n = policy_step(cfg.model.name)
-            what = f"{store.key} (policy step {n} of {Path(cfg.model.name).parent.parent})" if n is not None else store.key
+            version = policy_step(cfg.model.name)
+            what = (f"{store.key} (policy step {version} of {Path(cfg.model.name).parent.parent})"
+                    if version is not None else store.key)  # fmt: skip
             return {0: await score_step(store, 0, None, one, what=what)}
         return await (watch if ck.watch else sweep)(ck, store, one)
     finally:
