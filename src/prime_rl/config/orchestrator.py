@@ -40,6 +40,7 @@ from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, i
     taskset_kind,
 )
 from prime_rl.config.teacher import TeacherConfig
+from prime_rl.config.weight_transport import WeightTransportConfig
 
 
 class SamplingConfig(BaseConfig):
@@ -346,6 +347,10 @@ class OrchestratorConfig(BaseConfig):
     rollout_transport: RolloutTransportConfig = Field(
         RolloutTransportConfig(), description="How each step's batches reach the trainer ranks (files or TCP)."
     )
+    weight_transport: WeightTransportConfig = Field(
+        WeightTransportConfig(), description="How policy versions reach the inference servers (files or a collective "
+        "broadcast from the trainer)."
+    )
     traces_per_step: int = Field(4, ge=0, description="Readable rollouts written to traces.jsonl per step.")
     archive: ArchiveConfig = Field(ArchiveConfig(), description="Every train and eval rollout, readable (archive/).")
     metrics_server: MetricsServerConfig | None = Field(
@@ -390,6 +395,13 @@ class OrchestratorConfig(BaseConfig):
         problem = batch_size_problem(self.batch_size, self.train)
         if problem is not None:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _collective_needs_servers(self) -> OrchestratorConfig:
+        if self.weight_transport.type == "collective" and self.backend != "server":
+            raise ValueError(f"weight_transport.type = 'collective' needs backend = 'server' (inference servers whose "
+                             f"workers join the weight group), not {self.backend!r}")  # fmt: skip
         return self
 
 

@@ -1,7 +1,7 @@
 """Configuration of the `rl` launcher: trainer, orchestrator and inference sections plus shared fields.
 
-Shared top-level fields (`model`, `max_steps`, `seq_len`, `output_dir`, `ckpt`, `wandb`, `rollout_transport`) are
-copied into every section that has them. Setting a shared field both at the top and in a section with different values is an error.
+Shared top-level fields (`model`, `max_steps`, `seq_len`, `output_dir`, `ckpt`, `wandb`, `rollout_transport`,
+`weight_transport`) are copied into every section that has them. Setting a shared field both at the top and in a section with different values is an error.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.rollout_transport import RolloutTransportConfig
 from prime_rl.config.teacher import TeacherConfig, TeacherServerConfig
 from prime_rl.config.trainer import TrainerConfig
+from prime_rl.config.weight_transport import WeightTransportConfig
 
-SHARED_FIELDS = ("model", "max_steps", "seq_len", "output_dir", "ckpt", "wandb", "rollout_transport")
+SHARED_FIELDS = ("model", "max_steps", "seq_len", "output_dir", "ckpt", "wandb", "rollout_transport", "weight_transport")
 SECTIONS = ("trainer", "orchestrator", "inference")
 
 
@@ -81,6 +82,9 @@ class RLConfig(BaseConfig):
     wandb: WandbConfig | None = Field(None, description="Shared: one W&B run for trainer and orchestrator.")
     rollout_transport: RolloutTransportConfig | None = Field(
         None, description="Shared: how the orchestrator's batches reach the trainer ranks (files or TCP)."
+    )
+    weight_transport: WeightTransportConfig | None = Field(
+        None, description="Shared: how policy versions reach the inference servers (files or a collective broadcast)."
     )
 
     resume: bool = Field(False, description="Continue the run from its newest complete checkpoint.")
@@ -196,6 +200,11 @@ class RLConfig(BaseConfig):
                 "would refuse every trainer request; set [rollout_transport] token once at the top of the rl config "
                 "(or PRIME_RL_ROLLOUT_TOKEN)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _weight_group(self) -> RLConfig:
+        check_weight_transport(self)
         return self
 
     @model_validator(mode="after")
@@ -353,3 +362,34 @@ def _norm(v: Any) -> Any:
     if isinstance(v, int | float | str | Path):
         return str(v)
     return v
+
+
+def check_weight_transport(cfg: RLConfig) -> None:
+    """Trainer and orchestrator use one weight transport; with `collective` the group's size follows the inference
+    replicas this run starts (replicas x tensor_parallel_size workers, set into both sections'
+    `weight_transport.inference_workers` when unset). Raises ValueError naming the fields that disagree or that the
+    collective cannot serve (data_parallel_size > 1, resume)."""
+    t, o = cfg.trainer.weight_transport, cfg.orchestrator.weight_transport
+    if (t.type, t.port) != (o.type, o.port):
+        raise ValueError(
+            f"trainer.weight_transport (type {t.type!r}, port {t.port}) differs from orchestrator.weight_transport "
+            f"(type {o.type!r}, port {o.port}): set [weight_transport] once at the top of the rl config"
+        )
+    if t.type != "collective":
+        return
+    vllm, dep = cfg.inference.vllm, cfg.deployment
+    if vllm.data_parallel_size > 1:
+        raise ValueError("weight_transport.type = 'collective' with inference.vllm.data_parallel_size > 1: each "
+                         "server must be one engine; run more replicas (deployment.infer_replicas_per_node) instead")
+    if cfg.resume:
+        raise ValueError("resume = true with weight_transport.type = 'collective': not supported: a restarted trainer does "
+                         "not send the checkpoint's policy version to the inference servers again")
+    servers = dep.infer_replicas_per_node * (dep.num_infer_nodes if dep.type == "multi-node" else 1)
+    workers = servers * vllm.tensor_parallel_size
+    for section, wt in (("trainer", t), ("orchestrator", o)):
+        if wt.inference_workers is None:
+            wt.inference_workers = workers
+        elif wt.inference_workers != workers:
+            raise ValueError(f"{section}.weight_transport.inference_workers = {wt.inference_workers}, but this run starts "
+                             f"{servers} inference server(s) x tensor_parallel_size {vllm.tensor_parallel_size} = "
+                             f"{workers} workers; leave it unset")  # fmt: skip

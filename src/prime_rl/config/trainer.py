@@ -23,6 +23,7 @@ from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.orchestrator import EvalConfig, RendererConfig
 from prime_rl.config.rollout_transport import RolloutTransportConfig
 from prime_rl.config.sft import LossMaskConfig, SFTSourceConfig, SFTValConfig
+from prime_rl.config.weight_transport import WeightTransportConfig
 
 
 class TrainerModelConfig(ModelConfig):
@@ -206,6 +207,10 @@ class TrainerConfig(BaseConfig):
     rollout_transport: RolloutTransportConfig = Field(
         RolloutTransportConfig(), description="How each step's batches arrive from the orchestrator (files or TCP)."
     )
+    weight_transport: WeightTransportConfig = Field(
+        WeightTransportConfig(), description="How each policy version reaches the inference servers (files or a "
+        "collective broadcast)."
+    )
     shared_prefix: bool = Field(
         False,
         description="Regroup each step's samples so that those sharing a prompt (a GRPO group) share a micro-batch "
@@ -230,6 +235,21 @@ class TrainerConfig(BaseConfig):
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < self.seq_len:
             raise ValueError(f"micro_batch_tokens ({self.micro_batch_tokens}) is below seq_len ({self.seq_len}): a "
                              "packed micro-batch may hold seq_len tokens; use at least seq_len, or None")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
+    def _collective_needs_full_weights(self) -> TrainerConfig:
+        if self.weight_transport.type == "collective" and self.model.lora is not None:
+            raise ValueError(
+                "weight_transport.type = 'collective' with trainer.model.lora set: LoRA policy versions are "
+                "published as files (weights/step_N/); set weight_transport.type = 'filesystem' or remove "
+                "[trainer.model.lora]"
+            )
+        if self.weight_transport.type == "collective" and self.ckpt.resuming:
+            raise ValueError(
+                "ckpt.resume_step / ckpt.resume_dir with weight_transport.type = 'collective': not supported: a "
+                "resumed trainer does not send the checkpoint's policy version to the inference servers again"
+            )
         return self
 
     @field_validator("loss", mode="before")

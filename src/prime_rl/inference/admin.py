@@ -30,17 +30,42 @@ def check_served_model(name: str, served: dict[str, list[str]]) -> None:
             )
 
 
-async def update_weights(router: Router, path: str, version: int, known_version: dict[str, int]) -> None:
+def weight_group(spec, num_servers: int) -> dict:
+    """The `group` of a collective `/update_weights` body (without `rank_offset`, which `update_weights` adds per
+    server) for a `prime_rl.transport.weight_collective.GroupSpec` over `num_servers` servers of equal size.
+    Raises ValueError when the group's inference workers do not split evenly over the servers."""
+    workers = spec.world_size - 1
+    if num_servers < 1 or workers % num_servers:
+        raise ValueError(f"weight_transport.inference_workers = {workers} does not split over {num_servers} inference "
+                         "server(s) (client.base_url): set it to servers x tensor_parallel_size")  # fmt: skip
+    return {"address": spec.address, "world_size": spec.world_size, "timeout_s": spec.timeout_s,
+            "workers_per_server": workers // num_servers}  # fmt: skip
+
+
+async def update_weights(router: Router, path: str, version: int, known_version: dict[str, int],
+                         group: dict | None = None) -> None:  # fmt: skip
     """Load the policy in `path` (weights/step_N/) as `version` on every replica that is up, concurrently, and
     record it in `known_version` (by URL) for each that did. Returns when all of them have reloaded.
+
+    With `group` (`weight_group`), the servers receive the version from the trainer over the weight group instead:
+    server i of `router.urls` gets `rank_offset = 1 + i * workers_per_server`. Every server is in the group, so
+    every one must take part; a replica that is down makes the transfer time out (an InferenceError).
 
     Raises:
         InferenceError: a replica that is alive refused or failed (names each).
         NoReplicaLeft: no replica is up (before or after this update)."""
     router.pool.check_alive()
-    body = {"path": str(path), "version": int(version)}
     urls = router.pool.up()
-    results = await asyncio.gather(*(router.post(u, "/update_weights", body) for u in urls), return_exceptions=True)
+
+    def body(url: str) -> dict:
+        if group is None:
+            return {"path": str(path), "version": int(version)}
+        offset = 1 + router.urls.index(url) * int(group["workers_per_server"])
+        return {"version": int(version), "transport": "collective", "group": {**group, "rank_offset": offset}}
+
+    once = group is not None  # a failed transfer is not sent again: the trainer has given up on it
+    results = await asyncio.gather(*(router.post(u, "/update_weights", body(u), retried=not once) for u in urls),
+                                   return_exceptions=True)  # fmt: skip
     errors = []
     for url, result in zip(urls, results, strict=True):
         if not isinstance(result, BaseException):

@@ -62,6 +62,8 @@ class InferenceClient:
         self._known_version: dict[str, int] = dict.fromkeys(self.urls, 0)
         # `client.parallel_sampling`: a group's identical prompts as one request with n samples
         self._parallel = ParallelSampler(self._generate_n) if cfg.parallel_sampling else None
+        # set by `from_config` with weight_transport.type = "collective": the weight group every update joins
+        self.weight_group: dict | None = None
 
     @classmethod
     def from_config(cls, cfg: OrchestratorConfig | EvalCommandConfig) -> InferenceClient:
@@ -69,7 +71,11 @@ class InferenceClient:
         retries."""
         from prime_rl.config.client import ClientConfig
 
-        return cls(cfg.backend if isinstance(cfg.backend, ClientConfig) else cfg.client)
+        client = cls(cfg.backend if isinstance(cfg.backend, ClientConfig) else cfg.client)
+        wt = getattr(cfg, "weight_transport", None)
+        if wt is not None and wt.type == "collective":
+            client.weight_group = admin.weight_group(wt.group_spec("orchestrator"), len(client.urls))
+        return client
 
     # -- sampling --------------------------------------------------------------------------------------------------
     async def generate(
@@ -127,8 +133,10 @@ class InferenceClient:
     # -- admin -----------------------------------------------------------------------------------------------------
     async def update_weights(self, path: str, version: int) -> None:
         """Load the policy in `path` (weights/step_N/) as `version` on every replica that is up, concurrently
-        (`prime_rl.inference.admin.update_weights`). Raises InferenceError (a live replica failed), NoReplicaLeft."""
-        await admin.update_weights(self.router, path, version, self._known_version)
+        (`prime_rl.inference.admin.update_weights`); with `weight_group` set, the servers receive it from the
+        trainer over the weight group instead of reading `path`. Raises InferenceError (a live replica failed),
+        NoReplicaLeft."""
+        await admin.update_weights(self.router, path, version, self._known_version, self.weight_group)
 
     async def wait_healthy(self, timeout_s: float | None = None) -> None:
         """Poll GET /health on every server every 0.5 s until all answer 200 (at most `timeout_s`, default

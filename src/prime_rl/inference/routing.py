@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from prime_rl.config.orchestrator import ClientConfig
-from prime_rl.http import TRANSPORT_ERRORS, HttpClient, Response, RetriesExhausted, RetryPolicy, Timeouts
+from prime_rl.http import NO_RETRY, TRANSPORT_ERRORS, HttpClient, Response, RetriesExhausted, RetryPolicy, Timeouts
 from prime_rl.inference.backend import InferenceError
 from prime_rl.inference.pool import ReplicaPool
 
@@ -58,15 +58,17 @@ class Router:
         except TRANSPORT_ERRORS:
             return True
 
-    async def post(self, url: str, route: str, body: dict) -> Any:
-        """POST `body` as JSON to replica `url` and return the decoded answer, retried per the module docstring.
+    async def post(self, url: str, route: str, body: dict, retried: bool = True) -> Any:
+        """POST `body` as JSON to replica `url` and return the decoded answer, retried per the module docstring
+        (`retried=False`: sent once, for a call that must not repeat, e.g. a collective weight update).
 
         Raises:
             InferenceError: a 4xx answer (at once), or an answer that is not JSON.
             ServerUnavailable: transport errors or 5xx answers after `client.max_retries` retries."""
         try:
-            resp = await self.http.request("POST", url + route, json_body=body, idempotent=True, retry=self.retry,
-                                           retry_on=_server_error)  # fmt: skip
+            resp = await self.http.request("POST", url + route, json_body=body, idempotent=retried,
+                                           retry=self.retry if retried else NO_RETRY,
+                                           retry_on=_server_error if retried else None)  # fmt: skip
         except RetriesExhausted as e:
             raise ServerUnavailable(f"{url}{route} failed after {e.attempts} attempts (client.max_retries): "
                                     f"{type(e.last).__name__}: {e.last}") from e.last  # fmt: skip

@@ -32,6 +32,7 @@ from torch import nn
 
 from prime_rl.config.base import CheckpointConfig
 from prime_rl.config.trainer import OptimizerConfig, SchedulerConfig, TrainerModelConfig, WeightsConfig
+from prime_rl.config.weight_transport import WeightTransportConfig
 from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.monitor.progress import metric_title, step_line
@@ -88,6 +89,7 @@ class EngineConfig:
     seed: int
     threads: int | None
     micro_batch_tokens: int | None = None  # RL: micro-batches concatenated up to this (TrainerConfig)
+    weight_transport: WeightTransportConfig | None = None  # RL: files (None, filesystem) or the weight group
 
     @classmethod
     def from_config(cls, cfg: Any) -> EngineConfig:
@@ -128,6 +130,7 @@ class Engine:
         self.metrics = MetricsWriter(self.run_dir.root, process) if self.dist.is_main else None
         self.step = 0  # optimizer steps taken
         self.progress: dict[str, Any] = {}
+        self._weight_publisher = None  # weight_transport.type = "collective": built at the first publish
         self.nonfinite_streak = 0  # consecutive steps skipped for a non-finite loss or gradient norm
         self.max_tokens = max(cfg.seq_len, cfg.micro_batch_tokens or 0)  # the longest micro-batch accepted
 
@@ -318,8 +321,21 @@ class Engine:
 
     # ----- outputs -----------------------------------------------------------------------------------------
     def publish(self, step: int) -> Path | None:
-        """Write policy version `step` to `weights/step_<step>/` + STABLE (collective)."""
+        """Write policy version `step` to `weights/step_<step>/` + STABLE (collective over the ranks); with
+        `weight_transport.type = "collective"`, send it over the weight group instead (`publish_collective`)."""
         from prime_rl.models.hub import resolve_model
+
+        wt = self.cfg.weight_transport
+        if wt is not None and wt.type == "collective":
+            from prime_rl.trainer.publish_collective import CollectivePublisher
+
+            if self._weight_publisher is None:
+                self._weight_publisher = CollectivePublisher(wt, self.dist)
+            sent = self._weight_publisher.publish(self.model, self.run_dir.weights, step, self.cfg.weights, self.dtype)
+            if sent is not None:
+                self.log.info(f"policy version {step}: {sent['num_tensors']} tensors ({sent['bytes'] / 2**20:.1f} MiB) "
+                              f"sent to the inference workers in {sent['send_s']:.3f} s")  # fmt: skip
+            return self.run_dir.weight_step(step) if self.dist.is_main else None
 
         return publish_weights(
             self.model, self.run_dir.weights, step, self.cfg.weights, resolve_model(self.cfg.model.name), self.dist,
@@ -387,4 +403,6 @@ class Engine:
         self.log.info(step_line(step, max_steps, [*parts, f"Grad Norm {metrics['grad_norm']:.3g}", *tail]))
 
     def close(self) -> None:
+        if self._weight_publisher is not None:
+            self._weight_publisher.close()
         close_distributed(self.dist)
