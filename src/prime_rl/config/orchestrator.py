@@ -143,11 +143,11 @@ class TrainSamplingConfig(BaseConfig):
         bad = []
         named = [("train.sampling", self.sampling)]
         named += [(f"train.source.{i}.sampling", src.sampling) for i, src in enumerate(self.source) if src.sampling]
-        for name, s in named:
-            if s.top_p < 1:
-                bad.append(f"{name}.top_p = {s.top_p}")
-            if s.top_k not in (-1, 0):
-                bad.append(f"{name}.top_k = {s.top_k}")
+        for name, sampling in named:
+            if sampling.top_p < 1:
+                bad.append(f"{name}.top_p = {sampling.top_p}")
+            if sampling.top_k not in (-1, 0):
+                bad.append(f"{name}.top_k = {sampling.top_k}")
         if bad:
             raise ValueError(
                 f"{' and '.join(bad)} {'truncates' if len(bad) == 1 else 'truncate'} the sampling distribution: vLLM's logprobs are then renormalised over "
@@ -229,8 +229,9 @@ class EvalConfig(BaseConfig):
             if problem is not None:
                 raise ValueError(problem)
         for i, src in enumerate(self.source or []):
-            s = self.settings_of(src)
-            problem = repeated_greedy_problem(s.sampling.temperature, s.rollouts_per_example, f"eval.source.{i}.")
+            settings = self.settings_of(src)
+            problem = repeated_greedy_problem(settings.sampling.temperature, settings.rollouts_per_example,
+                                              f"eval.source.{i}.")  # fmt: skip
             if problem is not None:
                 raise ValueError(f"{problem} (unset on the source: the [orchestrator.eval] value)")
         return self
@@ -266,12 +267,12 @@ def repeated_greedy_problem(temperature: float, rollouts_per_example: int, prefi
     naming both fields (under `prefix`) and the fixes."""
     if temperature != 0 or rollouts_per_example <= 1:
         return None
-    k = rollouts_per_example
+    at_k = rollouts_per_example
     return (
-        f"{prefix}sampling.temperature = 0 with {prefix}rollouts_per_example = {k}: greedy decoding samples the same "
-        f"rollout {k} times per task, and avg@{k}, pass@{k} and pass@1 would count it as {k} independent ones; set "
-        f"{prefix}rollouts_per_example = 1, or {prefix}sampling.temperature > 0 (with {prefix}sampling.seed set, each "
-        "rollout gets its own reproducible seed)"
+        f"{prefix}sampling.temperature = 0 with {prefix}rollouts_per_example = {at_k}: greedy decoding samples the "
+        f"same rollout {at_k} times per task, and avg@{at_k}, pass@{at_k} and pass@1 would count it as {at_k} "
+        f"independent ones; set {prefix}rollouts_per_example = 1, or {prefix}sampling.temperature > 0 (with "
+        f"{prefix}sampling.seed set, each rollout gets its own reproducible seed)"
     )
 
 
@@ -415,21 +416,23 @@ def batch_size_problem(batch_size: int, train: TrainSamplingConfig, prefix: str 
     """
     sizes = train.group_sizes
     if len(set(sizes)) <= 1:
-        g = sizes[0] if sizes else train.group_size
-        if batch_size % g == 0:
+        group_size = sizes[0] if sizes else train.group_size
+        if batch_size % group_size == 0:
             return None
         field = "train.group_size"
         for i, src in enumerate(train.source):
             if src.group_size is not None:
                 field = f"train.source.{i}.group_size"
-        return (f"{prefix}batch_size ({batch_size}) must be a multiple of {prefix}{field} ({g}): every group of this "
-                f"size trains whole; e.g. {prefix}batch_size = {g * max(1, batch_size // g)}")
-    i = max(range(len(sizes)), key=sizes.__getitem__)
-    if batch_size >= sizes[i]:
+        return (f"{prefix}batch_size ({batch_size}) must be a multiple of {prefix}{field} ({group_size}): every "
+                f"group of this size trains whole; e.g. {prefix}batch_size = "
+                f"{group_size * max(1, batch_size // group_size)}")
+    largest = max(range(len(sizes)), key=sizes.__getitem__)
+    if batch_size >= sizes[largest]:
         return None
-    field = f"train.source.{i}.group_size" if train.source[i].group_size is not None else "train.group_size"
-    return (f"{prefix}batch_size ({batch_size}) is below {prefix}{field} ({sizes[i]}, source {train.source[i].name!r}): "
-            f"a step holds whole groups; raise {prefix}batch_size to at least {sizes[i]} or lower that group size")
+    field = f"train.source.{largest}.group_size" if train.source[largest].group_size is not None else "train.group_size"
+    return (f"{prefix}batch_size ({batch_size}) is below {prefix}{field} ({sizes[largest]}, source "
+            f"{train.source[largest].name!r}): a step holds whole groups; raise {prefix}batch_size to at least "
+            f"{sizes[largest]} or lower that group size")
 
 
 class EvalCommandConfig(BaseConfig):

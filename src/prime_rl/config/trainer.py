@@ -135,16 +135,16 @@ def legacy_loss_type(value: Any) -> Any:
     `import_path`)."""
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         return value
-    t = value["type"]
-    if t in DEPRECATED_LOSS_TYPES:
-        new = DEPRECATED_LOSS_TYPES[t]
+    loss_type = value["type"]
+    if loss_type in DEPRECATED_LOSS_TYPES:
+        new = DEPRECATED_LOSS_TYPES[loss_type]
         logging.getLogger("prime_rl.config").warning(
-            f"loss.type = {t!r} is deprecated: the loss is named {new!r} (a trust-region policy gradient with a KL "
-            f"term; GRPO is the advantage estimator, `orchestrator.advantage.type`); write type = {new!r}"
+            f"loss.type = {loss_type!r} is deprecated: the loss is named {new!r} (a trust-region policy gradient "
+            f"with a KL term; GRPO is the advantage estimator, `orchestrator.advantage.type`); write type = {new!r}"
         )
         return {**value, "type": new}
-    if ":" in t:
-        return {**value, "type": "custom", "import_path": t}
+    if ":" in loss_type:
+        return {**value, "type": "custom", "import_path": loss_type}
     return value
 
 

@@ -117,9 +117,9 @@ class InferenceClient:
         choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
         if len(choices) != len(calls):
             raise InferenceError(f"{url}: asked for n = {len(calls)} samples, got {len(choices)} choices")
-        for c in calls[1:]:
-            if c.rollout_id is not None:
-                self.pool.pin(c.rollout_id, url)
+        for call in calls[1:]:
+            if call.rollout_id is not None:
+                self.pool.pin(call.rollout_id, url)
         known = self._known_version[url]
         return [parse_choice(url, ch, c.prompt, known) for ch, c in zip(choices, calls, strict=True)]
 
