@@ -97,3 +97,32 @@ def test_group_spec_and_rank_checks():
         GroupSpec("127.0.0.1:5", 2).host_port()
     with pytest.raises(ValueError, match="outside 0..1"):
         WeightGroup.open(GroupSpec("tcp://127.0.0.1:1", 2), 2)
+
+
+def test_the_device_check_script_passes_on_the_cpu():
+    """scripts/weight_group_check.py (run by scripts/gpu-check.sh; NCCL where two GPUs exist) on gloo."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "weight_group_check.py"
+    r = subprocess.run([sys.executable, str(script), "--cpu", "--mib", "1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "backend gloo, cpu -> cpu" in r.stdout and r.stdout.rstrip().endswith(": ok")
+
+
+def test_the_store_listens_on_the_given_address_only():
+    """docs/design.md invariant 6: a loopback group's store (TCPStore alone listens on every interface) and gloo's
+    own sockets are bound to 127.0.0.1."""
+    import os
+
+    import psutil
+
+    port = free_port()
+    group = WeightGroup.open(GroupSpec(f"tcp://127.0.0.1:{port}", world_size=1, timeout_s=10), 0)
+    try:
+        listening = [c.laddr for c in psutil.Process(os.getpid()).net_connections("tcp") if c.status == "LISTEN"]
+        assert any(a.port == port for a in listening)
+        assert all(a.ip == "127.0.0.1" for a in listening), listening
+    finally:
+        group.close()

@@ -18,7 +18,9 @@ new group (both sides re-open it). No pickle crosses the wire: the manifest is J
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import json
+import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -94,27 +96,40 @@ class WeightGroup:
         host, port = spec.host_port()
         device = torch.device(device)
         timeout = dt.timedelta(seconds=spec.timeout_s)
+        listener = None
         try:
+            if rank == 0:  # bind the store to `host` only (TCPStore alone would listen on every interface)
+                listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
             store = dist.TCPStore(host, port, spec.world_size, is_master=rank == 0, timeout=timeout,
-                                  wait_for_workers=False)  # fmt: skip
+                                  wait_for_workers=False, master_listen_fd=listener.fileno() if listener else None)  # fmt: skip
             prefixed = dist.PrefixStore(STORE_PREFIX, store)
             if backend_for(device) == "nccl":  # pragma: no cover - needs CUDA
                 opts = dist.ProcessGroupNCCL.Options()
                 opts._timeout = timeout
                 group = dist.ProcessGroupNCCL(prefixed, rank, spec.world_size, opts)
             else:
-                group = dist.ProcessGroupGloo(prefixed, rank, spec.world_size, timeout)
+                opts = dist.ProcessGroupGloo._Options()
+                opts._timeout = timeout
+                # a loopback group stays on loopback; otherwise gloo's device follows this host's name
+                loopback = ipaddress.ip_address(socket.gethostbyname(host)).is_loopback if ":" not in host else host == "::1"
+                gloo = dist.ProcessGroupGloo
+                opts._devices = [gloo.create_device(hostname="127.0.0.1") if loopback else gloo.create_default_device()]
+                group = dist.ProcessGroupGloo(prefixed, rank, spec.world_size, opts)
             # a first collective: returns once every rank is in (gloo connects lazily otherwise)
             flag = torch.ones(1, device=device)
             group.allreduce([flag]).wait()
-        except (RuntimeError, dist.DistError) as e:
+        except (RuntimeError, dist.DistError, OSError) as e:
+            if listener is not None:
+                listener.close()
             raise WeightTransferError(
                 f"joining the weight group at {spec.address} as rank {rank} of {spec.world_size} failed within "
                 f"{spec.timeout_s:.0f} s: {type(e).__name__}: {e}"
             ) from e
         if int(flag.item()) != spec.world_size:
             raise WeightTransferError(f"weight group at {spec.address}: {int(flag.item())} ranks, expected {spec.world_size}")
-        return cls(spec, rank, device, prefixed, group)
+        member = cls(spec, rank, device, prefixed, group)
+        member._listener = listener
+        return member
 
     def _bcast(self, t: torch.Tensor) -> None:
         opts = dist.BroadcastOptions()
@@ -179,6 +194,9 @@ class WeightGroup:
             except RuntimeError:
                 pass
         self._store = None
+        listener, self._listener = getattr(self, "_listener", None), None
+        if listener is not None:
+            listener.close()
 
     @property
     def closed(self) -> bool:
