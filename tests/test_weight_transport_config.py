@@ -55,6 +55,8 @@ def test_rl_refuses_a_group_size_other_than_its_workers_and_data_parallel_engine
         RLConfig.model_validate({"weight_transport": {**COLLECTIVE, "inference_workers": 3}})
     with pytest.raises(ValidationError, match="data_parallel_size"):
         RLConfig.model_validate({"weight_transport": COLLECTIVE, "inference": {"vllm": {"data_parallel_size": 2}}})
+    with pytest.raises(ValidationError, match="deployment.type = 'multi-node'"):
+        RLConfig.model_validate({"weight_transport": COLLECTIVE, "deployment": {"type": "multi-node"}})
     with pytest.raises(ValidationError, match="differs from orchestrator.weight_transport"):
         RLConfig.model_validate({"trainer": {"weight_transport": COLLECTIVE}})
 

@@ -368,7 +368,7 @@ def check_weight_transport(cfg: RLConfig) -> None:
     """Trainer and orchestrator use one weight transport; with `collective` the group's size follows the inference
     replicas this run starts (replicas x tensor_parallel_size workers, set into both sections'
     `weight_transport.inference_workers` when unset). Raises ValueError naming the fields that disagree or that the
-    collective cannot serve (data_parallel_size > 1, resume)."""
+    collective cannot serve (a multi-node deployment, data_parallel_size > 1, resume)."""
     t, o = cfg.trainer.weight_transport, cfg.orchestrator.weight_transport
     if (t.type, t.port) != (o.type, o.port):
         raise ValueError(
@@ -378,6 +378,10 @@ def check_weight_transport(cfg: RLConfig) -> None:
     if t.type != "collective":
         return
     vllm, dep = cfg.inference.vllm, cfg.deployment
+    if dep.type == "multi-node":
+        raise ValueError("weight_transport.type = 'collective' with deployment.type = 'multi-node': not supported by "
+                         "the multi-node launcher (it does not give the inference nodes trainer rank 0's address); "
+                         "use weight_transport.type = 'filesystem'")
     if vllm.data_parallel_size > 1:
         raise ValueError("weight_transport.type = 'collective' with inference.vllm.data_parallel_size > 1: each "
                          "server must be one engine; run more replicas (deployment.infer_replicas_per_node) instead")
