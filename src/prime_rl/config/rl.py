@@ -187,14 +187,14 @@ class RLConfig(BaseConfig):
         """Trainer and orchestrator must use one rollout transport (type, port and token; the hosts may differ: a
         multi-node trainer connects to the orchestrator's node), or the trainer would wait for batches that never
         come its way."""
-        t, o = self.trainer.rollout_transport, self.orchestrator.rollout_transport
-        if (t.type, t.port) != (o.type, o.port):
+        trainer_side, orch_side = self.trainer.rollout_transport, self.orchestrator.rollout_transport
+        if (trainer_side.type, trainer_side.port) != (orch_side.type, orch_side.port):
             raise ValueError(
-                f"trainer.rollout_transport (type {t.type!r}, port {t.port}) differs from orchestrator.rollout_transport "
-                f"(type {o.type!r}, port {o.port}): the trainer would never receive its batches; set [rollout_transport] "
-                "once at the top of the rl config"
+                f"trainer.rollout_transport (type {trainer_side.type!r}, port {trainer_side.port}) differs from "
+                f"orchestrator.rollout_transport (type {orch_side.type!r}, port {orch_side.port}): the trainer would "
+                "never receive its batches; set [rollout_transport] once at the top of the rl config"
             )
-        if t.token != o.token:  # the values stay out of the message: it is a secret
+        if trainer_side.token != orch_side.token:  # the values stay out of the message: it is a secret
             raise ValueError(
                 "trainer.rollout_transport.token differs from orchestrator.rollout_transport.token: the orchestrator "
                 "would refuse every trainer request; set [rollout_transport] token once at the top of the rl config "
@@ -231,21 +231,22 @@ def check_teacher(cfg: RLConfig) -> None:
     sets `orchestrator.teacher` to it (name and URL); a teacher (either way) needs a teacher term in the loss
     (`trainer.loss.type = "opd"` or `teacher_kl_coef > 0`), and that term needs a teacher. Raises ValueError
     naming the fields."""
-    t = cfg.teacher
-    if t is not None:
+    teacher = cfg.teacher
+    if teacher is not None:
         if cfg.deployment.type == "multi-node":
             raise ValueError("[teacher] starts the teacher server on a single-node run only; on several nodes start "
                              "one yourself (`inference @ teacher.toml`) and set [orchestrator.teacher] name and base_url")  # fmt: skip
-        wired = TeacherConfig(name=t.model.name, base_url=[t.url])
+        wired = TeacherConfig(name=teacher.model.name, base_url=[teacher.url])
         if cfg.orchestrator.teacher is not None and (cfg.orchestrator.teacher.name, cfg.orchestrator.teacher.base_url) \
                 != (wired.name, wired.base_url):
-            raise ValueError(f"[teacher] starts {t.model.name!r} at {t.url}, but [orchestrator.teacher] names "
-                             f"{cfg.orchestrator.teacher.name!r} at {cfg.orchestrator.teacher.base_url}: set one of them")  # fmt: skip
+            raise ValueError(f"[teacher] starts {teacher.model.name!r} at {teacher.url}, but [orchestrator.teacher] "
+                             f"names {cfg.orchestrator.teacher.name!r} at {cfg.orchestrator.teacher.base_url}: set one "
+                             "of them")  # fmt: skip
         if cfg.orchestrator.teacher is None:
             cfg.orchestrator.teacher = wired
-        if t.server.port == cfg.inference.server.port:
-            raise ValueError(f"teacher.server.port = {t.server.port} is inference.server.port too: give the teacher "
-                             "server its own port")  # fmt: skip
+        if teacher.server.port == cfg.inference.server.port:
+            raise ValueError(f"teacher.server.port = {teacher.server.port} is inference.server.port too: give the "
+                             "teacher server its own port")  # fmt: skip
     if cfg.orchestrator.teacher is not None and not _teacher_term(cfg):
         raise ValueError("a teacher is set ([teacher] or [orchestrator.teacher]) but trainer.loss has no teacher term, "
                          "so its logprobs would be ignored: set [trainer.loss] type = \"opd\" (or teacher_kl_coef > 0)")  # fmt: skip
@@ -262,13 +263,15 @@ def check_lengths(cfg: RLConfig) -> None:
       completion budget passes its context, and each such rollout is masked, forever;
     - `orchestrator.seq_len` > `trainer.seq_len`: the trainer refuses the orchestrator's micro-batches.
     """
-    o, mml = cfg.orchestrator.seq_len, cfg.inference.vllm.max_model_len
+    orch_seq_len, mml = cfg.orchestrator.seq_len, cfg.inference.vllm.max_model_len
     if mml is not None:
-        check_seq_len_fits(o, mml, "inference.vllm.max_model_len", f"raise inference.vllm.max_model_len to at least {o}")
-    if o > cfg.trainer.seq_len:
+        check_seq_len_fits(orch_seq_len, mml, "inference.vllm.max_model_len",
+                           f"raise inference.vllm.max_model_len to at least {orch_seq_len}")  # fmt: skip
+    if orch_seq_len > cfg.trainer.seq_len:
         raise ValueError(
-            f"orchestrator.seq_len = {o} is above trainer.seq_len = {cfg.trainer.seq_len}: the orchestrator packs "
-            "micro-batches of up to orchestrator.seq_len tokens, which the trainer refuses; set `seq_len` once at the top"
+            f"orchestrator.seq_len = {orch_seq_len} is above trainer.seq_len = {cfg.trainer.seq_len}: the "
+            "orchestrator packs micro-batches of up to orchestrator.seq_len tokens, which the trainer refuses; set "
+            "`seq_len` once at the top"
         )
 
 
@@ -317,14 +320,14 @@ def check_training_distribution(cfg: RLConfig) -> None:
     distribution (`config.inference.DISTRIBUTION_FLAGS`, under any spelling). Top-p/top-k are
     refused by `orchestrator.train.sampling`; the client pins every other sampling option to its neutral value.
     Raises ValueError naming the field."""
-    v = cfg.inference.vllm
-    if v.logprobs_mode != "processed_logprobs":
+    vllm = cfg.inference.vllm
+    if vllm.logprobs_mode != "processed_logprobs":
         raise ValueError(
-            f"inference.vllm.logprobs_mode = {v.logprobs_mode!r}: training needs 'processed_logprobs' (the logprob "
+            f"inference.vllm.logprobs_mode = {vllm.logprobs_mode!r}: training needs 'processed_logprobs' (the logprob "
             "of each token under the tempered distribution it was sampled from, which the trainer recomputes); raw "
             "logprobs ignore the temperature and bias the importance ratio"
         )
-    bad = distribution_flags(v.extra_args)
+    bad = distribution_flags(vllm.extra_args)
     if bad:
         key, why = bad[0]
         raise ValueError(
@@ -344,8 +347,8 @@ def merge_shared(top: Any, section: Any, top_path: str, section_path: str) -> An
         return top
     if isinstance(top, dict) and isinstance(section, dict):
         out = dict(section)
-        for k, v in top.items():
-            out[k] = merge_shared(v, section.get(k), f"{top_path}.{k}", f"{section_path}.{k}")
+        for key, value in top.items():
+            out[key] = merge_shared(value, section.get(key), f"{top_path}.{key}", f"{section_path}.{key}")
         return out
     if _norm(top) != _norm(section):
         raise ValueError(
@@ -355,13 +358,13 @@ def merge_shared(top: Any, section: Any, top_path: str, section_path: str) -> An
     return top
 
 
-def _norm(v: Any) -> Any:
+def _norm(value: Any) -> Any:
     """Compare scalars by text: CLI values arrive as strings, TOML values typed (`40` vs `'40'`)."""
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, int | float | str | Path):
-        return str(v)
-    return v
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float | str | Path):
+        return str(value)
+    return value
 
 
 def check_weight_transport(cfg: RLConfig) -> None:
@@ -369,13 +372,14 @@ def check_weight_transport(cfg: RLConfig) -> None:
     replicas this run starts (replicas x tensor_parallel_size workers, set into both sections'
     `weight_transport.inference_workers` when unset). Raises ValueError naming the fields that disagree or that the
     collective cannot serve (a multi-node deployment, data_parallel_size > 1, resume)."""
-    t, o = cfg.trainer.weight_transport, cfg.orchestrator.weight_transport
-    if (t.type, t.port) != (o.type, o.port):
+    trainer_side, orch_side = cfg.trainer.weight_transport, cfg.orchestrator.weight_transport
+    if (trainer_side.type, trainer_side.port) != (orch_side.type, orch_side.port):
         raise ValueError(
-            f"trainer.weight_transport (type {t.type!r}, port {t.port}) differs from orchestrator.weight_transport "
-            f"(type {o.type!r}, port {o.port}): set [weight_transport] once at the top of the rl config"
+            f"trainer.weight_transport (type {trainer_side.type!r}, port {trainer_side.port}) differs from "
+            f"orchestrator.weight_transport (type {orch_side.type!r}, port {orch_side.port}): set [weight_transport] "
+            "once at the top of the rl config"
         )
-    if t.type != "collective":
+    if trainer_side.type != "collective":
         return
     vllm, dep = cfg.inference.vllm, cfg.deployment
     if dep.type == "multi-node":
@@ -390,7 +394,7 @@ def check_weight_transport(cfg: RLConfig) -> None:
                          "not send the checkpoint's policy version to the inference servers again")
     servers = dep.infer_replicas_per_node * (dep.num_infer_nodes if dep.type == "multi-node" else 1)
     workers = servers * vllm.tensor_parallel_size
-    for section, wt in (("trainer", t), ("orchestrator", o)):
+    for section, wt in (("trainer", trainer_side), ("orchestrator", orch_side)):
         if wt.inference_workers is None:
             wt.inference_workers = workers
         elif wt.inference_workers != workers:

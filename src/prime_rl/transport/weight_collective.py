@@ -131,10 +131,10 @@ class WeightGroup:
         member._listener = listener
         return member
 
-    def _bcast(self, t: torch.Tensor) -> None:
+    def _bcast(self, tensor: torch.Tensor) -> None:
         opts = dist.BroadcastOptions()
         opts.rootRank = 0
-        self._group.broadcast([t], opts).wait()
+        self._group.broadcast([tensor], opts).wait()
 
     def send(self, version: int, tensors: dict[str, torch.Tensor], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> dict:
         """Rank 0: broadcast `tensors` (HF names -> tensors of any device/dtype) as policy `version`. Returns
