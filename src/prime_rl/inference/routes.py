@@ -9,6 +9,11 @@
     (`refreshed`: modules sharing a parameter, e.g. a tied output head, whose kernel state was rebuilt; the `*_s`
     fields time each phase); 400 bad path/body; 500 engine failure (the error text).
     403 a path outside the server's weights directory (`prime_rl.inference.guard`).
+`POST /update_weights {"version": N, "transport": "collective", "group": {"address", "world_size", "timeout_s",
+"rank_offset", "workers_per_server"}}`
+    the same, but every worker receives version N from the trainer over the weight group
+    (`PrimeWorkerExtension.prime_receive_weights`; it joins the group first when needed). A transfer that fails
+    leaves the weights and the recorded version as they were: 500 with the error. `path` is `collective:<address>`.
 `GET /policy_version` -> {"version": int | null, "path": str | null}
 
 Updates are serialised by a lock. vLLM's dev-mode route of the same name (NCCL/IPC weight transfer) is replaced.
@@ -64,6 +69,27 @@ async def _pause(engine, mode: str) -> None:
         await engine.pause_generation(mode=mode)
 
 
+def _is_version(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+GROUP_FIELDS = {"address": str, "world_size": int, "timeout_s": (int, float), "rank_offset": int,
+                "workers_per_server": int}  # fmt: skip
+
+
+def _collective_problem(body: dict) -> str | None:
+    """What is wrong with a collective update's body (None: nothing)."""
+    if not _is_version(body.get("version")):
+        return f"a collective update needs version = a non-negative integer, got {body.get('version')!r}"
+    group = body.get("group")
+    if not isinstance(group, dict):
+        return 'a collective update needs "group": {' + ", ".join(GROUP_FIELDS) + "}"
+    for name, kind in GROUP_FIELDS.items():
+        if not isinstance(group.get(name), kind) or isinstance(group.get(name), bool):
+            return f"group.{name} is missing or not a {getattr(kind, '__name__', 'number')}: {group.get(name)!r}"
+    return None
+
+
 @router.post("/update_weights")
 async def update_weights(request: Request) -> JSONResponse:
     from prime_rl.inference.weight_loading import WeightsDirError, safetensors_files
@@ -72,18 +98,26 @@ async def update_weights(request: Request) -> JSONResponse:
         body = await request.json()
     except ValueError as e:
         return JSONResponse({"error": f"body is not JSON: {e}"}, status_code=400)
-    if not isinstance(body, dict) or not isinstance(body.get("path"), str):
-        return JSONResponse({"error": 'body must be {"path": "<weights dir>", "version": <int>}'}, status_code=400)
-    path, version = body["path"], body.get("version")
-    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 0):
-        return JSONResponse({"error": f"version must be a non-negative integer, got {version!r}"}, status_code=400)
-    refused = _policy(request).refuse_weights_path(path)
-    if refused is not None:
-        return JSONResponse({"error": refused}, status_code=403)
-    try:
-        safetensors_files(path)
-    except WeightsDirError as e:
-        return JSONResponse({"error": str(e)}, status_code=400)
+    if isinstance(body, dict) and body.get("transport") == "collective":
+        problem = _collective_problem(body)
+        if problem is not None:
+            return JSONResponse({"error": problem}, status_code=400)
+        version = body["version"]
+        path, rpc, args = f"collective:{body['group']['address']}", "prime_receive_weights", (version, body["group"])
+    else:
+        if not isinstance(body, dict) or not isinstance(body.get("path"), str):
+            return JSONResponse({"error": 'body must be {"path": "<weights dir>", "version": <int>}'}, status_code=400)
+        path, version, rpc = body["path"], body.get("version"), "prime_load_weights"
+        if version is not None and not _is_version(version):
+            return JSONResponse({"error": f"version must be a non-negative integer, got {version!r}"}, status_code=400)
+        refused = _policy(request).refuse_weights_path(path)
+        if refused is not None:
+            return JSONResponse({"error": refused}, status_code=403)
+        try:
+            safetensors_files(path)
+        except WeightsDirError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        args = (path,)
 
     engine = _engine(request)
     mode = os.environ.get("PRIME_RL_PAUSE_MODE", "wait")
@@ -93,7 +127,7 @@ async def update_weights(request: Request) -> JSONResponse:
         await _pause(engine, mode)
         marks["pause_s"] = time.perf_counter() - t0
         try:
-            results = await engine.collective_rpc("prime_load_weights", args=(path,))
+            results = await engine.collective_rpc(rpc, args=args)
             marks["load_s"] = time.perf_counter() - t0 - sum(marks.values())
             await _reset_prefix_cache(engine)
             marks["reset_s"] = time.perf_counter() - t0 - sum(marks.values())

@@ -87,7 +87,7 @@ def refresh_shared_weight_modules(model) -> list[str]:
 
 
 class PrimeWorkerExtension:
-    """Weight reload from a published policy directory."""
+    """Weight reload from a published policy directory (`prime_load_weights`) or the weight group (`prime_receive_weights`)."""
 
     def prime_load_weights(self, path: str) -> dict:
         """Reload all model weights in place from the safetensors files in `path`.
@@ -113,3 +113,37 @@ class PrimeWorkerExtension:
         self.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
         refreshed = refresh_shared_weight_modules(self.model_runner.get_model())  # type: ignore[attr-defined]
         return {"seconds": time.perf_counter() - t0, "num_tensors": count, "refreshed": refreshed}
+
+    def prime_receive_weights(self, version: int, group: dict) -> dict:
+        """Receive policy `version` over the weight group and load it in place (the collective transport).
+
+        `group` = {"address": "tcp://host:port", "world_size": int, "timeout_s": float, "rank_offset": int,
+        "workers_per_server": int}: this worker is rank `rank_offset + self.rank` of the group
+        (prime_rl.transport.weight_collective); it joins on the first call and again after a failed transfer or
+        when `group` changes. Every tensor is received before any is loaded, so a transfer that fails leaves the
+        model as it was (WeightTransferError is raised). Loading is `prime_load_weights`' (layer-wise in-place
+        reload, then `refresh_shared_weight_modules`); the caller resets the prefix cache. Raises ValueError when
+        this server has another number of workers than `workers_per_server`. Returns {"seconds", "num_tensors",
+        "refreshed", "receive_s", "joined"}.
+        """
+        from prime_rl.transport.weight_collective import GroupSpec, WeightGroup
+
+        t0 = time.perf_counter()
+        mine = int(self.vllm_config.parallel_config.world_size)  # type: ignore[attr-defined]
+        if mine != int(group["workers_per_server"]):
+            raise ValueError(f"this server has {mine} workers, the weight group expects "
+                             f"{group['workers_per_server']} per server (weight_transport.inference_workers)")  # fmt: skip
+        spec = GroupSpec(str(group["address"]), int(group["world_size"]), float(group["timeout_s"]))
+        rank = int(group["rank_offset"]) + int(getattr(self, "rank", 0))
+        current = getattr(self, "_prime_weight_group", None)
+        joined = current is None or current.closed or (current.spec, current.rank) != (spec, rank)
+        if joined:
+            if current is not None:
+                current.close()
+            self._prime_weight_group = current = WeightGroup.open(spec, rank, self.device)  # type: ignore[attr-defined]
+        tensors = current.receive(int(version))
+        receive_s = time.perf_counter() - t0
+        self.reload_weights(weights_iterator=iter(tensors), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        refreshed = refresh_shared_weight_modules(self.model_runner.get_model())  # type: ignore[attr-defined]
+        return {"seconds": time.perf_counter() - t0, "num_tensors": len(tensors), "refreshed": refreshed,
+                "receive_s": receive_s, "joined": joined}  # fmt: skip
