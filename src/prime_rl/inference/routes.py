@@ -166,10 +166,10 @@ def attach(app: FastAPI, policy: AdminPolicy | None = None) -> FastAPI:
         app.middleware_stack = AdminGuard(app.middleware_stack, policy)
     ours = {(r.path, m) for r in router.routes if isinstance(r, APIRoute) for m in r.methods}
     kept = []
-    for r in app.router.routes:
-        if isinstance(r, APIRoute) and any((r.path, m) in ours for m in r.methods):
+    for route in app.router.routes:
+        if isinstance(route, APIRoute) and any((route.path, m) in ours for m in route.methods):
             continue
-        kept.append(r)
+        kept.append(route)
     app.router.routes[:] = kept
     # Insert ahead of mounts/catch-alls so ours match first.
     app.router.routes[:0] = list(router.routes)

@@ -38,18 +38,18 @@ def _patch_cpu_seeded_generator_rewind() -> None:
         batch = getattr(self, "input_batch", None)
         gens = getattr(batch, "generators", None)
         if gens and getattr(self, "execute_model_state", None) is not None:
-            n = batch.num_reqs
-            for i in np.nonzero(self.discard_request_mask.np[:n])[0]:
-                g = gens.get(int(i))
-                if g is not None and g.device.type == "cpu":
-                    saved[int(i)] = (g, g.get_state())
+            num_reqs = batch.num_reqs
+            for i in np.nonzero(self.discard_request_mask.np[:num_reqs])[0]:
+                gen = gens.get(int(i))
+                if gen is not None and gen.device.type == "cpu":
+                    saved[int(i)] = (gen, gen.get_state())
                     del gens[int(i)]
         try:
             return original(self, grammar_output)
         finally:
-            for i, (g, state) in saved.items():
-                g.set_state(state)
-                gens[i] = g
+            for i, (gen, state) in saved.items():
+                gen.set_state(state)
+                gens[i] = gen
 
     sample_tokens._prime_rl_patched = True  # type: ignore[attr-defined]
     GPUModelRunner.sample_tokens = sample_tokens
@@ -72,8 +72,8 @@ def refresh_shared_weight_modules(model) -> list[str]:
     """
     owners: dict[int, list[tuple[str, object]]] = {}
     for mod_name, mod in model.named_modules():
-        for _, p in mod.named_parameters(recurse=False):
-            owners.setdefault(id(p), []).append((mod_name, mod))
+        for _, param in mod.named_parameters(recurse=False):
+            owners.setdefault(id(param), []).append((mod_name, mod))
     done: list[str] = []
     for mods in owners.values():
         if len(mods) < 2:
