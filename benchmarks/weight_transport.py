@@ -12,13 +12,15 @@ gathering it). Per measured update the clock starts with that state dict and sto
   (gloo over loopback; the group is joined once, before the measured updates, as a trainer holds it for the run).
 
 Transports alternate per repetition so that changing load on the machine hits both alike; the numbers are medians
-over `--reps` updates. The server's own phases (`load_s`: reading or receiving plus loading) are reported too. The
+over `--reps` updates. The server's own phases (`load_s`: reading or receiving plus loading; for the collective also
+`receive_s`, the receive alone) are reported too. The
 filesystem path writes into `--dir` (default: a temporary folder): a local disk gives a lower bound for a shared
 filesystem such as NFS.
 
     python benchmarks/weight_transport.py [--hidden 512] [--layers 8] [--reps 7] [--dir DIR] [--json OUT]
 
-Prints the host (lscpu's model name and CPU count), the model's size and one row per transport: median
+Prints the host (lscpu's model name and CPU count, and the 2-thread fp32 matmul GFLOP/s that docs/results/README.md
+compares hosts by), the model's size and one row per transport: median
 milliseconds per update, the server's median load phase, and the collective/filesystem ratio (< 1: the collective
 is faster).
 """
@@ -43,7 +45,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 
 def host_info() -> dict[str, Any]:
-    """lscpu's model name and CPU count."""
+    """lscpu's model name and CPU count, and the 2-thread fp32 matmul GFLOP/s (benchmarks/trainer.py)."""
     info: dict[str, Any] = {"cpu_model": "unknown", "cpus": None}
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines():
@@ -52,6 +54,10 @@ def host_info() -> dict[str, Any]:
                 info["cpu_model"] = value.strip()
             elif key.strip() == "CPU(s)":
                 info["cpus"] = int(value.strip())
+    sys.path.insert(0, str(REPO))
+    from benchmarks.trainer import matmul_flops
+
+    info["matmul_gflops_2_threads"] = matmul_flops(2) / 1e9
     return info
 
 
@@ -104,7 +110,7 @@ def update_collective(base_url: str, sd: dict, group, body: dict, version: int) 
     total = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    return {"total_s": total, "load_s": answer["load_s"]}
+    return {"total_s": total, "load_s": answer["load_s"], "receive_s": answer.get("receive_s")}
 
 
 def run(hidden: int, layers: int, reps: int, out_dir: Path) -> dict[str, Any]:
@@ -141,6 +147,7 @@ def run(hidden: int, layers: int, reps: int, out_dir: Path) -> dict[str, Any]:
     rows = {name: {"median_ms": 1e3 * statistics.median(t["total_s"] for t in ts),
                    "server_load_median_ms": 1e3 * statistics.median(t["load_s"] for t in ts)}
             for name, ts in times.items()}  # fmt: skip
+    rows["collective"]["server_receive_median_ms"] = 1e3 * statistics.median(t["receive_s"] for t in times["collective"])
     return {"hidden": hidden, "layers": layers, "tensors": len(sd), "bytes": nbytes, "reps": reps, "rows": rows,
             "ratio_collective_over_filesystem": rows["collective"]["median_ms"] / rows["filesystem"]["median_ms"]}
 
@@ -170,12 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"host": host_info(), **run(args.hidden, args.layers, args.reps, out_dir)}
     host = result["host"]
-    print(f"host: {host['cpu_model']} ({host['cpus']} CPUs)")
+    print(f"host: {host['cpu_model']} ({host['cpus']} CPUs), matmul {host['matmul_gflops_2_threads']:.0f} GFLOP/s")
     print(f"model: hidden {args.hidden} x {args.layers} layers, {result['tensors']} tensors, "
           f"{result['bytes'] / 2**20:.1f} MiB fp32; {args.reps} updates per transport")  # fmt: skip
     print(f"{'transport':<12} {'update ms (median)':>20} {'server load ms':>16}")
     for name, row in result["rows"].items():
         print(f"{name:<12} {row['median_ms']:>20.1f} {row['server_load_median_ms']:>16.1f}")
+    print(f"collective: {result['rows']['collective']['server_receive_median_ms']:.1f} ms of the server's load phase "
+          "were the receive (the rest: loading, as for files)")
     print(f"collective / filesystem: {result['ratio_collective_over_filesystem']:.2f}")
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2))

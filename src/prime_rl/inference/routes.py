@@ -13,7 +13,8 @@
 "rank_offset", "workers_per_server"}}`
     the same, but every worker receives version N from the trainer over the weight group
     (`PrimeWorkerExtension.prime_receive_weights`; it joins the group first when needed). A transfer that fails
-    leaves the weights and the recorded version as they were: 500 with the error. `path` is `collective:<address>`.
+    leaves the weights and the recorded version as they were: 500 with the error. `path` is `collective:<address>`;
+    `receive_s` (first worker) is the part of `load_s` spent joining and receiving.
 `GET /policy_version` -> {"version": int | null, "path": str | null}
 
 Updates are serialised by a lock. vLLM's dev-mode route of the same name (NCCL/IPC weight transfer) is replaced.
@@ -144,7 +145,8 @@ async def update_weights(request: Request) -> JSONResponse:
         first = results[0] if results and isinstance(results[0], dict) else {}
     return JSONResponse(
         {"version": _state["version"], "path": path, "reload_s": time.perf_counter() - t0,
-         "num_tensors": first.get("num_tensors"), "refreshed": first.get("refreshed", []), **marks}
+         "num_tensors": first.get("num_tensors"), "refreshed": first.get("refreshed", []), **marks,
+         **({"receive_s": first["receive_s"]} if "receive_s" in first else {})}
     )  # fmt: skip
 
 

@@ -152,7 +152,8 @@ class WeightGroup:
         try:
             self._store.set(f"manifest/{int(version)}", json.dumps(manifest))
             for idx in plan:
-                flat = torch.cat([tensors[names[i]].detach().reshape(-1).to(self.device) for i in idx])
+                parts = [tensors[names[i]].detach().reshape(-1).to(self.device) for i in idx]
+                flat = parts[0].contiguous() if len(parts) == 1 else torch.cat(parts)  # a lone tensor: no copy
                 self._bcast(flat)
                 total += flat.numel() * flat.element_size()
         except (RuntimeError, dist.DistError) as e:
