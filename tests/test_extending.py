@@ -155,7 +155,7 @@ def test_loss_example(examples):
 
 
 async def test_backend_example_scores_reverse_text_perfectly(examples, tmp_path):
-    from prime_rl.config.orchestrator import EvalCommandConfig
+    from prime_rl.config.orchestrator import EvalCommandConfig, OrchestratorConfig
     from prime_rl.inference.backend import BACKENDS, InferenceBackend, build_backend
     from prime_rl.models.tiny import cached_tiny_model
     from prime_rl.orchestrator.eval_cmd import evaluate
@@ -169,7 +169,7 @@ async def test_backend_example_scores_reverse_text_perfectly(examples, tmp_path)
     res = await evaluate(cfg)
     assert res.by_source["reverse"]["avg@1"] == 1.0 and res.by_source["reverse"]["tasks"] == 6
     with pytest.raises(RegistryError, match="backend = 'reverse-oracle': this backend cannot load new policy"):
-        build_backend(cfg.model_copy(update={"backend": "reverse-oracle"}), loads_weights=True)
+        build_backend(OrchestratorConfig(backend="reverse-oracle", model={"name": model}), loads_weights=True)
     assert BACKENDS.get("reverse-oracle").__name__ == "ReverseOracle"
 
 

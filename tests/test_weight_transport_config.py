@@ -37,7 +37,7 @@ def test_collective_with_a_resume_is_refused():
 
 
 def test_collective_needs_an_inference_server_backend():
-    with pytest.raises(ValidationError, match="backend = 'server'"):
+    with pytest.raises(ValidationError, match=r"needs backend.type = 'server' .*not 'transformers'"):
         OrchestratorConfig.model_validate({"weight_transport": COLLECTIVE, "backend": "transformers"})
 
 

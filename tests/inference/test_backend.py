@@ -24,7 +24,7 @@ class EchoBackend:
 
     @classmethod
     def from_config(cls, cfg):
-        return cls(cfg.client.base_url)
+        return cls(cfg.backend.kwargs["urls"])
 
     async def generate(self, prompt_ids, sampling, *, rollout_id=None, stop_token_ids=None, max_tokens=None): ...
     async def wait_healthy(self, timeout_s=None): ...
@@ -67,6 +67,7 @@ def test_unknown_and_plugged_in_backends():
     with pytest.raises(RegistryError, match=r"^backend = 'sglang': unknown inference backend; choose one of: "
                                             r"server, transformers"):
         build_backend(OrchestratorConfig(backend="sglang"))
-    b = build_backend(OrchestratorConfig(backend=f"{__name__}:EchoBackend"), loads_weights=True)
-    assert type(b).__name__ == "EchoBackend" and b.urls == ["http://127.0.0.1:8000"]
+    cfg = OrchestratorConfig(backend={"type": f"{__name__}:EchoBackend", "kwargs": {"urls": ["http://h:7"]}})
+    b = build_backend(cfg, loads_weights=True)
+    assert type(b).__name__ == "EchoBackend" and b.urls == ["http://h:7"]
     assert isinstance(b, InferenceBackend)

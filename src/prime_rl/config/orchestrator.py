@@ -23,6 +23,12 @@ from prime_rl.config.client import ClientConfig
 from prime_rl.config.eval_backend import BackendConfig, ServerBackendConfig, backend_from_flat
 from prime_rl.config.eval_sweep import EvalCheckpointsConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
+from prime_rl.config.orchestrator_backend import (
+    OrchestratorBackendConfig,
+    ServerClientBackendConfig,
+    backend_from_name,
+    client_problem,
+)
 from prime_rl.config.recipes import CurriculumConfig, GateConfig, LengthPenaltyConfig
 from prime_rl.config.rollout_transport import RolloutTransportConfig
 from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
@@ -301,12 +307,15 @@ class OrchestratorConfig(BaseConfig):
     """`orchestrator @ config`: plays rollouts, scores groups, packs batches for the trainer."""
 
     model: ModelConfig = Field(ModelConfig(), description="The policy model inference serves.")
-    backend: str = Field(
-        "server",
-        description="Inference backend (prime_rl.inference.backend): server = the inference server(s) at "
-        "client.base_url. It must load new policy versions; `transformers` cannot (eval only).",
+    backend: OrchestratorBackendConfig = Field(
+        ServerClientBackendConfig(),
+        description="Inference backend, chosen by `type`: server = the inference server(s) at client.base_url "
+        "([orchestrator.client] holds its settings); custom = backend.import_path (a name registered in BACKENDS or "
+        "`package.module:Class`, its settings in backend.kwargs). It must load new policy versions (transformers "
+        "cannot: eval only). `backend = \"NAME\"` and `--backend NAME` are short for the type, or for a custom "
+        "backend's import_path.",
     )
-    client: ClientConfig = Field(ClientConfig(), description="Inference server(s).")
+    client: ClientConfig = Field(ClientConfig(), description="Inference server(s) (backend.type = server).")
     renderer: RendererConfig = Field(RendererConfig(), description="Chat format.")
     concurrency: ConcurrencyConfig = Field(ConcurrencyConfig(), description="Rollouts in flight.")
     train: TrainSamplingConfig = Field(TrainSamplingConfig(), description="Training rollouts.")
@@ -386,6 +395,11 @@ class OrchestratorConfig(BaseConfig):
             )
         return value
 
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend_name(cls, value: Any) -> Any:
+        return backend_from_name(value)
+
     @field_validator("advantage", mode="before")
     @classmethod
     def _legacy_advantage(cls, value: Any) -> Any:
@@ -399,10 +413,17 @@ class OrchestratorConfig(BaseConfig):
         return self
 
     @model_validator(mode="after")
+    def _client_of_the_server_backend(self) -> OrchestratorConfig:
+        problem = client_problem(self.backend, self.client)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _collective_needs_servers(self) -> OrchestratorConfig:
-        if self.weight_transport.type == "collective" and self.backend != "server":
-            raise ValueError(f"weight_transport.type = 'collective' needs backend = 'server' (inference servers whose "
-                             f"workers join the weight group), not {self.backend!r}")  # fmt: skip
+        if self.weight_transport.type == "collective" and self.backend.type != "server":
+            raise ValueError(f"weight_transport.type = 'collective' needs backend.type = 'server' (inference servers "
+                             f"whose workers join the weight group), not {self.backend.import_path!r}")  # fmt: skip
         return self
 
 

@@ -1,6 +1,6 @@
 """The inference-backend seam: what the orchestrator, the eval command and the agent loop need from an engine
-that samples the policy, and the registry that picks one by name (the orchestrator's `backend = "server"`, `evals`'
-`backend.type`).
+that samples the policy, and the registry that picks one by name (`backend.type` of the orchestrator and of `evals`;
+for `type = "custom"` its `import_path`).
 
 A backend takes prompt token ids and returns sampled token ids, the engine's logprob of each (the behaviour policy
 of the loss, docs/design.md invariant 2) and the policy version that sampled them. Built in, one module each:
@@ -125,11 +125,9 @@ BACKENDS: Registry[type[InferenceBackend]] = Registry("inference backend", "back
 
 
 def backend_name(cfg: OrchestratorConfig | EvalCommandConfig) -> str:
-    """The `BACKENDS` name of `cfg`'s backend: the orchestrator's `backend`, or `evals`' `backend.type` (for
-    `type = "custom"` its `import_path`)."""
+    """The `BACKENDS` name of `cfg`'s backend: `backend.type` (for `type = "custom"` its `import_path`), in the
+    orchestrator's config and in `evals`'."""
     backend = cfg.backend
-    if isinstance(backend, str):
-        return backend
     return backend.import_path if backend.type == "custom" else backend.type
 
 

@@ -160,7 +160,10 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
     nodes = node_roles(cfg, where)
     replicas = run_replicas(cfg, where)
     urls = checks.run("inference client", preflight.check_client, cfg, replicas, multi=where.multi)
-    cfg = evolve(cfg, {"orchestrator.client.base_url": urls, **admin_token(cfg, replicas)})
+    changes = {"orchestrator.client.base_url": urls, **admin_token(cfg, replicas)}
+    if cfg.orchestrator.backend.type != "server":  # a custom backend reads backend.kwargs, not [orchestrator.client]
+        changes = {key: value for key, value in changes.items() if not key.startswith("orchestrator.client.")}
+    cfg = evolve(cfg, changes)
 
     remote_only = not where.here  # submitting: local URLs are on the nodes, not on this machine
 
@@ -306,7 +309,7 @@ def launch_config(cfg: RLConfig) -> RLConfig:
     root = preflight.check_run_dirs(cfg)
     changes: dict[str, Any] = {"output_dir": root, "dry_run": False, **{f"{s}.output_dir": root for s in SECTIONS},
                                **resume.absolute_resume_dir(cfg)}  # fmt: skip
-    if cfg.deployment.type == "single-node":
+    if cfg.deployment.type == "single-node" and cfg.orchestrator.backend.type == "server":
         changes["orchestrator.client.base_url"] = preflight.check_client(cfg, local_replicas(cfg))
     return evolve(cfg, changes)
 

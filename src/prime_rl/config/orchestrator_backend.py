@@ -1,0 +1,53 @@
+"""Where the orchestrator samples rollouts (`[orchestrator.backend]`), a tagged union chosen by `type`: the
+inference server(s) (`server`, the default; its settings are `[orchestrator.client]`, the reference's spelling), or an
+inference backend of your own (`custom`, its settings in `backend.kwargs`). A setting of the backend that is not
+chosen is refused, naming the field and the fix."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from prime_rl.config.base import BaseConfig
+from prime_rl.config.client import ClientConfig
+from prime_rl.config.eval_backend import CustomBackendConfig
+
+
+class ServerClientBackendConfig(BaseConfig):
+    """`backend.type = "server"` (default): the inference server(s) that `[orchestrator.client]` reaches (base_url,
+    timeouts, retries) serve `model.name` and load each new policy version."""
+
+    type: Literal["server"] = Field(
+        "server", description="The inference server(s) at client.base_url (settings in [orchestrator.client])."
+    )
+
+
+OrchestratorBackendConfig = Annotated[ServerClientBackendConfig | CustomBackendConfig, Field(discriminator="type")]
+"""Where the orchestrator samples, chosen by `type`: `server` (default) or `custom`."""
+
+
+def backend_from_name(value: Any) -> Any:
+    """Read the short forms of `backend`: a string (`backend = "server"`, or a name registered in `BACKENDS` /
+    `package.module:Class`, which means `type = "custom"` with that `import_path`), and a table whose `type` is such
+    a name. Anything else is returned as is, for the union to validate."""
+    if isinstance(value, str):
+        value = {"type": value}
+    if isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] not in ("server", "custom"):
+        return {**value, "type": "custom", "import_path": value["type"]}
+    return value
+
+
+def client_problem(backend: ServerClientBackendConfig | CustomBackendConfig, client: ClientConfig) -> str | None:
+    """None unless `[orchestrator.client]` holds a setting (a value other than its default) while `backend.type` is
+    not `server`: the client's settings reach the inference servers of the server backend only, and another backend
+    would ignore them. Else the refusal, naming the first such field and the fix."""
+    if backend.type == "server":
+        return None
+    default = ClientConfig()
+    changed = [name for name in ClientConfig.model_fields if getattr(client, name) != getattr(default, name)]
+    if not changed:
+        return None
+    return (f"client.{changed[0]}: a setting of backend.type = 'server' (the inference-server client), but "
+            f"backend.type is {backend.type!r} ({backend.import_path}); drop [orchestrator.client] (a custom "
+            f"backend reads its own settings from backend.kwargs) or set backend.type = 'server'")  # fmt: skip

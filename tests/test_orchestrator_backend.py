@@ -1,0 +1,111 @@
+"""The orchestrator's `backend` is a tagged union (server, custom): `[orchestrator.client]` (the reference's
+spelling) holds the server backend's settings and a setting there beside a custom backend is refused when the config
+is read (naming the field and the fix); the short forms (`backend = "NAME"`, `--backend NAME`) still parse, and the
+resolved config reads back equal."""
+
+from __future__ import annotations
+
+import pytest
+
+from prime_rl.config.client import ClientConfig
+from prime_rl.config.eval_backend import CustomBackendConfig
+from prime_rl.config.loader import ConfigError, config_to_toml, parse_config
+from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.config.orchestrator_backend import ServerClientBackendConfig
+from prime_rl.config.rl import RLConfig
+
+
+def parse(tmp_path, toml: str = "", *flags: str) -> OrchestratorConfig:
+    path = tmp_path / "orch.toml"
+    path.write_text(toml)
+    return parse_config(OrchestratorConfig, ["@", str(path), *flags])
+
+
+def test_the_reference_client_section_is_the_server_backends_settings(tmp_path):
+    cfg = parse(tmp_path, '[client]\nbase_url = ["http://h:9", "http://h:10"]\nrequest_timeout_s = 5\n')
+    assert cfg.backend == ServerClientBackendConfig()
+    assert cfg.client == ClientConfig(base_url=["http://h:9", "http://h:10"], request_timeout_s=5)
+    cfg = parse(tmp_path, 'backend = "server"\n[client]\napi_key = "k"\n')
+    assert cfg.backend.type == "server" and cfg.client.api_key == "k"
+    rl_toml = tmp_path / "rl.toml"
+    rl_toml.write_text('[orchestrator.client]\nbase_url = ["http://h:9"]\n')
+    rl = parse_config(RLConfig, ["@", str(rl_toml), "--model.name", "m"])
+    assert rl.orchestrator.backend.type == "server" and rl.orchestrator.client.base_url == ["http://h:9"]
+
+
+def test_a_custom_backend_by_name_table_or_flag(tmp_path):
+    want = CustomBackendConfig(import_path="my_backend:Oracle")
+    assert parse(tmp_path, 'backend = "my_backend:Oracle"\n').backend == want
+    assert parse(tmp_path, '[backend]\ntype = "my_backend:Oracle"\n').backend == want
+    assert parse(tmp_path, "", "--backend", "my_backend:Oracle").backend == want
+    cfg = parse(tmp_path, '[backend]\ntype = "custom"\nimport_path = "reverse-oracle"\nkwargs = {k = 1}\n')
+    assert cfg.backend == CustomBackendConfig(import_path="reverse-oracle", kwargs={"k": 1})
+
+
+@pytest.mark.parametrize("toml,flags,field", [
+    ('backend = "my_backend:Oracle"\n[client]\nbase_url = ["http://h:9"]\n', [], "client.base_url"),
+    ('[client]\nparallel_sampling = true\n', ["--backend", "my_backend:Oracle"], "client.parallel_sampling"),
+    ('backend = "my_backend:Oracle"\n', ["--client.max-retries", "1"], "client.max_retries"),
+])  # fmt: skip
+def test_a_client_setting_beside_a_custom_backend_is_refused(tmp_path, toml, flags, field):
+    """The client's settings reach the server backend only; a custom backend would ignore them."""
+    with pytest.raises(ConfigError, match=rf"{field}: a setting of backend.type = 'server' \(the inference-server "
+                                          r"client\), but backend.type is 'custom' \(my_backend:Oracle\); drop "
+                                          r"\[orchestrator.client\] \(a custom backend reads its own settings from "
+                                          r"backend.kwargs\) or set backend.type = 'server'"):
+        parse(tmp_path, toml, *flags)
+    with pytest.raises(ValueError, match=r"client.api_key: a setting of backend.type = 'server'"):
+        OrchestratorConfig(backend="my_backend:Oracle", client={"api_key": "k"})
+
+
+def test_a_client_setting_in_the_backend_table_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"backend.base_url"):
+        parse(tmp_path, '[backend]\nbase_url = ["http://h:9"]\n')
+
+
+@pytest.mark.parametrize("flags", [[], ["--client.base-url", "http://h:9", "--client.api-key", "k"],
+                                   ["--backend", "my_backend:Oracle", "--backend.kwargs", '{"urls": ["http://h:9"]}']])
+def test_the_resolved_config_reads_back_equal(tmp_path, flags):
+    cfg = parse(tmp_path, "", *flags)
+    out = tmp_path / "resolved.toml"
+    out.write_text(config_to_toml(cfg))
+    text = out.read_text()
+    assert "[backend]" in text and "[client]" in text
+    assert parse_config(OrchestratorConfig, ["@", str(out)]) == cfg
+
+
+def test_rl_leaves_the_client_of_a_custom_backend_alone(tmp_path):
+    """`rl` points `[orchestrator.client]` at the replicas it starts for the server backend only: with a custom
+    backend the orchestrator's written config keeps the client's defaults and reads back (not refused)."""
+    from pathlib import Path
+
+    from prime_rl.launcher.layout import Layout
+    from prime_rl.launcher.plan import resolve, write_configs
+    from prime_rl.models.tiny import cached_tiny_model
+    from prime_rl.ports import free_port
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "reverse_text" / "rl.toml"
+    args = ["@", str(example), "--model.name", str(cached_tiny_model()), "--output-dir", str(tmp_path / "run"),
+            "--inference.server.port", str(free_port())]  # fmt: skip
+    served = resolve(parse_config(RLConfig, args), Layout.single(), probe=lambda url: False, gpus=[])
+    assert served.configs["orchestrator"].client.base_url != ClientConfig().base_url
+    args += ["--orchestrator.backend", "my_backend:Oracle", "--output-dir", str(tmp_path / "custom")]
+    plan = resolve(parse_config(RLConfig, args), Layout.single(), probe=lambda url: False, gpus=[])
+    path = write_configs(plan)["orchestrator"]
+    orch = parse_config(OrchestratorConfig, ["@", str(path)])
+    assert orch == plan.configs["orchestrator"] and orch.client == ClientConfig()
+    assert orch.backend == CustomBackendConfig(import_path="my_backend:Oracle")
+
+
+def test_the_documented_custom_backend_block_parses(tmp_path):
+    """docs/extending.md's `[orchestrator.backend]` block reads as a custom backend with its kwargs."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    block = re.search(r"```toml\n(\[orchestrator\.backend\]\n.*?)```", doc, flags=re.S).group(1)
+    path = tmp_path / "rl.toml"
+    path.write_text(block)
+    backend = parse_config(RLConfig, ["@", str(path), "--model.name", "m"]).orchestrator.backend
+    assert backend == CustomBackendConfig(import_path="my_backend:MyEngine",
+                                          kwargs={"urls": ["http://127.0.0.1:30000"]})  # fmt: skip
