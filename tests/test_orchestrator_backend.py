@@ -59,8 +59,14 @@ def test_a_client_setting_beside_a_custom_backend_is_refused(tmp_path, toml, fla
 
 
 def test_a_client_setting_in_the_backend_table_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match=r"backend.base_url"):
+    """The server backend's settings have one place, [orchestrator.client]; written in [orchestrator.backend] they
+    are refused, naming the section they belong in."""
+    with pytest.raises(ConfigError, match=r"backend: base_url is a setting of the server backend's client, which the "
+                                          r"orchestrator reads from \[orchestrator.client\]; move it there "
+                                          r"\(client.base_url\) \(in .*orch.toml\)"):
         parse(tmp_path, '[backend]\nbase_url = ["http://h:9"]\n')
+    with pytest.raises(ConfigError, match=r"orchestrator.backend: api_key is a setting of the server backend's "):
+        parse_config(RLConfig, ["--model.name", "m", "--orchestrator.backend.api-key", "k"])
 
 
 @pytest.mark.parametrize("flags", [[], ["--client.base-url", "http://h:9", "--client.api-key", "k"],

@@ -30,9 +30,19 @@ OrchestratorBackendConfig = Annotated[ServerClientBackendConfig | CustomBackendC
 def backend_from_name(value: Any) -> Any:
     """Read the short forms of `backend`: a string (`backend = "server"`, or a name registered in `BACKENDS` /
     `package.module:Class`, which means `type = "custom"` with that `import_path`), and a table whose `type` is such
-    a name. Anything else is returned as is, for the union to validate."""
+    a name. Anything else is returned as is, for the union to validate.
+
+    Raises:
+        ValueError: a setting of `[orchestrator.client]` (base_url, ...) written in the server backend's table
+            (names the field and the section it belongs in).
+    """
     if isinstance(value, str):
         value = {"type": value}
+    if isinstance(value, dict) and value.get("type", "server") == "server":
+        misplaced = [key for key in value if key in ClientConfig.model_fields]
+        if misplaced:
+            raise ValueError(f"{misplaced[0]} is a setting of the server backend's client, which the orchestrator "
+                             f"reads from [orchestrator.client]; move it there (client.{misplaced[0]})")  # fmt: skip
     if isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] not in ("server", "custom"):
         return {**value, "type": "custom", "import_path": value["type"]}
     return value
