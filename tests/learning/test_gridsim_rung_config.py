@@ -16,4 +16,5 @@ def test_gridsim_rung_pins_the_recorded_rl_config():
     assert o.advantage.type == "grpo" and o.advantage.std_normalize is False
     assert o.train.sampling.temperature == 0.5 and o.train.sampling.max_completion_tokens == 192
     assert (cfg.max_steps, t.optim.lr, t.scheduler.type, t.loss.type) == (50, 1e-4, "cosine", "dppo_kl")
+    assert t.loss.ref_kl_coef == 0
     assert t.diagnostics.kl_to_start and t.diagnostics.kl_to_start_interval == 1
