@@ -13,7 +13,7 @@ class ClientConfig(BaseConfig):
 
     base_url: list[str] = Field(
         default_factory=lambda: ["http://127.0.0.1:8000"],
-        description="One URL per inference server (data-parallel: round robin, sticky per rollout).",
+        description="One URL per inference server (a rollout goes to the least-loaded healthy one, then stays).",
     )
     request_timeout_s: float = Field(600.0, gt=0, description="Read timeout of one generate request.")
     connect_timeout_s: float = Field(10.0, gt=0, description="TCP connect timeout of one request.")
