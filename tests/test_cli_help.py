@@ -159,3 +159,13 @@ def test_every_flag_help_all_lists_is_accepted(prog, config, files, tmp_path, mo
             parse_config(cls, [*base, name, "1", "--output-dir", str(tmp_path)])
         except ConfigError as e:
             assert not any(r in str(e) for r in _REFUSED) or "not a setting of" in str(e), (flag, str(e))
+
+
+def test_a_bare_backend_example_needs_no_other_field():
+    """`orchestrator --help`: the backend row shows no bare-value example, since its only other variant (`custom`)
+    needs an import_path (`--backend custom` alone is refused)."""
+    from prime_rl.config.orchestrator import OrchestratorConfig
+
+    short = " ".join(render_help(OrchestratorConfig, "orchestrator").split())
+    assert "(a bare value sets `backend.type`; server/custom;" in short
+    assert "`--backend custom`" not in short

@@ -129,7 +129,9 @@ def _sections(cls: type[BaseModel], subs: list[Panel]) -> list[Row]:
             tags = _tags(finfo)
             if tags:  # the loader reads `--backend transformers` as `--backend.type transformers`
                 field = f"{kebab}.{finfo.discriminator}"
-                desc = f"{first_sentence(desc)} (a bare value sets `{field}`: `--{kebab} {tags[1]}`; {'/'.join(tags)};"
+                example = _bare_example(finfo)
+                shown = f": `--{kebab} {example}`" if example else ""
+                desc = f"{first_sentence(desc)} (a bare value sets `{field}`{shown}; {'/'.join(tags)};"
                 out.append((f"--{kebab}.*", f"{desc} {count} flags{optional})", ""))
                 continue
             out.append((f"--{kebab}.*", f"{desc} ({count} flag{'s' if count > 1 else ''}{optional})", ""))
@@ -146,6 +148,21 @@ def _tags(finfo: Any) -> list[str]:
     models = [a for a in typing.get_args(finfo.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
     tags = [m.model_fields[finfo.discriminator].default for m in models if finfo.discriminator in m.model_fields]
     return [str(t) for t in tags] if len(tags) > 1 else []
+
+
+def _bare_example(finfo: Any) -> str | None:
+    """A tag of a tagged-union section (not the default, the first one) that works as a bare flag value: its config
+    needs no other field (`--backend transformers`, not `--backend custom`, which needs an import_path); None when
+    every other variant needs more."""
+    import typing
+
+    for model in [a for a in typing.get_args(finfo.annotation) if isinstance(a, type) and issubclass(a, BaseModel)][1:]:
+        fields = model.model_fields
+        if finfo.discriminator in fields and not any(
+            f.is_required() for name, f in fields.items() if name != finfo.discriminator
+        ):
+            return str(fields[finfo.discriminator].default)
+    return None
 
 
 def render_help(cls: type[BaseModel], prog: str, description: str | None = None, *, full: bool = False,
