@@ -88,3 +88,22 @@ def url_host_port(url: str) -> tuple[str, int]:
 def is_local(host: str) -> bool:
     """Whether `host` names this machine's loopback (a server the launcher may start itself)."""
     return host in LOCAL_HOSTS
+
+
+def names_this_machine(host: str) -> bool:
+    """Whether `host` (a name or an address) reaches this machine: loopback, or an address it resolves to can be
+    bound here (a socket binds only to the machine's own addresses). False when it does not resolve."""
+    if is_local(host):
+        return True
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
+    except (OSError, UnicodeError):
+        return False
+    for family, _, _, _, address in infos:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((address[0], 0))
+            except OSError:
+                continue
+            return True
+    return False

@@ -109,6 +109,21 @@ def test_client_follows_inference_port(tmp_path):
         preflight.check_client(cfg, local_replicas(cfg))
 
 
+def test_client_must_name_this_machine_and_http(tmp_path):
+    """A base_url with rl's port but another host (or https) would send the orchestrator elsewhere than the servers
+    rl starts here: refused. This machine's own names pass."""
+    def check(url):
+        cfg = nemo_cfg(tmp_path, "--inference.server.port", "8123", "--orchestrator.client.base-url", f'["{url}"]')
+        return preflight.check_client(cfg, local_replicas(cfg))
+
+    for url in ("http://127.0.0.1:8123", "http://localhost:8123", f"http://{socket.gethostname()}:8123"):
+        assert check(url) == [url]
+    with pytest.raises(PreflightError, match="a host other than this machine"):
+        check("http://192.0.2.7:8123")  # TEST-NET-1 (RFC 5737): never an address of this machine
+    with pytest.raises(PreflightError, match="speak plain http"):
+        check("https://127.0.0.1:8123")
+
+
 def test_run_dirs_must_agree(tmp_path):
     cfg = RLConfig()
     cfg.trainer.output_dir = tmp_path / "a"

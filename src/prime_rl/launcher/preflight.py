@@ -9,7 +9,7 @@ from prime_rl.config.rl import RLConfig, check_seq_len_fits
 from prime_rl.launcher.envserver import EnvServerPlan, nemo_sources
 from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.layout import Replica
-from prime_rl.ports import port_free, port_holder, url_host_port
+from prime_rl.ports import names_this_machine, port_free, port_holder, url_host_port
 from prime_rl.process import http_json
 
 
@@ -205,7 +205,8 @@ def check_client(cfg: RLConfig, replicas: list[Replica], multi: bool = False) ->
     ports. Returns the URLs (the caller sets them on a copy of the config).
 
     Raises:
-        PreflightError: an explicit base_url names a port rl does not serve."""
+        PreflightError: an explicit base_url names a port rl does not serve, a host that is not this machine (nor
+            the replicas' address), or a scheme other than http."""
     urls = [r.url for r in replicas]
     client = cfg.orchestrator.client
     if multi or "base_url" not in client.model_fields_set:
@@ -213,6 +214,18 @@ def check_client(cfg: RLConfig, replicas: list[Replica], multi: bool = False) ->
     ports = {r.port for r in replicas}
     for url in client.base_url:
         host, port = url_host_port(url)
+        served = [r for r in replicas if r.port == port]
+        if port in ports and not url.startswith("http://"):
+            raise PreflightError(
+                f"orchestrator.client.base_url has {url!r} but rl's inference servers speak plain http; write "
+                f"http://{host}:{port} or leave base_url unset"
+            )
+        if port in ports and not any(host in (r.addr, r.bind_host) or names_this_machine(host) for r in served):
+            raise PreflightError(
+                f"orchestrator.client.base_url has {url!r}, a host other than this machine, but rl starts its "
+                f"inference servers here ({', '.join(urls)}); leave base_url unset, name this machine, or run the "
+                f"orchestrator beside a server you start yourself"
+            )
         if port not in ports:
             raise PreflightError(
                 f"orchestrator.client.base_url has {url!r} but rl serves inference at {', '.join(urls)} "
