@@ -80,10 +80,39 @@ def test_the_resolved_config_reads_back_equal(tmp_path, flags):
     assert parse_config(OrchestratorConfig, ["@", str(out)]) == cfg
 
 
-def test_rl_leaves_the_client_of_a_custom_backend_alone(tmp_path):
+def _backend_module(folder, monkeypatch, loads_weights: bool) -> None:
+    """An importable `my_backend:Oracle` (a stub class: rl's pre-flight imports it, nothing builds it)."""
+    (folder / "my_backend.py").write_text(f"class Oracle:\n    loads_weights = {loads_weights}\n")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(__import__("sys").modules, "my_backend", raising=False)
+
+
+def test_rl_refuses_a_custom_backend_before_starting_anything(tmp_path, monkeypatch):
+    """rl's pre-flight imports the custom backend (the orchestrator would refuse it only after inference, trainer
+    and env servers started): an import path that does not import, or a backend that cannot load policy versions."""
+    from pathlib import Path
+
+    from prime_rl.launcher.errors import PreflightError
+    from prime_rl.launcher.preflight import check_extensions
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "reverse_text" / "rl.toml"
+    cfg = parse_config(RLConfig, ["@", str(example), "--orchestrator.backend", "my_backnd:Oracle"])
+    with pytest.raises(PreflightError, match="orchestrator.backend.import_path"):
+        check_extensions(cfg)
+    _backend_module(tmp_path, monkeypatch, loads_weights=False)
+    cfg = parse_config(RLConfig, ["@", str(example), "--orchestrator.backend", "my_backend:Oracle"])
+    with pytest.raises(PreflightError, match="cannot load new policy versions"):
+        check_extensions(cfg)
+    _backend_module(tmp_path, monkeypatch, loads_weights=True)
+    check_extensions(cfg)
+
+
+def test_rl_leaves_the_client_of_a_custom_backend_alone(tmp_path, monkeypatch):
     """`rl` points `[orchestrator.client]` at the replicas it starts for the server backend only: with a custom
     backend the orchestrator's written config keeps the client's defaults and reads back (not refused)."""
     from pathlib import Path
+
+    _backend_module(tmp_path, monkeypatch, loads_weights=True)
 
     from prime_rl.launcher.layout import Layout
     from prime_rl.launcher.plan import resolve, write_configs

@@ -17,7 +17,7 @@ CHECK_TEXT = {
     "run directory": "trainer, orchestrator and inference share one output_dir",
     "sizes": "batch_size is a multiple of the group size (at least the largest, when train sources differ)",
     "model": "every section's model.name is a model folder or a hub id that resolves; chat_template files exist",
-    "extensions": "environment ids and custom advantage / loss import paths import",
+    "extensions": "environment ids and custom advantage / loss / backend import paths import",
     "urls": "orchestrator.client.base_url and every resources_url are http(s) URLs with a host",
     "context": "seq_len fits the context inference serves (max_model_len, else the model's own)",
     "renderer": "the orchestrator's renderer builds for the model's tokenizer with its settings (enable_thinking)",

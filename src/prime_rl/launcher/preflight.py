@@ -55,7 +55,8 @@ def check_model(cfg: RLConfig) -> None:
 
 def check_extensions(cfg: RLConfig) -> None:
     """Every registered name or `module:attr` import path the run will load resolves: each source's `env.id`, a
-    custom advantage's and a custom loss's `import_path` (nothing is built or called).
+    custom advantage's, a custom loss's and a custom inference backend's `import_path` (nothing is built or called;
+    the backend must also load new policy versions).
     Raises PreflightError naming the field, the value and the registered names (RegistryError's message)."""
     from prime_rl.config.orchestrator import CustomAdvantageConfig
     from prime_rl.config.trainer import CustomLossConfig
@@ -78,6 +79,20 @@ def check_extensions(cfg: RLConfig) -> None:
             registry.get(name, field=field)
         except RegistryError as e:
             raise PreflightError(str(e)) from None
+    if orch.backend.type == "custom":  # the orchestrator would refuse it only after every other process started
+        from prime_rl.inference.backend import BACKENDS
+
+        field = "orchestrator.backend.import_path"
+        try:
+            backend = BACKENDS.get(orch.backend.import_path, field=field)
+        except RegistryError as e:
+            raise PreflightError(str(e)) from None
+        if not getattr(backend, "loads_weights", False):
+            raise PreflightError(
+                f"{field} = {orch.backend.import_path!r}: this backend cannot load new policy versions "
+                f"(loads_weights is not True), so training could never sample from the trained policy; use one that "
+                f"can (docs/extending.md)"
+            )
 
 
 def check_data(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
