@@ -109,11 +109,14 @@ def _run(args, cwd):
 
 
 def _runnable(tmp_path: Path) -> list[str]:
-    """Flags that make the seed config pass `--dry-run` here: a real (tiny) model and a free inference port."""
+    """Flags that make the seed config pass `--dry-run` here, whatever else listens on this machine: a real (tiny)
+    model, a free inference port and a free port for the GridSim resources server (the seed's 9100 may be taken by
+    another server, whose rows rl would then expect to exist)."""
     from prime_rl.models.tiny import cached_tiny_model
     from prime_rl.ports import free_port
 
-    return ["--model.name", str(cached_tiny_model()), "--inference.server.port", str(free_port())]
+    return ["--model.name", str(cached_tiny_model()), "--inference.server.port", str(free_port()),
+            "--orchestrator.train.source.0.env.taskset.task.resources-url", f"http://127.0.0.1:{free_port()}"]
 
 
 def test_rl_dry_run_writes_resolved_configs(tmp_path):
