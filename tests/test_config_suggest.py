@@ -30,3 +30,15 @@ def test_reference_sampling_section_names_ours():
     assert "orchestrator.sampling: unknown key (from --orchestrator.sampling.temperature)" in msg
     assert "the reference prime-rl's `orchestrator.sampling` is `orchestrator.train.sampling` here" in msg
     assert "(flag `--orchestrator.train.sampling.temperature`)" in msg
+
+
+@pytest.mark.parametrize("cls,flag,want", [
+    ("rl", "--trainer.optim.learning-rate", "did you mean `trainer.optim.lr` (flag `--trainer.optim.lr`)?"),
+    ("sft", "--optim.learning-rate", "did you mean `optim.lr` (flag `--optim.lr`)?"),
+])
+def test_other_frameworks_learning_rate_names_lr(cls, flag, want):
+    from prime_rl.config.trainer import SFTConfig
+
+    with pytest.raises(ConfigError) as e:
+        parse_config({"rl": RLConfig, "sft": SFTConfig}[cls], [flag, "1e-5"])
+    assert "other frameworks' `optim.learning_rate` is `optim.lr` here: " + want in str(e.value)

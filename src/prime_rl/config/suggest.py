@@ -2,7 +2,8 @@
 
 A misspelt section (`--orchestrater.batch-size`) gets the closest full flag under the right section
 (`--orchestrator.batch-size`), not the section alone. A key that the reference prime-rl spells another way
-(`REFERENCE_SPELLINGS`) names the spelling used here.
+(`REFERENCE_SPELLINGS`), or that other training frameworks use (`FRAMEWORK_SPELLINGS`: `optim.learning_rate`), names
+the spelling used here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("orchestrator", "sampling"): ("orchestrator", "train", "sampling"),
 }
 """Paths of the reference prime-rl's config -> the same setting here."""
+
+FRAMEWORK_SPELLINGS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("optim", "learning_rate"): ("optim", "lr"),
+}
+"""Paths (the end of a key's path) that other training frameworks use (Hugging Face `TrainingArguments`, ...) -> the
+same setting here. Names close in spelling (`max_grad_norm` for `max_norm`) get the plain "did you mean"."""
 
 
 def flag(loc: tuple) -> str:
@@ -58,11 +65,12 @@ def unknown_key_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[st
     first setting given under the key, so a misspelt section suggests a flag, not a section.
     """
     keys = tuple(str(s) for s in loc if not isinstance(s, int))
-    for ref, ours in REFERENCE_SPELLINGS.items():
-        if keys[-len(ref):] == ref:
-            fixed = _under(loc[: len(loc) - len(ref)] + ours, value, names_at)
-            return (f"; the reference prime-rl's `{dotted(ref)}` is `{dotted(ours)}` here: did you mean "
-                    f"`{dotted(fixed)}` (flag `{flag(fixed)}`)?")  # fmt: skip
+    for whose, table in (("the reference prime-rl's", REFERENCE_SPELLINGS), ("other frameworks'", FRAMEWORK_SPELLINGS)):
+        for ref, ours in table.items():
+            if keys[-len(ref):] == ref and ours[-1] in names_at(loc[: len(loc) - len(ref)] + ours[:-1]):
+                fixed = _under(loc[: len(loc) - len(ref)] + ours, value, names_at)
+                return (f"; {whose} `{dotted(ref)}` is `{dotted(ours)}` here: did you mean "
+                        f"`{dotted(fixed)}` (flag `{flag(fixed)}`)?")  # fmt: skip
     close = difflib.get_close_matches(str(loc[-1]), names_at(loc[:-1]), n=1, cutoff=0.5)
     if not close:
         return ""
