@@ -51,7 +51,7 @@ def test_the_flat_form_and_the_reference_client_section_still_parse(tmp_path):
      r"'server' .*max_batch is a setting of type 'transformers'; remove max_batch from \[backend\] in .*eval.toml, or "
      r"choose type 'transformers'"),
     ('[backend]\nbase_url = ["http://h:9"]\n', ["--backend", "transformers"], r"backend.base_url \(set in "
-     r".*eval.toml\): not a setting of backend.type = 'transformers' \(from --backend.type\); base_url is a setting "
+     r".*eval.toml\): not a setting of backend.type = 'transformers' \(from --backend\); base_url is a setting "
      r"of type 'server'"),
     ('[client]\nbase_url = ["http://h:9"]\n', ["--backend", "transformers"], r"client.base_url: a setting of "
      r"backend.type = 'server', but backend.type is 'transformers'; drop \[client\] or set backend.type = 'server'"),
@@ -63,6 +63,21 @@ def test_the_flat_form_and_the_reference_client_section_still_parse(tmp_path):
      r"backend.type = 'server', but backend.type is 'custom'"),
 ])  # fmt: skip
 def test_a_setting_of_another_type_is_refused_with_the_fix(tmp_path, toml, flags, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(tmp_path, toml, *flags)
+
+
+@pytest.mark.parametrize("toml,flags,message", [
+    ('[backend]\nbase_ur = ["http://h:9"]\n', [], r"backend.base_ur \(set in .*eval.toml\): not a setting of "
+     r"backend.type = 'server' \(the default\); remove base_ur from \[backend\] in .*eval.toml; did you mean "
+     r"`backend.base_url` \(flag `--backend.base-url`\)\?"),
+    ("", ["--backend", "transformers", "--backend.max-bach", "3"], r"backend.max_bach \(set from --backend.max-bach\): "
+     r"not a setting of backend.type = 'transformers' \(from --backend\); drop --backend.max-bach; did you mean "
+     r"`backend.max_batch` \(flag `--backend.max-batch`\)\?"),
+])  # fmt: skip
+def test_a_misspelt_setting_of_the_chosen_type_gets_a_suggestion(tmp_path, toml, flags, message):
+    """A name close to a field of the chosen type (and no type's field) suggests that field, and the bare
+    `--backend transformers` is named as typed."""
     with pytest.raises(ConfigError, match=message):
         parse(tmp_path, toml, *flags)
 

@@ -42,31 +42,60 @@ def test_a_custom_backend_by_name_table_or_flag(tmp_path):
     assert cfg.backend == CustomBackendConfig(import_path="reverse-oracle", kwargs={"k": 1})
 
 
-@pytest.mark.parametrize("toml,flags,field", [
-    ('backend = "my_backend:Oracle"\n[client]\nbase_url = ["http://h:9"]\n', [], "client.base_url"),
-    ('[client]\nparallel_sampling = true\n', ["--backend", "my_backend:Oracle"], "client.parallel_sampling"),
-    ('backend = "my_backend:Oracle"\n', ["--client.max-retries", "1"], "client.max_retries"),
+@pytest.mark.parametrize("toml,flags,field,where", [
+    ('backend = "my_backend:Oracle"\n[client]\nbase_url = ["http://h:9"]\n', [], r"client.base_url = \['http://h:9'\]",
+     r"in .*orch.toml"),
+    ('[client]\nparallel_sampling = true\n', ["--backend", "my_backend:Oracle"], "client.parallel_sampling = True",
+     r"in .*orch.toml"),
+    ('backend = "my_backend:Oracle"\n', ["--client.max-retries", "1"], "client.max_retries = 1",
+     "from --client.max-retries"),
 ])  # fmt: skip
-def test_a_client_setting_beside_a_custom_backend_is_refused(tmp_path, toml, flags, field):
-    """The client's settings reach the server backend only; a custom backend would ignore them."""
-    with pytest.raises(ConfigError, match=rf"{field}: a setting of backend.type = 'server' \(the inference-server "
-                                          r"client\), but backend.type is 'custom' \(my_backend:Oracle\); drop "
-                                          r"\[orchestrator.client\] \(a custom backend reads its own settings from "
-                                          r"backend.kwargs\) or set backend.type = 'server'"):
+def test_a_client_setting_beside_a_custom_backend_is_refused(tmp_path, toml, flags, field, where):
+    """The client's settings reach the server backend only; a custom backend would ignore them. The message names
+    the section as the orchestrator's own config spells it ([client]) and where the setting was made."""
+    with pytest.raises(ConfigError, match=rf"^  `{field}` \({where}\): a setting of backend.type = 'server' \(the "
+                                          r"inference-server client\), but backend.type is 'custom' "
+                                          r"\(my_backend:Oracle\); drop the \[client\] settings \(a custom backend "
+                                          r"reads its own settings from backend.kwargs\) or set backend.type = 'server'"):
         parse(tmp_path, toml, *flags)
-    with pytest.raises(ValueError, match=r"client.api_key: a setting of backend.type = 'server'"):
+    with pytest.raises(ValueError, match=r"`client.api_key = <redacted>`: a setting of backend.type = 'server'"):
         OrchestratorConfig(backend="my_backend:Oracle", client={"api_key": "k"})
+
+
+def test_rl_names_the_orchestrators_client_section_as_its_own(tmp_path):
+    """Under `rl` the same refusal names [orchestrator.client] and where the setting was made, once."""
+    rl_toml = tmp_path / "rl.toml"
+    rl_toml.write_text('[orchestrator]\nbackend = "my_backend:Oracle"\n[orchestrator.client]\nmax_retries = 2\n')
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", str(rl_toml), "--model.name", "m"])
+    msg = str(e.value)
+    assert f"`client.max_retries = 2` (in {rl_toml})" in msg and "drop the [orchestrator.client] settings" in msg
+    assert msg.count(str(rl_toml)) == 1
 
 
 def test_a_client_setting_in_the_backend_table_is_refused(tmp_path):
     """The server backend's settings have one place, [orchestrator.client]; written in [orchestrator.backend] they
     are refused, naming the section they belong in."""
     with pytest.raises(ConfigError, match=r"backend: base_url is a setting of the server backend's client, which the "
-                                          r"orchestrator reads from \[orchestrator.client\]; move it there "
+                                          r"orchestrator reads from \[client\]; move it there "
                                           r"\(client.base_url\) \(in .*orch.toml\)"):
         parse(tmp_path, '[backend]\nbase_url = ["http://h:9"]\n')
-    with pytest.raises(ConfigError, match=r"orchestrator.backend: api_key is a setting of the server backend's "):
+    with pytest.raises(ConfigError, match=r"orchestrator.backend: api_key is a setting of the server backend's "
+                                          r"client, which the orchestrator reads from \[orchestrator.client\]"):
         parse_config(RLConfig, ["--model.name", "m", "--orchestrator.backend.api-key", "k"])
+
+
+def test_a_misspelt_setting_of_the_server_backend_suggests_the_client_field(tmp_path):
+    """The server backend's only settings are the client's: a name close to one of them, written in the backend's
+    table, suggests that client field."""
+    with pytest.raises(ConfigError, match=r"backend: base_ur is not a setting of the server backend; did you mean "
+                                          r"client.base_url \(a setting of the server backend's client, which the "
+                                          r"orchestrator reads from \[client\]\)\? \(in .*orch.toml\)"):
+        parse(tmp_path, '[backend]\ntype = "server"\nbase_ur = ["http://h:9"]\n')
+    with pytest.raises(ConfigError, match=r"orchestrator.backend: max_retry is not a setting of the server backend; "
+                                          r"did you mean client.max_retries .*\[orchestrator.client\]\)\? \(from "
+                                          r"--orchestrator.backend.max-retry\)"):
+        parse_config(RLConfig, ["--model.name", "m", "--orchestrator.backend.max-retry", "1"])
 
 
 @pytest.mark.parametrize("flags", [[], ["--client.base-url", "http://h:9", "--client.api-key", "k"],

@@ -118,7 +118,7 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
         pos += 1
         if kind.startswith("tagged:"):  # `--backend transformers` = `--backend.type transformers`
             if pos < num_args and not args[pos].startswith(("-", "@")) and args[pos] != "None":
-                out += [f"{tok}.{kind[7:]}", args[pos]]
+                out += [TypedAs(f"{tok}.{kind[7:]}", tok), args[pos]]
                 pos += 1
                 continue
             kind = "section"
@@ -152,6 +152,18 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
     for name, value in zip(positional, bare, strict=False):
         flat += [f"--{name.replace('_', '-')}", value]
     return flat + bare[len(positional) :]
+
+
+class TypedAs(str):
+    """A flag `bind_args` rewrote, remembering the flag the user typed (`--backend.type` from `--backend
+    transformers`): where a message names the flag that set a value, it names `typed`."""
+
+    typed: str
+
+    def __new__(cls, flag: str, typed: str) -> TypedAs:
+        out = super().__new__(cls, flag)
+        out.typed = typed
+        return out
 
 
 def _flag_kind(cls: type[BaseModel], flag: str) -> str:
@@ -222,8 +234,11 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
         got = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
         where = _origin(loc, argv, positional) if argv else ""
         if error.get("type") == "extra_forbidden" and tag is not None and len(loc) == len(tag[0]) + 1:
+            variant = next(m for m in tag[3] if _tag_value(m)[1] == tag[2])
+            hint = unknown_key_hint(loc, value, lambda at, v=variant, here=loc[:-1]: sorted(v.model_fields) if (
+                at == here) else _field_names_at(cls, at))  # fmt: skip
             lines.append(f"  {path}{where.replace(' (', ' (set ', 1)}: "
-                         f"{_wrong_variant(loc, tag, where, argv or [], positional)}")
+                         f"{_wrong_variant(loc, tag, where, argv or [], positional, hint)}")
         elif error.get("type") == "extra_forbidden":
             hint = unknown_key_hint(loc, value, lambda at: _field_names_at(cls, at))
             lines.append(f"  {path}: unknown key{got}{where}{hint}")
@@ -232,9 +247,12 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
             named = _named_fields(cls, loc, msg)
             if argv and named:
                 where = _fields_origin(loc, named, argv, positional)
+            msg = _BRACKETED.sub(lambda m, at=loc: _dotted(_resolve(cls, at, m.group(0))), msg)
             if argv:
-                msg = _BACKTICKED.sub(lambda m: m.group(0) + _origin(tuple(m.group(1).split(".")), argv, positional),
-                                      msg)  # fmt: skip
+                said = len(msg)
+                msg = _BACKTICKED.sub(lambda m, at=loc: m.group(0) + _origin(_resolve(cls, at, m.group(1)), argv,
+                                                                            positional), msg)  # fmt: skip
+                where = "" if len(msg) > said else where  # the message names where its fields were set
             head = f"{path}: " if loc else ""
             got = "" if not loc or repr(value) in msg else got  # a message that quotes the value says it once
             lines.append(f"  {head}{msg}{got}{where}")
@@ -294,6 +312,20 @@ def where_set(dotted: str) -> str:
 
 
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.]*) = [^`]*`")  # `a.b = 3` in a validator's message
+_BRACKETED = re.compile(r"(?<=\[)[A-Za-z_][\w.]*(?=\])")  # a section `[a.b]` / `[[a.b]]` in a validator's message
+
+
+def _resolve(cls: type[BaseModel], loc: tuple, dotted: str) -> tuple:
+    """The full path of `dotted` (`client.base_url`), named in the message of a validator of the section at `loc`:
+    as is where the root has its first key, else under the nearest section at or above `loc` that has it
+    (`orchestrator.client.base_url` for the orchestrator's validator under `rl`), else as is."""
+    keys = tuple(dotted.split("."))
+    if keys[0] in _field_names_at(cls, ()):
+        return keys
+    for i in range(len(loc), 0, -1):
+        if keys[0] in _field_names_at(cls, loc[:i]):
+            return loc[:i] + keys
+    return keys
 
 
 def _untag(cls: type[BaseModel], loc: tuple) -> tuple[tuple, tuple[tuple, str, str, list[type[BaseModel]]] | None]:
@@ -332,8 +364,10 @@ def _tag_value(model: type[BaseModel]) -> tuple[str, str]:
     return "", ""
 
 
-def _wrong_variant(loc: tuple, tag: tuple, where: str, argv: list[str], positional: set[str] | frozenset[str]) -> str:
-    """Why a key is refused in a section chosen by its `type`, where both were set, and the fix."""
+def _wrong_variant(loc: tuple, tag: tuple, where: str, argv: list[str], positional: set[str] | frozenset[str],
+                   hint: str = "") -> str:  # fmt: skip
+    """Why a key is refused in a section chosen by its `type`, where both were set, and the fix; `hint`: the
+    "did you mean" of a field of the chosen type, said when no other type has the key."""
     section, field, value, models = tag
     key = str(loc[-1])
     type_loc = section + (field,)
@@ -349,7 +383,7 @@ def _wrong_variant(loc: tuple, tag: tuple, where: str, argv: list[str], position
     else:
         fix = f"remove {key}"
     return f"{text}; {fix}" + (
-        f", or choose {field} {' or '.join(repr(h) for h in having)}" if having else "")
+        f", or choose {field} {' or '.join(repr(h) for h in having)}" if having else hint)
 
 
 def _origin(loc: tuple, argv: list[str], positional: set[str] | frozenset[str] = frozenset()) -> str:
@@ -364,10 +398,10 @@ def _origin(loc: tuple, argv: list[str], positional: set[str] | frozenset[str] =
         flag = arg.split("=", 1)[0]
         if flag in flags:
             bare = next((p for p in positional if flag == f"--{p.replace('_', '-')}"), None)
-            return f" (the {bare.upper()} argument)" if bare else f" (from {flag})"
+            return f" (the {bare.upper()} argument)" if bare else f" (from {getattr(arg, 'typed', flag)})"
     # a section-level error (a validator over several fields): flags under the section may have set the value
-    under = sorted({f for arg in argv if arg.startswith("--") and (f := arg.split("=", 1)[0]).replace("_", "-")
-                    .startswith(tuple(x.replace("_", "-") + "." for x in flags))})  # fmt: skip
+    under = sorted({getattr(arg, "typed", f) for arg in argv if arg.startswith("--") and (f := arg.split("=", 1)[0])
+                    .replace("_", "-").startswith(tuple(x.replace("_", "-") + "." for x in flags))})  # fmt: skip
     import tomllib
 
     found = ""
