@@ -147,6 +147,55 @@ def test_eval_refuses_a_model_name_the_server_does_not_serve(tmp_path):
         check_served_model("outputs/demo/tiny-model", served)
 
 
+def test_eval_against_a_server_of_another_model_exits_2_without_a_traceback(tmp_path):
+    """A server that serves another model is a user error: `evals` exits 2 with the message that names both
+    models and the fix, and no traceback (it exited 1 with one)."""
+    import asyncio
+    import subprocess
+    import sys
+    import threading
+
+    from aiohttp import web
+
+    from prime_rl.models.tiny import cached_tiny_model
+    from prime_rl.ports import free_port
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "/models/other", "object": "model"}]})
+
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app, access_log=None)
+
+    async def serve() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+
+    loop.run_until_complete(serve())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    REPO = Path(__file__).resolve().parents[2]
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "prime_rl.cli.evals", "@", str(REPO / "examples/gridsim/eval.toml"),
+             "--model.name", str(cached_tiny_model()), "--client.base-url", f"http://127.0.0.1:{port}",
+             "--output-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    assert r.returncode == 2, r.stderr
+    assert "serves ['/models/other']" in r.stderr and "pass --model.name /models/other" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
 async def test_served_models_reads_v1_models():
     from aiohttp import web
 

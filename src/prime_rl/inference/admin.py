@@ -12,7 +12,7 @@ import asyncio
 from pathlib import Path
 
 from prime_rl.http import TRANSPORT_ERRORS
-from prime_rl.inference.backend import InferenceError
+from prime_rl.inference.backend import InferenceError, ServedModelMismatch
 from prime_rl.inference.routing import Router, ServerUnavailable
 from prime_rl.monitor.logger import get_logger
 
@@ -20,11 +20,12 @@ log = get_logger("inference.client")
 
 
 def check_served_model(name: str, served: dict[str, list[str]]) -> None:
-    """Raise ValueError unless every server serves `name` (the same string, or the same folder by path): the
-    tokenizer and results table come from `model.name`, the samples from what the server serves."""
+    """Raise ServedModelMismatch (a ValueError) unless every server serves `name` (the same string, or the same
+    folder by path): the tokenizer and results table come from `model.name`, the samples from what the server
+    serves."""
     for url, ids in served.items():
         if not any(i == name or Path(i).resolve() == Path(name).resolve() for i in ids):
-            raise ValueError(
+            raise ServedModelMismatch(
                 f"model.name = {name!r}, but the inference server at {url} serves {ids}: pass --model.name "
                 f"{ids[0] if ids else '<the served model>'} or start `inference --model.name {name}`"
             )

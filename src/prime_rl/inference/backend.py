@@ -150,6 +150,11 @@ def build_backend(cfg: OrchestratorConfig | EvalCommandConfig, *, loads_weights:
     return cls.from_config(cfg)
 
 
+class ServedModelMismatch(ValueError):
+    """The inference server serves another model than `model.name`: a user error (the config or the server's
+    `--model.name` is wrong), reported without a traceback."""
+
+
 class TeacherMismatch(ValueError):
     """The teacher cannot score the student's tokens: another tokenizer, another served model, a shorter context."""
 

@@ -149,8 +149,8 @@ class InferenceClient:
         return await admin.served_models(self.router)
 
     async def check_model(self, name: str) -> None:
-        """Raise ValueError unless every server serves `name` (`check_served_model`), InferenceError when one
-        does not answer GET /v1/models."""
+        """Raise ServedModelMismatch unless every server serves `name` (`check_served_model`), InferenceError
+        when one does not answer GET /v1/models."""
         check_served_model(name, await self.served_models())
 
     async def context_length(self) -> int | None:

@@ -428,12 +428,13 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from prime_rl.envs.base import EnvArgsError
     from prime_rl.extras import MissingExtraError
     from prime_rl.hf_data import DataLoadError
+    from prime_rl.inference.backend import ServedModelMismatch
     from prime_rl.models.hub import ModelNotFoundError
     from prime_rl.orchestrator.lengths import PromptTooLong
     from prime_rl.registry import RegistryError
 
     return (ConfigError, RegistryError, ModelNotFoundError, DataLoadError, MissingExtraError, PromptTooLong,
-            ContextTooShort, FileNotFoundError, EnvArgsError, TeacherMismatch)  # fmt: skip
+            ContextTooShort, FileNotFoundError, EnvArgsError, TeacherMismatch, ServedModelMismatch)  # fmt: skip
 
 
 def orchestrate(cfg: OrchestratorConfig) -> None:
