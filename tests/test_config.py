@@ -247,3 +247,22 @@ def test_rl_wandb_goes_to_the_launcher_not_the_children(tmp_path):
     assert tomllib.loads((configs / "rl.toml").read_text())["wandb"] == {"project": "p", "offline": True}
     for child in ("trainer", "orchestrator"):
         assert "wandb" not in tomllib.loads((configs / f"{child}.toml").read_text())
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--trainer.rollout-transport.type", "tcp"], "trainer.rollout_transport (type 'tcp', port 29650) differs from "
+     "orchestrator.rollout_transport (type 'filesystem', port 29650): the trainer would never receive its batches; set "
+     "[rollout_transport] once at the top of the rl config"),
+    (["--trainer.rollout-transport.token", "a"], "trainer.rollout_transport.token differs from "
+     "orchestrator.rollout_transport.token: the orchestrator would refuse every trainer request; set [rollout_transport] "
+     "token once at the top of the rl config (or PRIME_RL_ROLLOUT_TOKEN)"),
+    (["--trainer.weight-transport.port", "5001"], "trainer.weight_transport (type 'filesystem', port 5001) differs from "
+     "orchestrator.weight_transport (type 'filesystem', port 29660): set [weight_transport] once at the top of the rl "
+     "config"),
+])  # fmt: skip
+def test_both_sides_of_a_shared_transport_section_must_agree(flags, message):
+    """Trainer and orchestrator read one rollout and one weight transport (config.rl.check_sides_agree); a token's
+    value never appears in the message."""
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["--model.name", "m", *flags])
+    assert str(e.value).strip() == message

@@ -17,7 +17,7 @@ from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelC
 from prime_rl.config.deployment import DeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.inference import SAMPLES_FOR_TRAINING, InferenceConfig, distribution_flags, flag_name
 from prime_rl.config.orchestrator import OrchestratorConfig
-from prime_rl.config.rollout_transport import RolloutTransportConfig
+from prime_rl.config.rollout_transport import ENV_TOKEN, RolloutTransportConfig
 from prime_rl.config.teacher import TeacherConfig, TeacherServerConfig
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.config.weight_transport import WeightTransportConfig
@@ -187,19 +187,8 @@ class RLConfig(BaseConfig):
         """Trainer and orchestrator must use one rollout transport (type, port and token; the hosts may differ: a
         multi-node trainer connects to the orchestrator's node), or the trainer would wait for batches that never
         come its way."""
-        trainer_side, orch_side = self.trainer.rollout_transport, self.orchestrator.rollout_transport
-        if (trainer_side.type, trainer_side.port) != (orch_side.type, orch_side.port):
-            raise ValueError(
-                f"trainer.rollout_transport (type {trainer_side.type!r}, port {trainer_side.port}) differs from "
-                f"orchestrator.rollout_transport (type {orch_side.type!r}, port {orch_side.port}): the trainer would "
-                "never receive its batches; set [rollout_transport] once at the top of the rl config"
-            )
-        if trainer_side.token != orch_side.token:  # the values stay out of the message: it is a secret
-            raise ValueError(
-                "trainer.rollout_transport.token differs from orchestrator.rollout_transport.token: the orchestrator "
-                "would refuse every trainer request; set [rollout_transport] token once at the top of the rl config "
-                "(or PRIME_RL_ROLLOUT_TOKEN)"
-            )
+        check_sides_agree(self, "rollout_transport", "the trainer would never receive its batches; ",
+                          token_env=ENV_TOKEN)  # fmt: skip
         return self
 
     @model_validator(mode="after")
@@ -367,18 +356,38 @@ def _norm(value: Any) -> Any:
     return value
 
 
+def check_sides_agree(cfg: RLConfig, section: str, consequence: str = "", token_env: str | None = None) -> None:
+    """Trainer and orchestrator agree on the shared transport section `section` (`rollout_transport`,
+    `weight_transport`): the same type and port (the hosts may differ: a multi-node trainer connects to another
+    node's address), and the same `token` where the section has one. `consequence`: what a disagreement of type or
+    port would do, said before the fix; `token_env`: the environment variable that also gives the token.
+
+    Raises:
+        ValueError: the sides differ; names both sides' type and port (a token's values stay out: it is a secret)
+            and the fix (set the section once at the top of the rl config).
+    """
+    trainer_side, orch_side = getattr(cfg.trainer, section), getattr(cfg.orchestrator, section)
+    if (trainer_side.type, trainer_side.port) != (orch_side.type, orch_side.port):
+        raise ValueError(
+            f"trainer.{section} (type {trainer_side.type!r}, port {trainer_side.port}) differs from "
+            f"orchestrator.{section} (type {orch_side.type!r}, port {orch_side.port}): {consequence}set [{section}] "
+            "once at the top of the rl config"
+        )
+    if getattr(trainer_side, "token", None) != getattr(orch_side, "token", None):
+        raise ValueError(
+            f"trainer.{section}.token differs from orchestrator.{section}.token: the orchestrator would refuse every "
+            f"trainer request; set [{section}] token once at the top of the rl config"
+            + (f" (or {token_env})" if token_env else "")
+        )
+
+
 def check_weight_transport(cfg: RLConfig) -> None:
     """Trainer and orchestrator use one weight transport; with `collective` the group's size follows the inference
     replicas this run starts (replicas x tensor_parallel_size workers, set into both sections'
     `weight_transport.inference_workers` when unset). Raises ValueError naming the fields that disagree or that the
     collective cannot serve (a multi-node deployment, data_parallel_size > 1, resume)."""
+    check_sides_agree(cfg, "weight_transport")
     trainer_side, orch_side = cfg.trainer.weight_transport, cfg.orchestrator.weight_transport
-    if (trainer_side.type, trainer_side.port) != (orch_side.type, orch_side.port):
-        raise ValueError(
-            f"trainer.weight_transport (type {trainer_side.type!r}, port {trainer_side.port}) differs from "
-            f"orchestrator.weight_transport (type {orch_side.type!r}, port {orch_side.port}): set [weight_transport] "
-            "once at the top of the rl config"
-        )
     if trainer_side.type != "collective":
         return
     vllm, dep = cfg.inference.vllm, cfg.deployment
