@@ -1,5 +1,6 @@
 """`[weight_transport]`: what the collective transport refuses (LoRA, a backend without servers, data-parallel
-engines, resume, a group size that does not match the servers) and the group size rl derives from its replicas."""
+engines, resume, a group size that does not match the servers, a multi-node host or port set by hand) and the group
+size rl derives from its replicas (on every inference node of a multi-node run)."""
 
 from __future__ import annotations
 
@@ -55,10 +56,17 @@ def test_rl_refuses_a_group_size_other_than_its_workers_and_data_parallel_engine
         RLConfig.model_validate({"weight_transport": {**COLLECTIVE, "inference_workers": 3}})
     with pytest.raises(ValidationError, match="data_parallel_size"):
         RLConfig.model_validate({"weight_transport": COLLECTIVE, "inference": {"vllm": {"data_parallel_size": 2}}})
-    with pytest.raises(ValidationError, match="deployment.type = 'multi-node'"):
-        RLConfig.model_validate({"weight_transport": COLLECTIVE, "deployment": {"type": "multi-node"}})
     with pytest.raises(ValidationError, match="differs from orchestrator.weight_transport"):
         RLConfig.model_validate({"trainer": {"weight_transport": COLLECTIVE}})
+
+
+def test_multi_node_counts_every_inference_nodes_workers_and_places_the_store_itself():
+    cfg = RLConfig.model_validate({"weight_transport": COLLECTIVE, "deployment": {
+        "type": "multi-node", "num_infer_nodes": 3, "infer_replicas_per_node": 2}})  # fmt: skip
+    assert cfg.trainer.weight_transport.inference_workers == 6 == cfg.orchestrator.weight_transport.inference_workers
+    for field, value in (("host", "10.1.2.3"), ("port", 31000)):
+        with pytest.raises(ValidationError, match=f"weight_transport.{field} is not used by a multi-node run.*port_base"):
+            RLConfig.model_validate({"weight_transport": {**COLLECTIVE, field: value}, "deployment": {"type": "multi-node"}})
 
 
 def test_a_standalone_process_must_be_given_the_group_size():

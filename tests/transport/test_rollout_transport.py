@@ -277,3 +277,38 @@ def test_rl_refuses_different_rollout_tokens():
     assert "aaa" not in msg and "bbb" not in msg
     cfg = RLConfig(rollout_transport={"type": "tcp", "token": "ccc"})
     assert cfg.trainer.rollout_transport.token == cfg.orchestrator.rollout_transport.token == "ccc"
+
+
+async def test_tcp_rank_zero_announces_policy_versions_and_the_watcher_follows_them(tmp_path):
+    """With weights over a collective, trainer rank 0 announces each version over the rollout channel; the
+    orchestrator's weight watcher loads the newest announced version although no `weights/step_N/STABLE` exists in
+    its own directory (another node's), and only rank 0 may announce."""
+    from prime_rl.orchestrator.policy_watch import WeightWatcher
+    from prime_rl.orchestrator.types import PolicyVersion
+
+    cfg = _cfg("tcp")
+    async with _sender(cfg, tmp_path, ranks=2) as sender:
+        loaded: list[tuple[str, int]] = []
+
+        async def load(path: str, version: int) -> None:
+            loaded.append((path, version))
+
+        watcher = WeightWatcher(tmp_path / "weights", load, PolicyVersion(0))
+        watcher.announced = lambda: sender.published
+        assert await watcher.poll_once() is None  # nothing announced yet
+        rank0, rank1 = _rx(cfg, tmp_path, rank=0, world=2), _rx(cfg, tmp_path, rank=1, world=2)
+        try:
+            await asyncio.to_thread(rank0.announce, 1)
+            assert sender.published == 1
+            assert await watcher.poll_once() == 1 and loaded == [(str(tmp_path / "weights/step_1"), 1)]
+            assert await watcher.poll_once() is None  # loaded once
+            await asyncio.to_thread(rank0.announce, 3)
+            await asyncio.to_thread(rank0.announce, 2)  # an older one never goes back
+            assert await watcher.poll_once() == 3 and sender.published == 3
+            with pytest.raises(RolloutTransportError, match="only trainer rank 0 announces"):
+                await asyncio.to_thread(rank1.announce, 4)
+            assert sender.published == 3
+        finally:
+            rank0.close()
+            rank1.close()
+    assert not (tmp_path / "weights").exists()  # nothing was read from (or written to) a weights directory

@@ -24,6 +24,9 @@ MAX_ENV_SERVERS = 3
 PORT_INFERENCE = 4  # inference replicas: +4 .. +14
 PORT_ROLLOUTS = 15  # the orchestrator's rollout port with rollout_transport.type = "tcp" (orchestrator node)
 MAX_REPLICAS_PER_NODE = PORT_ROLLOUTS - PORT_INFERENCE
+# Offsets that reuse a slot a node of that kind never binds otherwise:
+PORT_WEIGHTS = PORT_INFERENCE  # the weight group's TCPStore (weight_transport.type = "collective"), first trainer node
+PORT_CONTROL = PORT_RENDEZVOUS  # the node launchers' control store without a shared filesystem, node 0 (inference)
 
 
 class DeploymentConfig(BaseConfig):
@@ -62,10 +65,20 @@ class DeploymentConfig(BaseConfig):
         29500, gt=1023, lt=65536 - PORT_STRIDE * 64,
         description=f"Multi-node: node k uses ports port_base + {PORT_STRIDE}k + 0..{PORT_STRIDE - 1} "
         f"(+{PORT_RENDEZVOUS} torchrun rendezvous, +{PORT_ENV_SERVER}.. env servers, +{PORT_INFERENCE}.. inference, "
-        f"+{PORT_ROLLOUTS} the orchestrator's tcp rollout port).",
+        f"+{PORT_ROLLOUTS} the orchestrator's tcp rollout port; +{PORT_WEIGHTS} on the first trainer node: the weight "
+        f"group's store with weight_transport.type = 'collective'; +{PORT_CONTROL} on node 0 with shared_fs = false: "
+        "the node launchers' control store).",
     )
     rendezvous_timeout_s: float = Field(
-        300.0, gt=0, description="Multi-node: how long nodes wait for each other's files in output_dir/slurm/."
+        300.0, gt=0, description="Multi-node: how long nodes wait for each other (their files in output_dir/slurm/, "
+        "or the control store on node 0 with shared_fs = false)."
+    )
+    shared_fs: bool = Field(
+        True,
+        description="Multi-node: whether output_dir is on a filesystem every node shares. false: each node keeps its "
+        "own run directory output_dir/node_<k> (node-local disk), the nodes meet through a store on node 0 "
+        f"(port_base + {PORT_CONTROL}), policy versions travel only over weight_transport.type = 'collective' and "
+        "batches only over rollout_transport.type = 'tcp' (both required).",
     )
 
     @property
@@ -87,6 +100,7 @@ class DeploymentConfig(BaseConfig):
                 if node not in (None, 0):
                     raise ValueError(f"deployment.{name} = {node}: a single-node run has only node 0")
             for name, where in (("bind_host", "inference.server.host / env_server.host"),
+                                ("shared_fs", "true: one host shares its own disk"),
                                 ("port_base", "inference.server.port and the sources' resources_url"),
                                 ("rendezvous_timeout_s", "nothing: one host needs no rendezvous")):  # fmt: skip
                 if getattr(self, name) != type(self).model_fields[name].default:
@@ -118,6 +132,25 @@ class DeploymentConfig(BaseConfig):
     def rollout_port(self) -> int:
         """Multi-node: the orchestrator's rollout port (`rollout_transport.type = "tcp"`), in its node's block."""
         return self.node_ports(self.orchestrator_index()) + PORT_ROLLOUTS
+
+    def trainer_index(self) -> int:
+        """Multi-node: the first trainer node (torchrun node rank 0, where trainer rank 0 runs)."""
+        return self.num_infer_nodes
+
+    def weight_port(self) -> int:
+        """Multi-node: the weight group's TCPStore port (`weight_transport.type = "collective"`) on the first trainer
+        node, which runs no inference replica (its replica slots are free)."""
+        return self.node_ports(self.trainer_index()) + PORT_WEIGHTS
+
+    def control_port(self) -> int:
+        """Multi-node with `shared_fs = false`: the node launchers' control store on node 0 (an inference node: the
+        rendezvous slot is used only on the first trainer node)."""
+        return self.node_ports(0) + PORT_CONTROL
+
+    def node_dir(self, output_dir: Path, index: int) -> Path:
+        """The run directory of node `index`: `output_dir` itself, or `output_dir/node_<index>` with
+        `shared_fs = false` (each node's own, on its local disk)."""
+        return Path(output_dir) if self.shared_fs else Path(output_dir) / f"node_{index}"
 
 
 class SlurmConfig(BaseConfig):

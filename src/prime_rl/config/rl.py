@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
-from prime_rl.config.deployment import DeploymentConfig, SlurmConfig, check_slurm_nodes
+from prime_rl.config.deployment import PORT_WEIGHTS, DeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.inference import SAMPLES_FOR_TRAINING, InferenceConfig, distribution_flags, flag_name
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.rollout_transport import ENV_TOKEN, RolloutTransportConfig
@@ -384,17 +384,27 @@ def check_sides_agree(cfg: RLConfig, section: str, consequence: str = "", token_
 def check_weight_transport(cfg: RLConfig) -> None:
     """Trainer and orchestrator use one weight transport; with `collective` the group's size follows the inference
     replicas this run starts (replicas x tensor_parallel_size workers, set into both sections'
-    `weight_transport.inference_workers` when unset). Raises ValueError naming the fields that disagree or that the
-    collective cannot serve (a multi-node deployment, data_parallel_size > 1, resume)."""
+    `weight_transport.inference_workers` when unset). A multi-node run places the group's store itself (the first
+    trainer node's address, `deployment.weight_port()`). Without a shared filesystem (`deployment.shared_fs =
+    false`) policy versions must travel over the collective and batches over tcp. Raises ValueError naming the
+    fields that disagree or that the collective cannot serve (data_parallel_size > 1, resume)."""
+    check_shared_fs(cfg)
     check_sides_agree(cfg, "weight_transport")
     trainer_side, orch_side = cfg.trainer.weight_transport, cfg.orchestrator.weight_transport
     if trainer_side.type != "collective":
         return
     vllm, dep = cfg.inference.vllm, cfg.deployment
     if dep.type == "multi-node":
-        raise ValueError("weight_transport.type = 'collective' with deployment.type = 'multi-node': not supported by "
-                         "the multi-node launcher (it does not give the inference nodes trainer rank 0's address); "
-                         "use weight_transport.type = 'filesystem'")
+        defaults = type(trainer_side).model_fields
+        for section, wt in (("trainer", trainer_side), ("orchestrator", orch_side)):
+            for name in ("host", "port"):
+                if getattr(wt, name) != defaults[name].default:
+                    raise ValueError(
+                        f"{section}.weight_transport.{name} is not used by a multi-node run: trainer rank 0 hosts the "
+                        f"weight group on the first trainer node's address (deployment.bind_host, else the node's) at "
+                        f"deployment.port_base + 16 x its node index + {PORT_WEIGHTS}; leave weight_transport.{name} "
+                        "unset and choose deployment.port_base"
+                    )
     if vllm.data_parallel_size > 1:
         raise ValueError("weight_transport.type = 'collective' with inference.vllm.data_parallel_size > 1: each "
                          "server must be one engine; run more replicas (deployment.infer_replicas_per_node) instead")
@@ -410,3 +420,26 @@ def check_weight_transport(cfg: RLConfig) -> None:
             raise ValueError(f"{section}.weight_transport.inference_workers = {wt.inference_workers}, but this run starts "
                              f"{servers} inference server(s) x tensor_parallel_size {vllm.tensor_parallel_size} = "
                              f"{workers} workers; leave it unset")  # fmt: skip
+
+
+def check_shared_fs(cfg: RLConfig) -> None:
+    """`deployment.shared_fs = false`: nothing may need another node's run directory, so policy versions travel
+    over `weight_transport.type = "collective"` and batches over `rollout_transport.type = "tcp"`, and resume
+    (checkpoints on the trainer nodes, the orchestrator's on its own) is refused; LoRA adapters, published as files,
+    are refused by the collective transport itself (`TrainerConfig`). Raises ValueError naming the field and the
+    fix."""
+    dep = cfg.deployment
+    if dep.shared_fs:
+        return
+    why = "deployment.shared_fs = false (each node keeps its own run directory)"
+    if cfg.trainer.weight_transport.type != "collective":
+        raise ValueError(f"{why} needs weight_transport.type = 'collective': with 'filesystem' every inference node "
+                         "reads weights/step_N/ written on the trainer node; set [weight_transport] type = "
+                         "'collective', or put output_dir on a shared filesystem (shared_fs = true)")
+    if cfg.trainer.rollout_transport.type != "tcp":
+        raise ValueError(f"{why} needs rollout_transport.type = 'tcp': with 'filesystem' every trainer rank reads "
+                         "rollouts/step_N/ written on the orchestrator's node; set [rollout_transport] type = 'tcp', "
+                         "or put output_dir on a shared filesystem (shared_fs = true)")
+    if cfg.resume or cfg.trainer.ckpt.resuming:
+        raise ValueError(f"{why} with resume: not supported (the trainer's checkpoints are on the trainer node, the "
+                         "orchestrator's on its own); start a fresh run, or use a shared filesystem")

@@ -7,8 +7,13 @@ c10d rendezvous on the first trainer node; the orchestrator runs on `deployment.
 the env server(s) rl starts on `deployment.env_server_node` (default: the orchestrator's node). Node k's ports are
 `port_base + 16k + offset` (config/deployment.py), so roles sharing one host never collide.
 
+Run directory: `output_dir`, shared by every node; with `deployment.shared_fs = false` node k's own
+`output_dir/node_<k>` (its logs, metrics, configs; the trainer's checkpoints on the trainer nodes), the nodes meeting
+through node 0's control store (`jobstore.StoreJobDir`) instead of `output_dir/slurm/job_<id>/`, node 0's configs
+copied into each node's directory.
+
 A node's life: announce itself in the job directory and wait to see every other node there (the shared-filesystem
-check); node 0 prepares the run (pre-flight checks, resume/clean, rows, every role's config) and writes the plan;
+check; without one: in the control store); node 0 prepares the run (pre-flight checks, resume/clean, rows, every role's config) and writes the plan;
 start this node's processes; the orchestrator node waits for every replica and env server before starting the
 orchestrator; then supervise until every trainer and orchestrator of the job finished (exit 0), a process on any
 node died (exit 1, naming the node and the process), or Slurm sent SIGTERM (scancel, time limit: exit 143).
@@ -21,9 +26,11 @@ import logging
 import time
 from pathlib import Path
 
-from prime_rl.config.rl import RLConfig
+from prime_rl.config.rl import SECTIONS, RLConfig
 from prime_rl.launcher.cluster import JobDir, SlurmNode, slurm_node
 from prime_rl.launcher.errors import ChildFailed, LaunchError, PreflightError
+from prime_rl.launcher.evolve import evolve
+from prime_rl.launcher.jobstore import StoreJobDir, rebase_toml
 from prime_rl.launcher.layout import all_replicas, finisher_nodes, layout  # noqa: F401 - the node layout's home
 from prime_rl.launcher.placement import place
 from prime_rl.launcher.plan import RunPlan, resolve
@@ -62,7 +69,7 @@ class RemoteFailure(LaunchError):
     """A process on another node of the job died."""
 
 
-def _check_remote(jobdir: JobDir, node: SlurmNode) -> None:
+def _check_remote(jobdir: JobDir | StoreJobDir, node: SlurmNode) -> None:
     for failure in jobdir.failures():
         if failure["index"] != node.index:
             raise RemoteFailure(
@@ -71,7 +78,7 @@ def _check_remote(jobdir: JobDir, node: SlurmNode) -> None:
             )
 
 
-def _wait_servers(urls: dict[str, str], sup: Supervisor, jobdir: JobDir, node: SlurmNode, timeout_s: float) -> None:
+def _wait_servers(urls: dict[str, str], sup: Supervisor, jobdir: JobDir | StoreJobDir, node: SlurmNode, timeout_s: float) -> None:
     """Poll every health URL until all answer 200, while watching this node's children and the other nodes."""
     t0 = time.monotonic()
     pending = dict(urls)
@@ -92,7 +99,7 @@ def _wait_servers(urls: dict[str, str], sup: Supervisor, jobdir: JobDir, node: S
             time.sleep(0.5)
 
 
-def supervise_node(cfg: RLConfig, node: SlurmNode, jobdir: JobDir, built: NodeSpecs) -> None:
+def supervise_node(cfg: RLConfig, node: SlurmNode, jobdir: JobDir | StoreJobDir, built: NodeSpecs) -> None:
     """Start, wait and supervise this node's children until the job is done (see the module docstring)."""
     specs, own, needs = built.specs, built.own, built.needs
     finishers_here = FINISHERS & set(specs)
@@ -130,6 +137,19 @@ def supervise_node(cfg: RLConfig, node: SlurmNode, jobdir: JobDir, built: NodeSp
             raise LaunchError(f"{e.name} on node {node.index} ({node.name}) died ({code}). {e}") from None
 
 
+def own_configs(jobdir: StoreJobDir, plan: RunPlan, run: RunDir) -> RunPlan:
+    """Without a shared filesystem: write the configs node 0 shared into this node's `configs/`, node 0's run
+    directory replaced by this node's in every path (`jobstore.rebase_toml`); returns the plan pointed at this node's
+    run directory. This node's own `rl.toml` (from the job script) is kept."""
+    from prime_rl.transport.atomic import atomic_write_text
+
+    run.configs.mkdir(parents=True, exist_ok=True)
+    for name, text in jobdir.get_configs().items():
+        if name != "rl":
+            atomic_write_text(run.configs / f"{name}.toml", rebase_toml(text, plan.run_dir, run.root))
+    return plan.model_copy(update={"run_dir": run.root})
+
+
 def run_node(cfg: RLConfig) -> int:
     """The node launcher; returns the exit status (0 done, 1 a process died anywhere, 2 a pre-flight check
     failed, 143 SIGTERM)."""
@@ -139,13 +159,27 @@ def run_node(cfg: RLConfig) -> int:
         setup_logging("rl", Path(cfg.orchestrator.output_dir).resolve(), cfg.log.level)
         return launch_and_wait(cfg)
     node = slurm_node()
-    run = RunDir(Path(cfg.orchestrator.output_dir).resolve())
-    setup_logging(f"rl.node{node.index}", run.root, cfg.log.level)
     dep = cfg.deployment
-    jobdir = JobDir(run.root, node.job_id)
+    root = dep.node_dir(Path(cfg.orchestrator.output_dir).resolve(), node.index)
+    if not dep.shared_fs:  # this node's own run directory: every process of the node writes there, and only there
+        cfg = evolve(cfg, {"output_dir": root, **{f"{s}.output_dir": root for s in SECTIONS}})
+    run = RunDir(root)
+    setup_logging(f"rl.node{node.index}", run.root, cfg.log.level)
+    jobdir: JobDir | StoreJobDir = JobDir(run.root, node.job_id)  # the store replaces it in `body` (it may raise)
     t0 = time.monotonic()
 
     def body() -> None:
+        nonlocal jobdir
+        if not dep.shared_fs:
+            jobdir = StoreJobDir(node, dep.control_port(), dep.rendezvous_timeout_s, dep.bind_host)
+        try:
+            run_body()
+        finally:
+            if isinstance(jobdir, StoreJobDir):
+                jobdir.leave(node)
+                jobdir.close(timeout_s=cfg.finish_timeout_s)
+
+    def run_body() -> None:
         if node.num_nodes < dep.num_nodes:
             raise PreflightError(
                 f"the allocation has {node.num_nodes} node(s) but deployment.num_infer_nodes "
@@ -164,11 +198,15 @@ def run_node(cfg: RLConfig) -> int:
             except LaunchError as e:
                 jobdir.mark_failed(node, "the launcher", f"failed its pre-flight checks: {e}", str(run.logs))
                 raise
+            if isinstance(jobdir, StoreJobDir):
+                jobdir.put_configs(run.configs)
             jobdir.write_plan(plan.model_dump(mode="json"))
         else:
             data = jobdir.wait_plan(dep.rendezvous_timeout_s + cfg.startup_timeout_s)
             _check_remote(jobdir, node)
             plan = RunPlan.model_validate(data)
+            if isinstance(jobdir, StoreJobDir):
+                plan = own_configs(jobdir, plan, run)
         placement = place(cfg, roles=set(plan.nodes[node.index].roles))
         supervise_node(cfg, node, jobdir, node_specs(cfg, plan, node.index, placement, node.name))
 

@@ -181,7 +181,8 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
     checks.run("data", preflight.check_data, cfg, plans)
     checks.run("capacity", preflight.check_capacity, cfg, started)
     if where.multi:
-        cfg = evolve(cfg, rollout_hosts(cfg, where))
+        cfg = evolve(cfg, {**rollout_hosts(cfg, where), **weight_hosts(cfg, where)})
+        check_node_local(cfg, plans)
     cfg = evolve(cfg, rollout_token(cfg))
     mine = nodes[where.index]
     if where.here:
@@ -232,6 +233,37 @@ def rollout_hosts(cfg: RLConfig, where: Layout) -> dict[str, Any]:
     addr = where.addrs[dep.orchestrator_index()]
     return {"orchestrator.rollout_transport.host": dep.bind_host or addr, "trainer.rollout_transport.host": addr,
             **{f"{s}.rollout_transport.port": dep.rollout_port() for s in ("orchestrator", "trainer")}}  # fmt: skip
+
+
+def weight_hosts(cfg: RLConfig, where: Layout) -> dict[str, Any]:
+    """Multi-node with `weight_transport.type = "collective"`: trainer rank 0 hosts the weight group's store on the
+    first trainer node, bound at `deployment.bind_host` (default: that node's address) on
+    `deployment.weight_port()` (in that node's `port_base` block); the orchestrator hands the inference workers that
+    node's address in every collective `/update_weights`. Returns the change (empty for the filesystem transport)."""
+    if cfg.trainer.weight_transport.type != "collective":
+        return {}
+    dep = cfg.deployment
+    addr = where.addrs[dep.trainer_index()]
+    return {"trainer.weight_transport.host": dep.bind_host or addr, "orchestrator.weight_transport.host": addr,
+            **{f"{s}.weight_transport.port": dep.weight_port() for s in ("orchestrator", "trainer")}}  # fmt: skip
+
+
+def check_node_local(cfg: RLConfig, plans: list[EnvServerPlan]) -> None:
+    """Without a shared filesystem (`deployment.shared_fs = false`) node 0 writes missing env-server rows on its own
+    disk, so the env servers that read them must run there.
+
+    Raises:
+        PreflightError: rows to write and `deployment.env_server_node` is not 0."""
+    dep = cfg.deployment
+    if dep.shared_fs or dep.env_server_index() == 0:
+        return
+    missing = [str(p.write_root) for p in plans if p.write_root is not None]
+    if missing:
+        raise PreflightError(
+            f"deployment.shared_fs = false: node 0 writes the missing env-server rows ({', '.join(missing)}) on its "
+            f"own disk, but deployment.env_server_node = {dep.env_server_index()} would serve them; write them on "
+            "that node first (`env-server write`), or leave env_server_node (and orchestrator_node) at 0"
+        )
 
 
 def rollout_token(cfg: RLConfig, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -293,8 +325,10 @@ def processes(cfg: RLConfig, run: RunDir, nodes: list[NodeRoles], replicas: list
     if cfg.teacher is not None:  # single-node only (config.rl.check_teacher)
         out.append(ProcessPlan(name="teacher", role="inference", nodes=[0], config=run.configs / "teacher.toml",
                                health_url=cfg.teacher.url + "/health", ports=[cfg.teacher.server.port]))  # fmt: skip
+    wt = cfg.trainer.weight_transport
     out.append(ProcessPlan(name="trainer", role="trainer", nodes=[n.index for n in nodes if n.train_rank is not None],
-                           config=run.configs / "trainer.toml"))  # fmt: skip
+                           config=run.configs / "trainer.toml",
+                           ports=[wt.port] if wt.type == "collective" else []))  # fmt: skip
     orch = next(n.index for n in nodes if "orchestrator" in n.roles)
     rt = cfg.orchestrator.rollout_transport
     out.append(ProcessPlan(name="orchestrator", role="orchestrator", nodes=[orch], config=run.configs / "orchestrator.toml",

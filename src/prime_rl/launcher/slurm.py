@@ -3,7 +3,9 @@ Jinja2 template (or `slurm.template`) and submit it with `sbatch`, printing the 
 to follow or cancel the job. `--dry-run` writes the script (and the resolved configs) without submitting.
 
 Inside the job, `srun` starts one launcher per node (`prime_rl.cli.rl_node` / `prime_rl.cli.sft_node`), which
-learns its role from Slurm's variables (see `multinode.py`, `cluster.py`).
+learns its role from Slurm's variables (see `multinode.py`, `cluster.py`). Without a shared filesystem
+(`deployment.shared_fs = false`) the `rl` script carries the run config itself (exported to every node as
+PRIME_RL_RL_TOML); each node writes it to `output_dir/node_<k>/configs/rl.toml` and starts its launcher on it.
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def rl_context(cfg: RLConfig, argv: list[str] | None = None) -> dict[str, Any]:
     else:
         nodes = [{"index": 0, "text": "everything (single-node run: inference, trainer, orchestrator, env server)"}]
         ctx.update(rdzv_node=0, rdzv_port="(local)")
-    ctx.update(layout=nodes, port_base=dep.port_base, stride=PORT_STRIDE)
+    ctx.update(layout=nodes, port_base=dep.port_base, stride=PORT_STRIDE,
+               node_local=dep.type == "multi-node" and not dep.shared_fs, config_text="")  # fmt: skip
     return ctx
 
 
@@ -154,6 +157,7 @@ def submit_rl(cfg: RLConfig, argv: list[str] | None = None) -> int:
     `Layout.submit`), `configs/rl.toml` (what every node reads), the sbatch script, `sbatch` (not with --dry-run,
     which also prints the checks and the plan). Returns the exit status (0 submitted or dry run; 1 sbatch failed;
     2 a check failed)."""
+    from prime_rl.config.loader import config_to_toml
     from prime_rl.launcher.dryrun import report
     from prime_rl.launcher.layout import Layout
     from prime_rl.launcher.plan import launch_config, resolve
@@ -161,13 +165,20 @@ def submit_rl(cfg: RLConfig, argv: list[str] | None = None) -> int:
     try:
         plan = resolve(cfg, Layout.submit(cfg))
         ctx = rl_context(cfg, argv)
+        launch = launch_config(cfg)
+        if ctx["node_local"]:  # no shared filesystem: the config travels in the script (`_nodes_local` below)
+            ctx["config_text"] = config_to_toml(launch)
         text = render("rl", ctx, cfg.slurm.template)
+        if ctx["node_local"] and "PRIME_RL_RL_TOML" not in text:
+            raise PreflightError(f"slurm.template = {str(cfg.slurm.template)!r} with deployment.shared_fs = false: the "
+                                 "script must export the run config (config_text) as PRIME_RL_RL_TOML and have each "
+                                 "node write it into output_dir/node_<k>/configs/ (see the packaged rl.sbatch.jinja)")
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     if cfg.dry_run:
         print(report(plan))
-    write_config(launch_config(cfg), ctx["config"])
+    write_config(launch, ctx["config"])
     return _finish(text, ctx, cfg.dry_run)
 
 

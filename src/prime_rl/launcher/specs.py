@@ -75,6 +75,9 @@ def node_specs(cfg: RLConfig, plan: RunPlan, index: int, placement: Placement, n
         if plan.nodes[index].train_rank == 0:
             wanted.append((plan.layout.addrs[index], rendezvous_port(cfg.deployment),
                            "torchrun c10d rendezvous (deployment.port_base)"))  # fmt: skip
+            wanted += [(cfg.deployment.bind_host or plan.layout.addrs[index], port,
+                        "trainer rank 0's weight group store (deployment.port_base)")
+                       for port in plan.process("trainer").ports]  # fmt: skip (plan.weight_hosts)
         if "orchestrator" in mine:  # its tcp rollout port, if any (plan.rollout_hosts)
             wanted += [(cfg.deployment.bind_host or plan.layout.addrs[index], port,
                         "the orchestrator's tcp rollout port (deployment.port_base)")

@@ -247,6 +247,9 @@ class Orchestrator:
         self.sender = build_sender(self.cfg.rollout_transport, self.run_dir.root, num_ranks=self.cfg.num_train_ranks,
                                    max_async_level=self.cfg.max_async_level, start_step=self.start_step,
                                    timeout_s=self.cfg.weights_timeout_s)  # fmt: skip
+        if self.cfg.weight_transport.type == "collective" and hasattr(self.sender, "published"):
+            sender = self.sender  # tcp: trainer rank 0 announces each version (no node reads another's weights/)
+            self.watcher.announced = lambda: sender.published
         self.prom = start_metrics_server("orchestrator", self.cfg.metrics_server)
         for source in {id(x): x for x in self.train_sources + self.eval_sources}.values():
             await source.start()

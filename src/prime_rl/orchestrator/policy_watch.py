@@ -1,4 +1,6 @@
-"""The weight watcher: follows `weights/step_N/STABLE` and has the inference backend load each new policy version."""
+"""The weight watcher: follows `weights/step_N/STABLE` (or, with weights over a collective and rollouts over tcp, the
+versions trainer rank 0 announces over the rollout channel) and has the inference backend load each new policy
+version."""
 
 from __future__ import annotations
 
@@ -40,9 +42,16 @@ class WeightWatcher:
         self.on_loaded = on_loaded
         self.loaded: list[int] = []
         self.last_load_s = 0.0  # seconds the latest load took (the inference servers' reload, as the client saw it)
+        # set with weights over a collective and rollouts over tcp: the newest version trainer rank 0 announced
+        # (`ZmqSender.published`), followed instead of the directory (which may be on another node)
+        self.announced: Callable[[], int] | None = None
 
     def newest(self, above: int = -1) -> tuple[int, Path] | None:
-        """The newest stable `(N, weights_dir/step_N)` with N > `above`, or None."""
+        """The newest stable `(N, weights_dir/step_N)` with N > `above`, or None (with `announced` set: the newest
+        announced N, whose directory may be on the trainer's node)."""
+        if self.announced is not None:
+            version = self.announced()
+            return (version, self.dir / f"step_{version}") if version > max(above, 0) else None
         return newest_step_dir(self.dir, STABLE, above)
 
     async def poll_once(self) -> int | None:

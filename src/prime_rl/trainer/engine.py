@@ -131,6 +131,8 @@ class Engine:
         self.step = 0  # optimizer steps taken
         self.progress: dict[str, Any] = {}
         self._weight_publisher = None  # weight_transport.type = "collective": built at the first publish
+        # rank 0, collective weights with tcp rollouts: tells the orchestrator a version is ready (ZmqReceiver.announce)
+        self.announce_version: Callable[[int], None] | None = None
         self.nonfinite_streak = 0  # consecutive steps skipped for a non-finite loss or gradient norm
         self.max_tokens = max(cfg.seq_len, cfg.micro_batch_tokens or 0)  # the longest micro-batch accepted
 
@@ -331,6 +333,7 @@ class Engine:
 
             if self._weight_publisher is None:
                 self._weight_publisher = CollectivePublisher(wt, self.dist)
+            self._weight_publisher.announce = self.announce_version
             sent = self._weight_publisher.publish(self.model, self.run_dir.weights, step, self.cfg.weights, self.dtype)
             if sent is not None:
                 self.log.info(f"policy version {step}: {sent['num_tensors']} tensors ({sent['bytes'] / 2**20:.1f} MiB) "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -36,6 +37,9 @@ class CollectivePublisher:
         self.cfg, self.dist = cfg, dist_info
         self.spec = cfg.group_spec("trainer")
         self.group: WeightGroup | None = None
+        # called on rank 0 with the version once it is marked ready, before the group opens: tells an orchestrator
+        # that cannot see this node's weights/ (rollouts over tcp) to start the inference servers' update
+        self.announce: Callable[[int], None] | None = None
 
     def publish(self, model: nn.Module, weights_dir: Path, step: int, weights: WeightsConfig,
                 dtype: torch.dtype = torch.float32) -> dict | None:  # fmt: skip
@@ -60,6 +64,8 @@ class CollectivePublisher:
             atomic_write_dir(Path(weights_dir) / f"step_{step}",
                              lambda tmp: (tmp / TRANSPORT_FILE).write_text(json.dumps(meta)), marker=STABLE)  # fmt: skip
             prune_step_dirs(Path(weights_dir), weights.keep_last)
+            if self.announce is not None:
+                self.announce(step)
             t0 = time.perf_counter()
             if self.group is None or self.group.closed:
                 self.group = WeightGroup.open(self.spec, 0, self.dist.device)

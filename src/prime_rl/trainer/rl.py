@@ -89,6 +89,8 @@ def train(cfg: TrainerConfig) -> dict[str, float] | None:
         step = engine.step + 1
         receiver = build_receiver(cfg.rollout_transport, engine.run_dir.root, rank=rank, world_size=world,
                                   timeout_s=cfg.data_timeout_s)  # fmt: skip
+        if cfg.weight_transport.type == "collective" and engine.dist.is_main and hasattr(receiver, "announce"):
+            engine.announce_version = receiver.announce  # tcp: the orchestrator may not see this node's weights/
         resumable = engine.step  # the newest step this rank can resume from (0: none)
         while cfg.max_steps is None or step <= cfg.max_steps:
             t_wait = time.perf_counter()

@@ -8,7 +8,11 @@ Protocol (request/reply; every request and reply header is a msgpack map):
   `{"op": "get", "step": N, "rank": R, "world_size": W, "keep_from": K}`; the orchestrator (a ROUTER socket bound
   there) answers `[{"status": "ok", "step": N}, batch bytes]` once step N exists (the bytes of
   `rollouts/step_N/rank_R.bin`, prime_rl.transport.batch), or `[{"status": "error", "message": ...}]`;
-- `{"op": "done", "step": N, "rank": R}` after the rank's last step, answered `[{"status": "ok"}]`.
+- `{"op": "done", "step": N, "rank": R}` after the rank's last step, answered `[{"status": "ok"}]`;
+- `{"op": "published", "step": N, "rank": 0}` from trainer rank 0 once policy version N is ready to go out over the
+  weight group (`weight_transport.type = "collective"`), answered `[{"status": "ok"}]`: the orchestrator's weight
+  watcher follows these announcements (`ZmqSender.published`) instead of `weights/step_N/STABLE`, so no node reads
+  another node's run directory.
 
 With a shared secret (`rollout_transport.token`, or PRIME_RL_ROLLOUT_TOKEN) every request also carries
 `"token": T`; the orchestrator answers a request without it, or with another, `[{"status": "error", ...}]` and
@@ -63,6 +67,7 @@ class ZmqSender(RolloutSender):
         self.done: dict[int, int] = {}  # rank -> the last step it confirmed with `done`
         self.keep_from: dict[int, int] = {}  # rank -> lowest step it may ask for again
         self.waiting: dict[int, tuple[list[bytes], int]] = {}  # rank -> (envelope, step) of an ask not answered yet
+        self.published = 0  # the newest policy version trainer rank 0 announced (`op: published`; 0: none yet)
         self.released = start_step - 1  # steps up to this one are forgotten (or were never made here)
         self.changed = asyncio.Condition()
         self.ctx = zmq.asyncio.Context()
@@ -141,7 +146,7 @@ class ZmqSender(RolloutSender):
                 req = msgpack.unpackb(body[0], raw=False) if body else None
             except Exception:  # msgpack raises several types
                 req = None
-            if not isinstance(req, dict) or req.get("op") not in ("get", "done"):
+            if not isinstance(req, dict) or req.get("op") not in ("get", "done", "published"):
                 await self._reply(envelope, {"status": "error", "message": "not a prime-rl rollout request"})
                 continue
             if not self._authorized(req.get("token")):
@@ -172,6 +177,14 @@ class ZmqSender(RolloutSender):
             await self._reply(envelope, {"status": "error", "message": (
                 f"trainer rank {rank} of world {req.get('world_size')} asked, but orchestrator.num_train_ranks = "
                 f"{self.num_ranks}: it must equal the trainer's process count")})  # fmt: skip
+            return
+        if req["op"] == "published":
+            if rank != 0 or step < 1:
+                await self._reply(envelope, {"status": "error", "message": "only trainer rank 0 announces policy "
+                                             f"versions >= 1 (got rank {rank}, version {step})"})  # fmt: skip
+                return
+            self.published = max(self.published, step)
+            await self._reply(envelope, {"status": "ok", "step": step})
             return
         if req["op"] == "done":
             self.done[rank] = max(self.done.get(rank, 0), step)
@@ -248,6 +261,16 @@ class ZmqReceiver(RolloutReceiver):
         header = msgpack.unpackb(frames[0], raw=False)
         if header.get("status") != "ok":
             raise RolloutTransportError(f"{self.endpoint} (done, step {last_step}, rank {self.rank}): "
+                                        f"{header.get('message', header)}")  # fmt: skip
+
+    def announce(self, version: int) -> None:
+        """Rank 0: tell the orchestrator that policy version `version` is ready to go out over the weight group
+        (`op: published`). Raises RolloutTransportError when refused, TimeoutError without an answer."""
+        frames = self._ask({"op": "published", "step": int(version), "rank": self.rank, "world_size": self.world_size},
+                           self.timeout_s)  # fmt: skip
+        header = msgpack.unpackb(frames[0], raw=False)
+        if header.get("status") != "ok":
+            raise RolloutTransportError(f"{self.endpoint} (published, version {version}, rank {self.rank}): "
                                         f"{header.get('message', header)}")  # fmt: skip
 
     def close(self) -> None:
