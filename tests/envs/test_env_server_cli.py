@@ -49,7 +49,7 @@ def test_write_spellings(tmp_path):
 
 
 @pytest.mark.parametrize("argv, msg", [
-    (["write", "reverse-text", "OUT", "--synthetic"], "apply to gridsim only, not 'reverse-text'"),
+    (["write", "reverse-text", "OUT", "--synthetic"], "--synthetic applies to gridsim only, not 'reverse-text'"),
     (["write", "http://127.0.0.1:8200", "OUT", "--synthetic"], "the OpenEnv server at http://127.0.0.1:8200"),
     (["write", "gridsim", "OUT", "--synthetic", "--data-dir", "D"], "choose one"),
     (["openenv", "gridsim", "--max-concurrent-envs", "0"], "max_concurrent_envs"),

@@ -237,7 +237,7 @@ def test_env_server_write_and_rl_launcher_pass_the_cut_off(tmp_path, capsys):
     for env in ("reverse-text", "http://127.0.0.1:8200"):
         with pytest.raises(SystemExit) as e:
             _parse(["write", env, str(tmp_path), "--forward-from", CUT])
-        assert e.value.code == 2 and "--forward-from apply to" in capsys.readouterr().err
+        assert e.value.code == 2 and "--forward-from applies to" in capsys.readouterr().err
     # `rl` writes missing rows with the [env_server] cut-off
     cfg = nemo_cfg(tmp_path, "--env-server.forward-from", CUT)
     (plan,) = envserver.plan_env_servers(cfg, probe=lambda url: False)
@@ -245,3 +245,70 @@ def test_env_server_write_and_rl_launcher_pass_the_cut_off(tmp_path, capsys):
     data = plan.write_root / "resources_servers" / "gridsim_v1" / "data"
     assert f"--forward-from {CUT}" in (tmp_path / "write.log").read_text()
     assert min(json.loads(x)["info"]["date"] for x in (data / "forward.jsonl").read_text().splitlines()) >= CUT
+
+
+RECENT = "2023-01-01"
+
+
+def test_train_from_keeps_the_recent_training_days_and_nothing_else(fwd):
+    """`train_from`: the train split is the same draw cut to its days on or after the date (order kept); eval and
+    forward are the split's without it. Counted again from the packaged file's raw arrays."""
+    recent = GridSimEnv(forward_from=CUT, num_train=None, train_from=RECENT)
+    train = recent.tasks("train")
+    assert [t.task_id for t in train] == [t.task_id for t in fwd.tasks("train") if t.info["date"] >= RECENT]
+    assert RECENT <= min(_dates(train)) and max(_dates(train)) < CUT
+    for split in ("eval", "forward"):
+        assert [t.task_id for t in recent.tasks(split)] == [t.task_id for t in fwd.tasks(split)], split
+    days = _raw_days()
+    eval_dates = set(_dates(fwd.tasks("eval")))
+    want = {k for k, p in days.items() if RECENT <= k[0] < CUT and k[0] not in eval_dates and _optimum(p) > 500.0}
+    assert {(t.info["date"], t.info["point"]) for t in train} == want
+    # with the default size, the cut of the first 2,000 of the draw
+    small = GridSimEnv(forward_from=CUT, train_from=RECENT).tasks("train")
+    assert [t.task_id for t in small] == [t.task_id for t in GridSimEnv(forward_from=CUT).tasks("train")
+                                          if t.info["date"] >= RECENT]  # fmt: skip
+    assert 0 < len(small) < 2000
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"forward_from": CUT, "train_from": CUT}, "is not before forward_from"),
+    ({"train_from": "2023-02-30"}, "train_from = '2023-02-30' is not a date"),
+    ({"train_from": "2030-01-01"}, "train_from = 2030-01-01 leaves no training day"),
+])  # fmt: skip
+def test_bad_train_from_is_refused(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        GridSimEnv(**kwargs).tasks("train")
+
+
+def test_train_from_reaches_the_rows_the_clis_and_rl(tmp_path, capsys):
+    from tests.envs.test_env_server_cli import _parse
+    from tests.launcher.test_launcher_preflight import nemo_cfg
+
+    from prime_rl.cli.gridsim import main
+    from prime_rl.envs.nemo_gym.rows import read_rows, write_server
+    from prime_rl.launcher import envserver
+
+    root = write_server("gridsim", tmp_path / "w", {"forward_from": CUT, "train_from": RECENT, "num_train": 300})
+    rows = {s: read_rows(root / "data" / f"{s}.jsonl") for s in ("train", "eval", "forward")}
+    want = [t.task_id for t in GridSimEnv(forward_from=CUT, num_train=300).tasks("train") if t.info["date"] >= RECENT]
+    assert [r["task_id"] for r in rows["train"]] == want and len(rows["eval"]) == len(rows["forward"]) == 200
+    got = _parse(["write", "gridsim", str(tmp_path), "--forward-from", CUT, "--train-from", RECENT])
+    assert got.env_args() == {"forward_from": CUT, "train_from": RECENT}
+    for argv, msg in ((["write", "reverse-text", str(tmp_path), "--train-from", RECENT], "--train-from applies to"),
+                      (["write", "gridsim", str(tmp_path), "--forward-from", RECENT, "--train-from", CUT],
+                       "is not before --forward-from")):  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            _parse(argv)
+        assert e.value.code == 2 and msg in capsys.readouterr().err
+    # `gridsim sft-data --split train` and `baseline --split train` play the cut split
+    main(["sft-data", "--split", "train", "--forward-from", CUT, "--train-from", RECENT, "--num-train", "300",
+          str(tmp_path / "demos.jsonl")])  # fmt: skip
+    demos = [json.loads(x) for x in (tmp_path / "demos.jsonl").read_text().splitlines()]
+    assert [d["task_id"] for d in demos] == want
+    # `rl` writes missing rows with the [env_server] options
+    cfg = nemo_cfg(tmp_path / "rl", "--env-server.forward-from", CUT, "--env-server.train-from", RECENT)
+    (plan,) = envserver.plan_env_servers(cfg, probe=lambda url: False)
+    envserver.write_rows(cfg, plan, tmp_path / "write.log", timeout_s=300)
+    assert f"--forward-from {CUT} --train-from {RECENT}" in (tmp_path / "write.log").read_text()
+    data = plan.write_root / "resources_servers" / "gridsim_v1" / "data"
+    assert min(json.loads(x)["info"]["date"] for x in (data / "train.jsonl").read_text().splitlines()) >= RECENT

@@ -31,6 +31,10 @@ class EnvDataConfig(BaseConfig):
         None, description="gridsim: train and eval rows from the days before this date (YYYY-MM-DD), and forward "
         "rows (data/forward.jsonl, 200 days) from the days on or after it."
     )
+    train_from: dt.date | None = Field(
+        None, description="gridsim: train rows only from the days on or after this date (YYYY-MM-DD; the split is "
+        "drawn as without it, then cut: eval and forward rows are unchanged)."
+    )
 
     @field_validator("env")
     @classmethod
@@ -48,11 +52,18 @@ class EnvDataConfig(BaseConfig):
     def _gridsim_data_only(self) -> EnvDataConfig:
         if self.data_dir is not None and self.synthetic:
             raise ValueError("--data-dir and --synthetic both given: choose one")
-        if (self.data_dir is not None or self.synthetic or self.forward_from is not None) and is_url(self.env):
-            raise ValueError("--data-dir, --synthetic and --forward-from apply to a built-in environment; the OpenEnv "
-                             f"server at {self.env} already chose its data")  # fmt: skip
-        if (self.data_dir is not None or self.synthetic or self.forward_from is not None) and self.env != "gridsim":
-            raise ValueError(f"--data-dir, --synthetic and --forward-from apply to gridsim only, not {self.env!r}")
+        given = [flag for flag, value in (("--data-dir", self.data_dir), ("--synthetic", self.synthetic),
+                                          ("--forward-from", self.forward_from), ("--train-from", self.train_from))
+                 if value]  # fmt: skip
+        named = f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'}"
+        if given and is_url(self.env):
+            raise ValueError(f"{named} to a built-in environment; the OpenEnv server at {self.env} already chose its "
+                             "data")  # fmt: skip
+        if given and self.env != "gridsim":
+            raise ValueError(f"{named} to gridsim only, not {self.env!r}")
+        if self.train_from and self.forward_from and self.train_from >= self.forward_from:
+            raise ValueError(f"--train-from {self.train_from} is not before --forward-from {self.forward_from}: every "
+                             "training day would be a forward day; choose an earlier --train-from")  # fmt: skip
         return self
 
     def env_args(self) -> dict[str, Any]:
@@ -65,6 +76,8 @@ class EnvDataConfig(BaseConfig):
             args["synthetic"] = True
         if self.forward_from is not None:
             args["forward_from"] = self.forward_from.isoformat()
+        if self.train_from is not None:
+            args["train_from"] = self.train_from.isoformat()
         return args
 
 

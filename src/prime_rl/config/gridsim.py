@@ -30,6 +30,10 @@ class GridSimDataConfig(BaseConfig):
         "2024-01-01), the `forward` split (200 days) from the days on or after it; unset: train and eval from every "
         "day."
     )
+    train_from: dt.date | None = Field(
+        None, description="The train split keeps only its days on or after this date (YYYY-MM-DD; drawn as without "
+        "it, then cut: eval and forward unchanged)."
+    )
 
     @field_validator("num_train")
     @classmethod
@@ -44,6 +48,9 @@ class GridSimDataConfig(BaseConfig):
             raise ValueError("--data-dir and --synthetic both given: choose one")
         if getattr(self, "split", None) == "forward" and self.forward_from is None:  # the subclasses with a split
             raise ValueError("--split forward needs --forward-from DATE (e.g. --forward-from 2024-01-01)")
+        if self.train_from and self.forward_from and self.train_from >= self.forward_from:
+            raise ValueError(f"--train-from {self.train_from} is not before --forward-from {self.forward_from}: every "
+                             "training day would be a forward day; choose an earlier --train-from")  # fmt: skip
         return self
 
     def env_args(self) -> dict:
@@ -52,6 +59,8 @@ class GridSimDataConfig(BaseConfig):
                 "num_train": None if self.num_train == "all" else self.num_train}  # fmt: skip
         if self.forward_from is not None:
             args["forward_from"] = self.forward_from.isoformat()
+        if self.train_from is not None:
+            args["train_from"] = self.train_from.isoformat()
         return args
 
     def data_label(self) -> str:

@@ -39,6 +39,9 @@ class EnvServerLaunchConfig(BaseConfig):
         None, description="gridsim: rows written with this forward cut-off (YYYY-MM-DD): train and eval rows from the "
         "days before it, data/forward.jsonl from the days on or after it."
     )
+    train_from: dt.date | None = Field(
+        None, description="gridsim: train rows written only from the days on or after this date (YYYY-MM-DD)."
+    )
     masked_as_error: bool = Field(True, description="Answer unmeasurable episodes with 503 so they are masked.")
     idle_timeout_s: float | None = Field(120.0, gt=0, description="End sessions idle this long; None = never.")
     max_concurrent: int = Field(96, gt=0, description="Live sessions before /seed_session answers 503.")

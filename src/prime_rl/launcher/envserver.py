@@ -111,8 +111,8 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
 
 
 def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) -> None:
-    """Run `env-server write <env> ROOT [--data-dir D | --synthetic] [--forward-from DATE]` (output to `log`),
-    bounded by `timeout_s`.
+    """Run `env-server write <env> ROOT [--data-dir D | --synthetic] [--forward-from DATE] [--train-from DATE]`
+    (output to `log`), bounded by `timeout_s`.
 
     Raises:
         PreflightError: it failed or timed out (names the log).
@@ -125,6 +125,8 @@ def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) 
         argv += ["--synthetic"]
     if cfg.env_server.forward_from is not None:
         argv += ["--forward-from", cfg.env_server.forward_from.isoformat()]
+    if cfg.env_server.train_from is not None:
+        argv += ["--train-from", cfg.env_server.train_from.isoformat()]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"\n===== prime-rl launcher: {' '.join(argv)}\n".encode())

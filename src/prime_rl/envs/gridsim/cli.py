@@ -33,6 +33,8 @@ def baseline(cfg: GridSimBaselineConfig) -> None:
     kind = "synthetic" if cfg.synthetic else "ercot"  # real and synthetic scores never share a file
     if cfg.forward_from is not None:  # nor the splits with and without a forward cut-off
         kind += f"-from-{cfg.forward_from.isoformat()}"
+    if cfg.train_from is not None and cfg.split == "train":  # a cut train split is another set of days
+        kind += f"-train-from-{cfg.train_from.isoformat()}"
     out = cfg.out or Path("outputs") / "gridsim" / f"baseline-{cfg.policy}-{cfg.split}-{kind}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in rows))

@@ -5,6 +5,8 @@ date-disjoint and drawn with a seed, so the same data always gives the same spli
 whole data (the eval days lie between training days: an interpolation eval). With `forward_from` (an ISO date),
 `train` and `eval` come from the days before it and a third split, `forward` (200 days), from the days on or after
 it: every forward day is later than every training day, as tomorrow's prices are for a model trained today.
+With `train_from` as well, the `train` split keeps only its days on or after that date (the most recent training
+days; `eval` and `forward` are unchanged), e.g. for RL on the year before the cut-off after SFT on every year.
 
 The data are, by default, the real ERCOT 2021-2024 hub prices shipped with the package (`gridsim/ercot_data/`), or
 ERCOT's NP4-180-ER files in a folder (`data_dir`, for other years), or seeded synthetic days (`synthetic=True`,
@@ -63,18 +65,18 @@ def _prices_of(info: dict[str, Any]) -> list[float] | None:
     return [float(x) for x in prices]
 
 
-def parse_forward_from(value: str | dt.date | None) -> str | None:
-    """`forward_from` as an ISO date `YYYY-MM-DD` (None stays None).
+def parse_forward_from(value: str | dt.date | None, field: str = "forward_from") -> str | None:
+    """`forward_from` (or another date argument, `field`) as an ISO date `YYYY-MM-DD` (None stays None).
 
     Raises:
-        ValueError: not a date in that form (names `forward_from`).
+        ValueError: not a date in that form (names `field`).
     """
     if value is None or isinstance(value, dt.date):
         return None if value is None else value.isoformat()
     try:
         return dt.date.fromisoformat(str(value).strip()).isoformat()
     except ValueError:
-        raise ValueError(f"gridsim: forward_from = {value!r} is not a date YYYY-MM-DD (e.g. 2024-01-01)") from None
+        raise ValueError(f"gridsim: {field} = {value!r} is not a date YYYY-MM-DD (e.g. 2024-01-01)") from None
 
 
 def _stratified_dates(dates: np.ndarray, count: int, rng: np.random.Generator) -> list[str]:
@@ -179,14 +181,18 @@ class GridSimEnv(Environment):
             `train` and `eval` from every day. Given, `train` and `eval` come from the days before it and the
             `forward` split (one point on each of `num_eval` dates, spread over the months like `eval`) from the
             days on or after it.
+        train_from: ISO date or `datetime.date`; given, the `train` split keeps only its days on or after it (the
+            split is drawn as without it, then cut, so `eval` and `forward` are unchanged); None keeps every day.
         points: settlement points (default the five hubs).
         min_optimal_profit: keep only days whose optimal profit is above this ($).
         cache_dir: parse cache of the ERCOT files (default `~/.cache/prime-rl/gridsim`).
         data_seed: seed of the synthetic days (only with `synthetic=True`).
 
     Raises:
-        ValueError: both `data_dir` and `synthetic`, `data_seed` without `synthetic`, or `forward_from` not a date;
-            when the splits are first drawn, a `forward_from` that leaves no usable day before it or none after it.
+        ValueError: both `data_dir` and `synthetic`, `data_seed` without `synthetic`, `forward_from` or
+            `train_from` not a date, `train_from` not before `forward_from`; when the splits are first drawn, a
+            `forward_from` that leaves no usable day before it or none after it, or a `train_from` that leaves no
+            training day.
     """
 
     name = "gridsim"
@@ -203,6 +209,7 @@ class GridSimEnv(Environment):
         data_seed: int = 0,
         synthetic: bool = False,
         forward_from: str | dt.date | None = None,
+        train_from: str | dt.date | None = None,
     ):
         if synthetic and data_dir is not None:
             raise ValueError("gridsim: give either data_dir (ERCOT files) or synthetic=True, not both")
@@ -215,6 +222,11 @@ class GridSimEnv(Environment):
         self.min_optimal_profit = min_optimal_profit
         self.cache_dir, self.data_seed = cache_dir, data_seed
         self.forward_from = parse_forward_from(forward_from)
+        self.train_from = parse_forward_from(train_from, "train_from")
+        if self.train_from is not None and self.forward_from is not None and self.train_from >= self.forward_from:
+            raise ValueError(f"gridsim: train_from = {self.train_from} is not before forward_from = "
+                             f"{self.forward_from}: every training day would be a forward day; choose an earlier "
+                             "train_from")  # fmt: skip
         self.splits = SPLITS + ((FORWARD,) if self.forward_from is not None else ())
 
     @cached_property
@@ -249,6 +261,11 @@ class GridSimEnv(Environment):
         eval_idx, held = _one_point_per_date(table, ok, self.num_eval, rng)
         train_pool = np.array([i for i in ok if str(table.dates[i]) not in held], dtype=np.int64)
         out["train"] = [int(i) for i in train_pool[rng.permutation(len(train_pool))[: self.num_train]]]
+        if self.train_from is not None:  # cut after the draw: `eval` and `forward` stay what they are without it
+            out["train"] = [i for i in out["train"] if str(table.dates[i]) >= self.train_from]
+            if not out["train"]:
+                raise ValueError(f"gridsim: train_from = {self.train_from} leaves no training day (the last one is "
+                                 f"{max(str(table.dates[i]) for i in train_pool)}); choose an earlier date")  # fmt: skip
         out["eval"] = eval_idx
         return out
 
