@@ -57,6 +57,13 @@ def shared_vllm(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _own_secrets(monkeypatch):
+    """Each test starts without PRIME_RL_SECRETS (config.secrets.SECRETS_ENV) and leaves none: writing a resolved
+    config puts its secrets in this process's environment."""
+    monkeypatch.delenv("PRIME_RL_SECRETS", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def _prestart_vllm(request, tmp_path_factory):
     """Before each test, the collected modules whose prestart trigger has come (the session's first test, or the
     first test under the module's `PRESTART_WITH` prefix) spawn their servers (`prestart_vllm`) without waiting for

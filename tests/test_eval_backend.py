@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from prime_rl.config.eval_backend import CustomBackendConfig, ServerBackendConfig, TransformersBackendConfig
-from prime_rl.config.loader import ConfigError, config_to_toml, parse_config
+from prime_rl.config.loader import ConfigError, parse_config, write_config
 from prime_rl.config.orchestrator import EvalCommandConfig
 
 
@@ -86,7 +86,6 @@ def test_a_misspelt_setting_of_the_chosen_type_gets_a_suggestion(tmp_path, toml,
                                    ["--backend", "my_backend:Oracle"], ["--backend.api-key", "k"]])  # fmt: skip
 def test_each_type_reads_back_from_its_resolved_config(tmp_path, flags):
     cfg = parse(tmp_path, "", *flags)
-    out = tmp_path / "resolved.toml"
-    out.write_text(config_to_toml(cfg))
+    out = write_config(cfg, tmp_path / "resolved.toml")  # a secret (backend.api_key) by environment
     assert "[backend]" in out.read_text() and "[client]" not in out.read_text()
     assert parse_config(EvalCommandConfig, ["@", str(out)]) == cfg

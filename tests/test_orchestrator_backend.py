@@ -9,7 +9,7 @@ import pytest
 
 from prime_rl.config.client import ClientConfig
 from prime_rl.config.eval_backend import CustomBackendConfig
-from prime_rl.config.loader import ConfigError, config_to_toml, parse_config
+from prime_rl.config.loader import ConfigError, parse_config, write_config
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.orchestrator_backend import ServerClientBackendConfig
 from prime_rl.config.rl import RLConfig
@@ -102,8 +102,7 @@ def test_a_misspelt_setting_of_the_server_backend_suggests_the_client_field(tmp_
                                    ["--backend", "my_backend:Oracle", "--backend.kwargs", '{"urls": ["http://h:9"]}']])
 def test_the_resolved_config_reads_back_equal(tmp_path, flags):
     cfg = parse(tmp_path, "", *flags)
-    out = tmp_path / "resolved.toml"
-    out.write_text(config_to_toml(cfg))
+    out = write_config(cfg, tmp_path / "resolved.toml")  # the secret (client.api_key) by environment
     text = out.read_text()
     assert "[backend]" in text and "[client]" in text
     assert parse_config(OrchestratorConfig, ["@", str(out)]) == cfg

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from prime_rl.config.list_flags import config_files
+from prime_rl.config.resolved import config_to_toml, write_config  # noqa: F401  (callers import them from here)
 from prime_rl.config.suggest import dotted as _dotted
 from prime_rl.config.suggest import flag as _flag
 from prime_rl.config.suggest import unknown_key_hint
@@ -80,7 +81,12 @@ def parse_config(
     _PARSED.update(argv=bound, positional=from_bare)
     try:
         expanded = expand_indexed_flags(cls, bound)
-        return cli(cls, args=expanded, prog=prog, description=description)
+        return _fill_secrets(cli(cls, args=expanded, prog=prog, description=description), bound)
+    except ConfigError as e:
+        if from_argv:
+            print(f"{prog or 'prime-rl'}: config error\n{e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        raise
     except (ConfigFileError, ListFlagError) as e:
         cause = e.__cause__
         if isinstance(cause, ValidationError):
@@ -460,54 +466,32 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-def config_to_toml(cfg: BaseModel) -> str:
-    """Serialise a config to TOML so that parsing it back gives the same config.
+def _fill_secrets(cfg: T, argv: list[str]) -> T:
+    """`cfg` with each secret that an `@ configs/NAME.toml` file holds as `<redacted>` taken from the environment
+    (`secrets.SECRETS_ENV`, entry NAME), where the process that wrote the file put it.
 
-    TOML has no null: a None whose field default is also None is omitted; the fields that are None where their
-    default is not are listed in their section's `_null` key (`base.NULL_KEY`: `_null = ["max_norm"]` under
-    `[optim]`), which `BaseConfig` reads back as None. No value is written as the text `"None"`, so a text field
-    holding "None" reads back as that text (`tests/test_config_roundtrip.py`: write -> read for every command and
-    for the processes' configs of a dry run). docs/config.md states the convention.
+    Raises:
+        ConfigError: a redacted secret the environment does not hold (names the field, the file and the fix).
     """
-    import tomli_w
+    from prime_rl.config.secrets import REDACTED, SECRETS_ENV, dotted_key, given, secret_fields
 
-    return tomli_w.dumps(_dump_for_toml(cfg))
-
-
-def _dump_for_toml(model: BaseModel) -> dict[str, Any]:
-    from prime_rl.config.base import NULL_KEY
-
-    out: dict[str, Any] = {}
-    nulls = []
-    for name, finfo in type(model).model_fields.items():
-        value = getattr(model, name)
+    redacted = [path for path, value in secret_fields(cfg) if value == REDACTED]
+    if not redacted:
+        return cfg
+    table, problems = given(), []
+    for path in redacted:
+        where = _origin(path, argv)
+        file = where[5:-1] if where.startswith(" (in ") else ""
+        value = table.get(Path(file).stem, {}).get(dotted_key(path)) if file else None
         if value is None:
-            if finfo.default is not None or finfo.default_factory is not None:
-                nulls.append(name)
+            entry = json.dumps({Path(file).stem or "NAME": {dotted_key(path): "..."}})
+            problems.append(f"  {_dotted(path)}: {REDACTED}{where}: resolved configs hold no secrets; pass it with "
+                            f"{_flag(path)}, or as {SECRETS_ENV}='{entry}' (as rl passes it to the processes it starts)")
             continue
-        out[name] = _dump_value(value)
-    if nulls:
-        out = {NULL_KEY: nulls, **out}
-    return out
-
-
-def _dump_value(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return _dump_for_toml(value)
-    if isinstance(value, list | tuple):
-        return [_dump_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _dump_value(v) for k, v in value.items() if v is not None}
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def write_config(cfg: BaseModel, path: Path) -> Path:
-    """Write `cfg` as TOML to `path` atomically (temporary name, fsync, rename)."""
-    from prime_rl.transport.atomic import atomic_write_text
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, config_to_toml(cfg))
-    return path
+        node: Any = cfg
+        for key in path[:-1]:
+            node = node[key] if isinstance(key, int) else getattr(node, key)
+        object.__setattr__(node, path[-1], value)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return cfg

@@ -26,6 +26,7 @@ import logging
 import time
 from pathlib import Path
 
+from prime_rl.config import secrets
 from prime_rl.config.rl import SECTIONS, RLConfig
 from prime_rl.launcher.cluster import JobDir, SlurmNode, slurm_node
 from prime_rl.launcher.errors import ChildFailed, LaunchError, PreflightError
@@ -200,11 +201,13 @@ def run_node(cfg: RLConfig) -> int:
                 raise
             if isinstance(jobdir, StoreJobDir):
                 jobdir.put_configs(run.configs)
+            plan = plan.model_copy(update={"secrets": secrets.given()})  # configs/ hold them redacted
             jobdir.write_plan(plan.model_dump(mode="json"))
         else:
             data = jobdir.wait_plan(dep.rendezvous_timeout_s + cfg.startup_timeout_s)
             _check_remote(jobdir, node)
             plan = RunPlan.model_validate(data)
+            secrets.adopt(plan.secrets)  # this node's processes read node 0's configs, secrets redacted
             if isinstance(jobdir, StoreJobDir):
                 plan = own_configs(jobdir, plan, run)
         placement = place(cfg, roles=set(plan.nodes[node.index].roles))

@@ -74,6 +74,7 @@ class RunPlan(BaseModel):
     fork: Path | None = None
     env_servers: list[EnvServerPlan] = Field(default_factory=list)
     env_token: str | None = None
+    secrets: dict[str, dict[str, str]] = Field(default_factory=dict)  # node 0's configs/ secrets (secrets.SECRETS_ENV)
     replicas: list[Replica] = Field(default_factory=list)
     processes: list[ProcessPlan] = Field(default_factory=list)
     checks: list[str] = Field(default_factory=list)
