@@ -288,6 +288,15 @@ class ConcurrencyConfig(BaseConfig):
     max_inflight: int = Field(32, gt=0, description="Rollouts running at once.")
 
 
+class WorkersConfig(BaseConfig):
+    """Rollout worker processes (prime_rl.orchestrator.workers)."""
+
+    count: int = Field(
+        0, ge=0, description="Processes that play train rollouts (agent loop, env calls, sampling); 0 = in-process."
+    )
+    start_timeout_s: float = Field(300.0, gt=0, description="How long a worker may take to start.")
+
+
 class RendererConfig(BaseConfig):
     """Chat messages to tokens (and back) in the model's own format."""
 
@@ -318,6 +327,7 @@ class OrchestratorConfig(BaseConfig):
     client: ClientConfig = Field(ClientConfig(), description="Inference server(s) (backend.type = server).")
     renderer: RendererConfig = Field(RendererConfig(), description="Chat format.")
     concurrency: ConcurrencyConfig = Field(ConcurrencyConfig(), description="Rollouts in flight.")
+    workers: WorkersConfig = Field(WorkersConfig(), description="Rollout worker processes.")
     train: TrainSamplingConfig = Field(TrainSamplingConfig(), description="Training rollouts.")
     eval: EvalConfig = Field(EvalConfig(), description="Periodic evaluation.")
     advantage: AdvantageConfig = Field(

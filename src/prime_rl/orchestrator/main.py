@@ -14,7 +14,9 @@ After `max_empty_steps` consecutive steps with nothing to train (every rollout m
 every group with equal rewards, i.e. no nonzero advantage; the trainer then skips its update) the run stops with
 `NoProgressError` (exit 1), naming what masked the rollouts or the mean reward; so does a run that reaches
 `max_steps` having trained nothing at all, with the masked rollouts counted by reason. A streak of masked rollouts
-(`max_consecutive_errors`, `max_error_rate`) stops it earlier with `ErrorStreakError` (exit 1).
+(`max_consecutive_errors`, `max_error_rate`) stops it earlier with `ErrorStreakError` (exit 1). With
+`workers.count` > 0 the train rollouts are played in rollout worker processes (prime_rl.orchestrator.workers); one
+that exits or cannot start stops the run with `WorkerError` (exit 1, message only).
 
 The main loop and the weight watcher run in one `asyncio.TaskGroup`: an error in either (an `AdmissionError` from
 the scheduler, a failed weight load) stops the other at once and ends the run with the original exception. Exit
@@ -66,6 +68,7 @@ from prime_rl.orchestrator.step_metrics import step_line, step_metrics
 from prime_rl.orchestrator.stream import TaskStream
 from prime_rl.orchestrator.teacher import Teacher, TeacherMismatch, teacher_metrics
 from prime_rl.orchestrator.types import PolicyVersion
+from prime_rl.orchestrator.workers import WorkerError, WorkerPool
 from prime_rl.transport.rollouts import RolloutSender, build_sender
 
 log = get_logger("orchestrator")
@@ -86,6 +89,7 @@ class Orchestrator:
         poll_s: float = 0.01,
         echo: bool = True,
         teacher: Teacher | None = None,
+        worker_runtime: str | None = None,
     ):
         self.cfg = cfg
         self.client, self.renderer = client, renderer
@@ -103,6 +107,9 @@ class Orchestrator:
         self.sched: Scheduler | None = None  # built in `run`, once the sources are started
         self.prom: OperatorMetrics | None = None  # the metrics_server endpoint, started in `run`
         self.sender: RolloutSender | None = None  # the rollout transport, built in `run` (tcp binds its port)
+        # `workers.count` > 0: the rollout worker processes (started in `run`); `worker_runtime` builds their backend,
+        # renderer and sources (`package.module:function`; None = from the config, as `_main` builds this process's)
+        self.workers = WorkerPool(cfg, worker_runtime) if cfg.workers.count else None
         self.curriculum = DifficultyPool(cfg.curriculum) if cfg.curriculum.sampler == "difficulty_pool" else None
         self.stream = TaskStream(train_sources, seed=cfg.seed, weight=self._task_weight if self.curriculum else None)
         self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens, cfg.reward_range)
@@ -260,11 +267,13 @@ class Orchestrator:
         tune_gc()
         sched = self.sched = Scheduler(
             self.cfg, sources=self.train_sources, stream=self.stream, client=self.client, renderer=self.renderer,
-            policy=self.policy, gate=self.gate, curriculum=self.curriculum, teacher=self.teacher,
+            policy=self.policy, gate=self.gate, curriculum=self.curriculum, teacher=self.teacher, workers=self.workers,
         )
         await self.watcher.poll_once()  # on resume: load the checkpoint's policy before sampling anything
         error: BaseException | None = None
         try:
+            if self.workers is not None:
+                await self.workers.start()
             async with asyncio.TaskGroup() as tasks:
                 watcher = tasks.create_task(self._watch(), name="weight-watcher")
                 server = tasks.create_task(self.sender.serve(), name="rollout-transport")
@@ -281,6 +290,8 @@ class Orchestrator:
             error = first_error(group)  # raised below, outside this handler: its own cause and traceback only
         finally:
             await sched.aclose()
+            if self.workers is not None:
+                await self.workers.aclose()
             gc.unfreeze()  # collectable again at exit (extension modules report frozen objects as leaks)
             await self.sender.aclose()
             if self.prom is not None:
@@ -453,7 +464,7 @@ def orchestrate(cfg: OrchestratorConfig) -> None:
     except user_errors() as e:
         log.error("%s", e)
         sys.exit(2)
-    except (NoProgressError, ErrorStreakError, TimeoutError) as e:
+    except (NoProgressError, ErrorStreakError, TimeoutError, WorkerError) as e:
         log.error("%s", e)
         sys.exit(1)
     except Exception as e:

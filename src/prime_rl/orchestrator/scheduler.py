@@ -65,6 +65,7 @@ from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.stream import TaskStream
 from prime_rl.orchestrator.teacher import Teacher
 from prime_rl.orchestrator.types import PolicyVersion, Rollout
+from prime_rl.orchestrator.workers import WorkerPool
 
 log = get_logger("orchestrator.scheduler")
 
@@ -113,6 +114,8 @@ class Scheduler:
         curriculum: the difficulty pool that observes every examined group (None: no curriculum).
         teacher: on-policy distillation's teacher, which scores every collected group before it is examined
             (`prime_rl.orchestrator.teacher`; None: no teacher).
+        workers: the rollout worker processes that play the rollouts (`prime_rl.orchestrator.workers`; None: the
+            agent loop runs in this process). A worker failure makes the next `next_batch` raise it.
 
     `sem` bounds the rollouts running at once (train and eval share it) to `max_inflight`.
 
@@ -132,6 +135,7 @@ class Scheduler:
         gate: CapacityGate | None = None,
         curriculum: DifficultyPool | None = None,
         teacher: Teacher | None = None,
+        workers: WorkerPool | None = None,
     ):
         if (problem := batch_size_problem(cfg.batch_size, cfg.train)) is not None:
             raise ValueError(problem)
@@ -166,6 +170,9 @@ class Scheduler:
         self.rejected: list[Group] = []  # ... that it rejected
         self.total_rejected = 0
         self._drawn: tuple[int, int, Any] | None = None  # a task drawn whose group did not fit max_inflight yet
+        self.workers = workers
+        if workers is not None:
+            workers.listeners.append(self._worker_failed)
 
     # ---- launching ----
     def group_size(self, source_idx: int) -> int:
@@ -204,18 +211,27 @@ class Scheduler:
             src = self.sources[source_idx]
             for member in range(size):
                 rid = f"{task.task_id}/g{group.gid}/r{member}"
-                group.tasks.append(asyncio.create_task(self._one(src, task, group.gid, rid), name=rid))
+                group.tasks.append(asyncio.create_task(self._one(src, task, group, rid), name=rid))
             self.running[group.gid] = group
             group.collector = asyncio.create_task(self._collect(group), name=f"collect-g{group.gid}")
             group.collector.add_done_callback(self._collected)
 
-    async def _one(self, src: TaskSource, task, gid: int, rid: str) -> Rollout:
+    async def _one(self, src: TaskSource, task, group: Group, rid: str) -> Rollout:
         sampling, limits = self.sampling, self.limits
         if (own := self.sampling_of.get(src.name)) is not None:  # the source's own `sampling`
             sampling, limits = own, dataclasses.replace(limits, max_completion_tokens=own.max_completion_tokens)
         async with self.sem, self.gate(src):
+            if self.workers is not None:
+                return await self.workers.play(task, group.source_idx, group.task_pos, sampling, limits,
+                                               rollout_id=rid, group_id=group.gid, policy_version=self.policy.version)
             return await run_rollout(task, src, self.client, self.renderer, sampling, limits, rollout_id=rid,
-                                     group_id=gid)  # fmt: skip
+                                     group_id=group.gid)  # fmt: skip
+
+    def _worker_failed(self, error: BaseException) -> None:
+        """A rollout worker failed (`WorkerPool.listeners`): the next `next_batch` raises `error`."""
+        if self.failure is None:
+            self.failure = error
+        self._wake.set()
 
     async def _collect(self, group: Group) -> None:
         try:
@@ -286,6 +302,7 @@ class Scheduler:
         Raises:
             AdmissionError: a group's collection failed (raised at once, whatever group it was) or its admission
                 did (an estimator or filter raised); names the group and its rollout ids, the cause kept.
+            WorkerError: a rollout worker failed (`WorkerDied`: it exited; names it, its exit and its rollouts).
             ErrorStreakError: too many collected rollouts in a row (or of the recent ones) were masked.
             TimeoutError: no group finished and no policy version arrived for `weights_timeout_s` seconds.
         """

@@ -1,0 +1,195 @@
+"""Rollout workers (`orchestrator.workers.count`): the job/result messages, and whole orchestrator runs against a
+fake trainer where the rollouts are played in worker processes (prime_rl.orchestrator.workers)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+
+import psutil
+import pytest
+from tests.orchestrator.fakes import tiny_tokenizer
+from tests.orchestrator.worker_stubs import KeyedClient, counter_source
+
+from prime_rl.config.orchestrator import OrchestratorConfig, SamplingConfig
+from prime_rl.envs.base import Task
+from prime_rl.models.renderer import make_renderer
+from prime_rl.monitor.metrics import read_metrics
+from prime_rl.orchestrator.main import Orchestrator
+from prime_rl.orchestrator.types import Rollout, Sample
+from prime_rl.orchestrator.worker_wire import Job, pack, rollout_from_wire, rollout_to_wire, unpack
+from prime_rl.orchestrator.workers import WorkerDied, WorkerError, exit_text
+from prime_rl.transport.atomic import atomic_write_dir
+from prime_rl.transport.batch import read_batch
+
+STUBS = "tests.orchestrator.worker_stubs"
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+# ---- messages ----
+def test_rollout_round_trip():
+    task = Task("t-7", "train", 7, [{"role": "user", "content": "Reach 7."}])
+    rollout = Rollout(
+        task=task, source="counter", group_id=3, rollout_id="t-7/g3/r1", reward=0.25, num_turns=2, truncated=True,
+        messages=[{"role": "user", "content": "Reach 7."},
+                  {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0_0", "type": "function",
+                                                                         "function": {"name": "add", "arguments": {"x": 7}}}]}],
+        samples=[Sample([5, 6, 7, 8], [False, False, True, True], [0.0, 0.0, -0.5, -1.25]),
+                 Sample([9, 10], [False, True], [0.0, -2.0], teacher_logprobs=[0.0, -3.5])],
+        env_metrics={"score": 1.5}, policy_versions=[4, 5], prefix_breaks=1, malformed_tool_calls=2,
+        temperature=0.7, duration_s=0.125,
+    )  # fmt: skip
+    rollout.mask("env/masked", "no answer")
+    back = rollout_from_wire(unpack(pack(["result", "t-7/g3/r1", rollout_to_wire(rollout)]))[2], task)
+    assert back == rollout and back.task is task
+    assert back.samples[1].teacher_logprobs == [0.0, -3.5] and back.samples[0].loss_mask == [False, False, True, True]
+    assert back.num_loss_tokens == 3 and back.error == "env/masked: no answer"
+
+
+def test_rollout_with_other_fields_is_refused():
+    task = Task("t", "train", 0, [])
+    wire = rollout_to_wire(Rollout(task=task, source="s"))
+    del wire["reward"]
+    with pytest.raises(ValueError, match="another version of prime-rl"):
+        rollout_from_wire(wire, task)
+
+
+def test_job_round_trip():
+    sampling = SamplingConfig(temperature=0.5, max_completion_tokens=33, seed=4)
+    job = Job("t/g1/r0", 1, 0, 5, "t", pack(sampling.model_dump(mode="json")), [1024, 33, -1.0, 1.0], 6)
+    back = Job.from_wire(unpack(pack(["play", job.to_wire()]))[1])
+    assert back == job
+    assert SamplingConfig.model_validate(unpack(back.sampling)) == sampling
+
+
+def test_exit_text():
+    assert exit_text(3) == "exit code 3"
+    assert exit_text(-9) == "signal SIGKILL"
+    assert exit_text(None) == "no exit code"
+
+
+# ---- orchestrator runs ----
+def _cfg(tmp_path, count: int, **kw):
+    base = dict(
+        output_dir=tmp_path / "run",
+        batch_size=8,
+        max_steps=3,
+        seq_len=1024,
+        max_async_level=0,
+        seed=5,
+        train={"group_size": 4, "sampling": {"max_completion_tokens": 64}},
+        eval={},
+        traces_per_step=0,
+        workers={"count": count, "start_timeout_s": 120},
+    )
+    base.update(kw)
+    return OrchestratorConfig(**base)
+
+
+async def _run(cfg, tok, runtime: str = "counter_runtime", trainer_delay_s: float = 0.0):
+    client = KeyedClient(tok)
+    orch = Orchestrator(cfg, client=client, renderer=make_renderer(tok, cfg.renderer), train_sources=[counter_source()],
+                        poll_s=0.005, echo=False, worker_runtime=f"{STUBS}:{runtime}")  # fmt: skip
+    seen: dict = {}
+
+    async def trainer():  # reads rollouts/step_N/rank_0.bin, then publishes weights/step_N/STABLE
+        for n in range(1, cfg.max_steps + 1):
+            path = cfg.output_dir / "rollouts" / f"step_{n}" / "rank_0.bin"
+            while not path.exists():
+                await asyncio.sleep(0.005)
+            seen[n] = read_batch(path)
+            await asyncio.sleep(trainer_delay_s)
+            atomic_write_dir(cfg.output_dir / "weights" / f"step_{n}", lambda d: (d / "w").write_bytes(b"x"))
+
+    task = asyncio.create_task(trainer())
+    try:
+        out = await orch.run()
+    finally:
+        task.cancel()
+    return out, seen, orch
+
+
+def _archive(run, step):
+    with gzip.open(run / "archive" / f"step_{step}" / "train.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f]
+    for row in rows:
+        row.pop("duration_s", None)
+    return rows
+
+
+def _batch_values(batch):
+    return [
+        (
+            mb.input_ids.tolist(),
+            mb.loss_mask.tolist(),
+            mb.advantages.tolist(),
+            mb.inference_logprobs.tolist(),
+            mb.position_ids.tolist(),
+        )
+        for mb in batch.micro_batches
+    ]
+
+
+async def test_workers_give_the_in_process_batches(tmp_path, tok):
+    """A seeded synchronous run (max_async_level = 0: every rollout of step N sampled with policy N - 1) cuts the
+    same groups into the same packed batches with 2 workers as in-process."""
+    inproc = _cfg(tmp_path / "a", 0)
+    workers = _cfg(tmp_path / "b", 2)
+    _, seen0, _ = await _run(inproc, tok)
+    out2, seen2, orch = await _run(workers, tok)
+    assert sorted(seen0) == sorted(seen2) == [1, 2, 3]
+    for step in (1, 2, 3):
+        rows0, rows2 = _archive(inproc.output_dir, step), _archive(workers.output_dir, step)
+        assert [r["rollout_id"] for r in rows0] == [r["rollout_id"] for r in rows2]
+        assert len(rows0) == 8 and rows0 == rows2
+        assert {v for r in rows2 for v in r["policy_versions"]} == {step - 1}
+        assert _batch_values(seen0[step]) == _batch_values(seen2[step])
+    # the group ids are those of the stream's draw order: 2 groups of 4 per step
+    assert [sorted({r["group_id"] for r in _archive(workers.output_dir, s)}) for s in (1, 2, 3)] == [
+        [0, 1],
+        [2, 3],
+        [4, 5],
+    ]
+    assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+               for pid in orch.workers.pids)  # fmt: skip
+
+
+async def test_staleness_bound_with_workers(tmp_path, tok):
+    """max_async_level = 1 with a slow trainer: step N's rollouts are sampled with policy N - 2 or N - 1 (one step
+    ahead at most), and the run does get ahead (some step holds rollouts of policy N - 2)."""
+    cfg = _cfg(tmp_path, 2, max_async_level=1, max_steps=4, max_off_policy_steps=1)
+    await _run(cfg, tok, trainer_delay_s=0.3)
+    off = {}
+    for step in range(1, 5):
+        versions = [v for r in _archive(cfg.output_dir, step) for v in r["policy_versions"]]
+        assert min(versions) >= max(0, step - 2) and max(versions) <= step - 1, (step, versions)
+        off[step] = step - 1 - min(versions)
+    assert max(off.values()) == 1
+    assert [r["max_off_policy"] for r in read_metrics(cfg.output_dir, "orchestrator")] == [off[s] for s in range(1, 5)]
+
+
+async def test_dead_worker_stops_the_run(tmp_path, tok):
+    cfg = _cfg(tmp_path, 2)
+    with pytest.raises(WorkerDied) as info:
+        await asyncio.wait_for(_run(cfg, tok, runtime="dying_runtime"), 120)
+    text = str(info.value)
+    assert "rollout worker 1 (pid " in text and "exited with exit code 3" in text, text
+    assert "4 rollout(s) in flight (counter-train-" in text and "the run stops" in text, text
+
+
+async def test_worker_that_cannot_start_stops_the_run(tmp_path, tok):
+    cfg = _cfg(tmp_path, 1)
+    with pytest.raises(WorkerError, match="rollout worker 0 .* could not start: ConnectionError: worker 0: the "
+                       "environment server refused"):  # fmt: skip
+        await asyncio.wait_for(_run(cfg, tok, runtime="failing_runtime"), 120)
+
+
+async def test_worker_with_other_tasks_fails_the_group(tmp_path, tok):
+    cfg = _cfg(tmp_path, 1)
+    with pytest.raises(Exception, match="train task .* in this worker, .* in the scheduler"):
+        await asyncio.wait_for(_run(cfg, tok, runtime="other_tasks_runtime"), 120)
