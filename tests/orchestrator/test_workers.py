@@ -193,3 +193,34 @@ async def test_worker_with_other_tasks_fails_the_group(tmp_path, tok):
     cfg = _cfg(tmp_path, 1)
     with pytest.raises(Exception, match="train task .* in this worker, .* in the scheduler"):
         await asyncio.wait_for(_run(cfg, tok, runtime="other_tasks_runtime"), 120)
+
+
+def test_sigterm_to_the_process_group_stops_workers_cleanly(tmp_path):
+    """`rl` stops the orchestrator by SIGTERM to its process group, workers included: the run exits 143, every
+    worker closes the episodes of its rollouts in flight and exits, and no worker is reported as died."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.orchestrator.workers_sigterm_child", str(out)], cwd=repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "in flight", proc.stderr.read()
+        workers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "spawn" in " ".join(c.cmdline())]
+        assert len(workers) == 2
+        os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stderr = proc.stderr.read()
+    assert code == 143, stderr
+    assert "while the run needed it" not in stderr, stderr
+    closed = sorted(line for w in (0, 1) if (out / f"closed-w{w}.txt").exists()
+                    for line in (out / f"closed-w{w}.txt").read_text().split())  # fmt: skip
+    assert len(closed) == 8 and len(set(closed)) == 2, closed  # 2 groups of 4, each rollout's episode closed
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)

@@ -90,3 +90,38 @@ async def other_tasks_runtime(cfg, index: int) -> WorkerRuntime:
     runtime = await counter_runtime(cfg, index)
     runtime.sources[0].tasks = lambda split: list(reversed(CounterEnv(NUM_TASKS).tasks(split)))
     return runtime
+
+
+async def hanging_runtime(cfg, index: int) -> WorkerRuntime:
+    """As `counter_runtime`, but every second turn waits an hour (the rollouts stay in flight); each closed episode
+    is written to `closed-w<index>.txt` in the run directory, one task id a line."""
+    import asyncio
+
+    runtime = await counter_runtime(cfg, index)
+    client, answer = runtime.client, runtime.client.generate
+    source = runtime.sources[0]
+
+    async def slow(prompt_ids, sampling, **kw):
+        if "<tool_response>" in client.tok.decode(prompt_ids):
+            await asyncio.sleep(3600)
+        return await answer(prompt_ids, sampling, **kw)
+
+    client.generate = slow
+    log = Path(cfg.output_dir) / f"closed-w{index}.txt"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    episode = source.env.episode
+
+    def tracked(task):
+        opened = episode(task)
+        close = opened.close
+
+        def closing():
+            close()
+            with log.open("a") as f:
+                f.write(task.task_id + "\n")
+
+        opened.close = closing
+        return opened
+
+    source.env.episode = tracked
+    return runtime

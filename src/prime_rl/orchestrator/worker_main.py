@@ -4,9 +4,10 @@ The worker builds its own inference backend, renderer and train sources from the
 the runtime builder named by an import path, `package.module:function`, for tests and benchmarks), starts the
 sources, says `ready`, then plays every `play` job as a task of its event loop with the agent loop
 (`prime_rl.orchestrator.agent.run_rollout`) and sends each finished rollout back (prime_rl.orchestrator.worker_wire).
-A `cancel` cancels one rollout (its episode is closed); `stop`, SIGTERM, or the orchestrator process going away
-(checked every second) cancels every running rollout, closes the sources and the backend and exits 0. SIGINT is
-ignored: the orchestrator stops its workers itself. A worker that cannot start sends `fatal` with the reason and
+A `cancel` cancels one rollout (its episode is closed); `stop`, the orchestrator process going away (checked every
+second) or SIGTERM (after SIGTERM_GRACE_S, unless `stop` comes first: the orchestrator gets the same signal from a
+process-group kill and stops its workers itself) cancels every running rollout, closes the sources and the backend
+and exits 0. SIGINT is ignored, for the same reason. A worker that cannot start sends `fatal` with the reason and
 exits 1.
 
 The policy version each job carries is handed to the runtime's `on_policy_version` (None for the real backend,
@@ -37,6 +38,7 @@ from prime_rl.orchestrator.worker_wire import Job, pack, rollout_to_wire, unpack
 log = get_logger("orchestrator.worker")
 
 PARENT_CHECK_S = 1.0  # how often a worker checks that the orchestrator process still exists
+SIGTERM_GRACE_S = 5.0  # how long a worker waits after SIGTERM for the orchestrator's `stop` before it stops itself
 
 
 @dataclass
@@ -149,7 +151,9 @@ async def _serve(index: int, endpoint: str, cfg: OrchestratorConfig, runtime_pat
     sock.connect(endpoint)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    # SIGTERM usually reaches the whole process group: the orchestrator, stopping too, sends `stop` at once; a worker
+    # signalled alone stops after SIGTERM_GRACE_S (and the orchestrator reports it)
+    loop.add_signal_handler(signal.SIGTERM, lambda: loop.call_later(SIGTERM_GRACE_S, stop.set))
     runtime: WorkerRuntime | None = None
     try:
         try:
