@@ -201,8 +201,13 @@ class WorkerPool:
         """Best effort (a worker that is gone or stopping needs no cancel)."""
         if self._sock is None or self._sock.closed:
             return
-        try:
-            self._sock.send_multipart([f"w{worker}".encode(), pack(message)], flags=zmq.NOBLOCK)
+
+        def sent(result: asyncio.Future) -> None:
+            if not result.cancelled() and result.exception() is not None:
+                log.debug("message %s to rollout worker %d not sent: %s", message[0], worker, result.exception())
+
+        try:  # the asyncio socket reports a failed send on the future it returns
+            self._sock.send_multipart([f"w{worker}".encode(), pack(message)], flags=zmq.NOBLOCK).add_done_callback(sent)
         except zmq.ZMQError as e:
             log.debug("message %s to rollout worker %d not sent: %s", message[0], worker, e)
 
