@@ -224,3 +224,66 @@ def test_sigterm_to_the_process_group_stops_workers_cleanly(tmp_path):
                     for line in (out / f"closed-w{w}.txt").read_text().split())  # fmt: skip
     assert len(closed) == 8 and len(set(closed)) == 2, closed  # 2 groups of 4, each rollout's episode closed
     assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+
+
+async def test_default_runtime_records_the_orchestrators_version(tmp_path, tok, monkeypatch):
+    """A worker built from the config records the policy version its jobs carry on the results of a server that
+    reports no version spans (the orchestrator's client learns it from its own weight loads; a worker loads none).
+    Without it every result says version 0 and, past max_off_policy_steps, every group is dropped as stale."""
+    from tests.inference.test_inference_client import Fake, Reply, _gen_response
+
+    from prime_rl.config.client import ClientConfig
+    from prime_rl.inference.client import InferenceClient
+    from prime_rl.models import renderer as renderer_module
+    from prime_rl.orchestrator import worker_main
+
+    answer = _gen_response([70, 71], [-1.0, -2.0])
+    answer["choices"][0]["weight_versions"] = []  # a server that reports no versions
+    fake = Fake([Reply(json=answer)] * 10)  # health checks take some too
+    urls = await fake.start(["a:1"])
+    monkeypatch.setattr(renderer_module, "load_tokenizer", lambda name, template=None: tok)
+    cfg = _cfg(tmp_path, 1, client={"base_url": urls})
+    runtime = await worker_main.runtime_from_config(cfg, 0)
+    try:
+        assert (
+            isinstance(runtime.client, InferenceClient) and runtime.client.urls == ClientConfig(base_url=urls).base_url
+        )
+        sampling = SamplingConfig(max_completion_tokens=2)
+        assert (await runtime.client.generate([1], sampling)).policy_version == 0
+        runtime.on_policy_version(4)
+        assert (await runtime.client.generate([1], sampling)).policy_version == 4
+        runtime.on_policy_version(3)  # never lowered
+        assert (await runtime.client.generate([1], sampling)).policy_version == 4
+    finally:
+        await runtime.aclose()
+        await fake.close()
+
+
+async def test_a_worker_hands_on_the_newest_job_version(tmp_path, tok):
+    """The worker passes a job's policy version to the runtime only when it is newer than every one before."""
+    from tests.orchestrator.worker_stubs import counter_runtime
+
+    from prime_rl.orchestrator.worker_main import _Player
+
+    class Socket:
+        def __init__(self):
+            self.sent = []
+
+        async def send(self, data):
+            self.sent.append(unpack(data))
+
+    cfg = _cfg(tmp_path, 1)
+    runtime = await counter_runtime(cfg, 0)
+    seen = []
+    runtime.on_policy_version = seen.append
+    sock = Socket()
+    player = _Player(runtime, sock)
+    sampling = pack(SamplingConfig(max_completion_tokens=64).model_dump(mode="json"))
+    for k, version in enumerate([2, 1, 3, 3]):
+        task = player.tasks[0][k]
+        player.start(Job(f"{task.task_id}/g{k}/r1", k, 0, k, task.task_id, sampling, [1024, 64, -1e6, 1e6], version))
+        await player.running[f"{task.task_id}/g{k}/r1"]
+    assert seen == [2, 3]
+    assert [m[0] for m in sock.sent] == ["result"] * 4
+    rollouts = [rollout_from_wire(m[2], player.tasks[0][k]) for k, m in enumerate(sock.sent)]
+    assert [r.reward for r in rollouts] == [1.0] * 4 and [r.num_turns for r in rollouts] == [2] * 4

@@ -130,6 +130,13 @@ class InferenceClient:
         body = chat_body(messages, tools, sampling, self.model)
         return (await self.router.post_routed(None, CHAT_ROUTE, body))[1]
 
+    def assume_policy_version(self, version: int) -> None:
+        """Record `version` on the results of servers that report no version spans, as `update_weights` does once
+        they loaded it; for a client that does not load weights itself (a rollout worker,
+        prime_rl.orchestrator.worker_main), told the version the orchestrator loaded. Never lowers a version."""
+        for url in self._known_version:
+            self._known_version[url] = max(self._known_version[url], version)
+
     # -- admin -----------------------------------------------------------------------------------------------------
     async def update_weights(self, path: str, version: int) -> None:
         """Load the policy in `path` (weights/step_N/) as `version` on every replica that is up, concurrently

@@ -10,8 +10,11 @@ process-group kill and stops its workers itself) cancels every running rollout, 
 and exits 0. SIGINT is ignored, for the same reason. A worker that cannot start sends `fatal` with the reason and
 exits 1.
 
-The policy version each job carries is handed to the runtime's `on_policy_version` (None for the real backend,
-whose server reports the version it sampled with).
+Each job carries the policy version the orchestrator had loaded when it sent the job; the newest one a worker has
+seen goes to the runtime's `on_policy_version`. The backend built from the config records it on the results of a
+server that reports no version spans of its own (`InferenceClient.assume_policy_version`; prime-rl's vLLM server
+reports the version every token was sampled with, which is recorded instead). Without it such a worker would record
+version 0 forever and every group would be dropped as stale once the run passes `max_off_policy_steps`.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ async def runtime_from_config(cfg: OrchestratorConfig, index: int) -> WorkerRunt
     tok = load_tokenizer(cfg.model.name, cfg.model.chat_template)
     client = build_backend(cfg)
     runtime = WorkerRuntime(client, make_renderer(tok, cfg.renderer), [build_source(s) for s in cfg.train.source],
+                            on_policy_version=getattr(client, "assume_policy_version", None),
                             closers=[client.aclose])  # fmt: skip
     await client.wait_healthy()
     for source in runtime.sources:
@@ -100,6 +104,7 @@ class _Player:
         self.tasks: list[list[Task]] = [s.tasks("train") for s in runtime.sources]
         self.running: dict[str, asyncio.Task] = {}
         self.sampling: dict[bytes, SamplingConfig] = {}
+        self.version = -1  # the newest policy version a job carried
 
     def start(self, job: Job) -> None:
         self.running[job.rollout_id] = asyncio.create_task(self._play(job), name=job.rollout_id)
@@ -131,8 +136,10 @@ class _Player:
             sampling = self.sampling[job.sampling] = SamplingConfig.model_validate(unpack(job.sampling))
         seq_len, max_tokens, low, high = job.limits
         limits = AgentLimits(int(seq_len), int(max_tokens), (low, high))
-        if self.runtime.on_policy_version is not None:
-            self.runtime.on_policy_version(job.policy_version)
+        if job.policy_version > self.version:
+            self.version = job.policy_version
+            if self.runtime.on_policy_version is not None:
+                self.runtime.on_policy_version(job.policy_version)
         return await run_rollout(task, source, self.runtime.client, self.runtime.renderer, sampling, limits,
                                  rollout_id=job.rollout_id, group_id=job.group_id)  # fmt: skip
 
