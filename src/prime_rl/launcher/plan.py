@@ -109,6 +109,9 @@ class RunPlan(BaseModel):
         if self.clean:
             start += " (--clean: the previous run's artifacts are removed first)"
         head = [f"run directory {self.run_dir} ({self.layout.kind}, {start})"]
+        if self.config is not None and not self.config.deployment.shared_fs:
+            head.append(f"no shared filesystem: node k keeps its own run directory {self.run_dir}/node_<k> (its "
+                        "configs/ and logs/ there, not under the paths below)")
         if self.device is not None:
             head.append(f"placement: {self.device}, trainer {self.trainer_procs} rank(s) per trainer node")
         return "\n".join(head + lines)
