@@ -18,7 +18,7 @@ orchestrator's share is printed apart: 1 / (its CPU per rollout) is the rate at 
 saturates, whatever the number of workers.
 
 Usage: python benchmarks/control_plane_workers.py [--steps 10] [--batch-size 64] [--group-size 8]
-       [--max-inflight 64] [--repeats 3] [--counts 0 1 2] [--client inprocess|http|both]
+       [--max-inflight 64] [--repeats 3] [--counts 0 1 2] [--client inprocess|http|both] [--no-archive]
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ async def run_once(args, model: Path, count: int, client, url: str | None) -> di
             max_async_level=1, model={"name": str(model)}, workers={"count": count},
             train={"group_size": args.group_size, "source": [{"env": {"id": "gridsim"}}]},
             concurrency={"max_inflight": args.max_inflight}, traces_per_step=2, eval={},
+            archive={"enabled": not args.no_archive},
             **({"client": {"base_url": [url]}} if url else {}),
         )  # fmt: skip
         sources = [build_source(s) for s in cfg.train.source]
@@ -148,7 +149,8 @@ async def bench(args, model: Path, mode: str) -> None:
             proc.wait(10)
     print(
         f"# {mode} stub: {args.steps} steps x {args.batch_size} GridSim rollouts (2 turns), group size "
-        f"{args.group_size}, max_inflight {args.max_inflight}, max_async_level 1; median of {args.repeats}"
+        f"{args.group_size}, max_inflight {args.max_inflight}, max_async_level 1, archive "
+        f"{'off' if args.no_archive else 'on'}; median of {args.repeats}"
     )
     rates = {}
     for count in args.counts:
@@ -167,6 +169,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--counts", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--client", choices=["inprocess", "http", "both"], default="both")
+    p.add_argument("--no-archive", action="store_true", help="orchestrator.archive.enabled = false")
     args = p.parse_args()
     from prime_rl.models.tiny import cached_tiny_model
 
