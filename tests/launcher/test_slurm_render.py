@@ -202,13 +202,20 @@ def test_settings_that_would_not_take_effect_are_refused(cls, args, msg):
         parse_config(cls, args)
 
 
+def node_local_args(tmp: Path, *extra: str) -> list[str]:
+    """`multi_args` with one trainer node (what the collective weight transport supports), no shared filesystem."""
+    args = multi_args(tmp, "--deployment.shared-fs", "false", "--rollout-transport.type", "tcp",
+                      "--weight-transport.type", "collective", *extra)  # fmt: skip
+    args[args.index("--deployment.num-train-nodes") + 1] = "1"
+    return args
+
+
 def test_no_shared_fs_script_carries_the_config_to_each_nodes_own_directory(tmp_path):
     """`deployment.shared_fs = false`: the rendered script holds the run config; run with a stand-in `srun` (one
     task, SLURM_PROCID 1) and `scontrol`, it writes the config into node 1's own directory and starts the node's
     launcher on that file, which reads back as the submitted config."""
     tiny_model_at(tmp_path / "model")
-    args = multi_args(tmp_path, "--deployment.shared-fs", "false", "--rollout-transport.type", "tcp",
-                      "--weight-transport.type", "collective")  # fmt: skip
+    args = node_local_args(tmp_path)
     r = subprocess.run([str(BIN / "rl"), *args, "--dry-run"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     script = tmp_path / "run/slurm/rl.sbatch"
@@ -216,19 +223,19 @@ def test_no_shared_fs_script_carries_the_config_to_each_nodes_own_directory(tmp_
     assert "PRIME_RL_RL_TOML" in text and "must be on a filesystem every node shares" not in text
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "scontrol").write_text("#!/bin/bash\n[ \"$2\" = hostnames ] && echo node1 node2 node3 || echo NodeAddr=127.0.0.1\n")
+    (fake / "scontrol").write_text("#!/bin/bash\n[ \"$2\" = hostnames ] && echo node1 node2 || echo NodeAddr=127.0.0.1\n")
     # srun: drop its options, run the command as task 1; python: record its argv and the file it was given
     (fake / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nSLURM_PROCID=1 exec "$@"\n')
     (fake / "python").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/argv\n')
     for f in fake.iterdir():
         f.chmod(0o755)
     text = text.replace(str(Path(sys.executable)), str(fake / "python"))
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_JOB_ID": "5"}
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_ID": "5"}
     run = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     own = tmp_path / "run/node_1/configs/rl.toml"
     assert (tmp_path / "argv").read_text().split() == ["-m", "prime_rl.cli.rl_node", "@", str(own)]
-    assert not (tmp_path / "run/node_0").exists() and not (tmp_path / "run/node_2").exists()
+    assert not (tmp_path / "run/node_0").exists()
     node_cfg = parse_config(RLConfig, ["@", str(own)])
     submitted = parse_config(RLConfig, ["@", str(tmp_path / "run/configs/rl.toml")])
     assert node_cfg == submitted and node_cfg.deployment.shared_fs is False
@@ -238,7 +245,6 @@ def test_no_shared_fs_refuses_a_template_that_does_not_carry_the_config(tmp_path
     tiny_model_at(tmp_path / "model")
     tpl = tmp_path / "mine.sbatch.jinja"
     tpl.write_text("#!/bin/bash\nsrun {{ python }} -m prime_rl.cli.rl_node @ {{ config }}\n")
-    args = multi_args(tmp_path, "--deployment.shared-fs", "false", "--rollout-transport.type", "tcp",
-                      "--weight-transport.type", "collective", "--slurm.template", str(tpl))  # fmt: skip
+    args = node_local_args(tmp_path, "--slurm.template", str(tpl))
     r = subprocess.run([str(BIN / "rl"), *args, "--dry-run"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 2 and "deployment.shared_fs = false" in r.stderr and "PRIME_RL_RL_TOML" in r.stderr, r.stderr

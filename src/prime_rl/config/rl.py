@@ -397,6 +397,14 @@ def check_weight_transport(cfg: RLConfig) -> None:
     if trainer_side.type != "collective":
         return
     vllm, dep = cfg.inference.vllm, cfg.deployment
+    if dep.type == "multi-node" and dep.num_train_nodes > 1:
+        raise ValueError(
+            f"weight_transport.type = 'collective' with deployment.num_train_nodes = {dep.num_train_nodes}: not "
+            "supported: trainer rank 0 hosts the weight group, and torchrun's c10d rendezvous gives rank 0 to the "
+            "trainer node whose address sorts first, not to a node the launcher can name to the inference nodes; "
+            "use one trainer node (more ranks per node: deployment.num_train_gpus / cpu_train_procs) or "
+            "weight_transport.type = 'filesystem'"
+        )
     if dep.type == "multi-node":
         defaults = type(trainer_side).model_fields
         for section, wt in (("trainer", trainer_side), ("orchestrator", orch_side)):
