@@ -93,3 +93,58 @@ def test_the_plan_carries_node_0s_secrets_to_the_other_nodes(tmp_path, monkeypat
         parse_config(TrainerConfig, ["@", str(path)])
     adopt(RunPlan.model_validate(shared).secrets)
     assert parse_config(TrainerConfig, ["@", str(path)]).rollout_transport.token == "tok-456"
+
+
+@pytest.mark.slow
+def test_a_run_whose_configs_hold_no_secret_uses_them(tmp_path):
+    """`rl` with a rollout token over tcp and an inference admin token: every process reads its secret from the
+    environment rl gives it (the run trains its steps: a stub gives nonzero advantages), and no file under configs/
+    holds one."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from prime_rl.models.tiny import cached_tiny_model
+    from prime_rl.ports import free_port
+
+    repo = Path(__file__).resolve().parents[1]
+    cfg = tmp_path / "rl.toml"
+    cfg.write_text(f"""
+max_steps = 2
+seq_len = 2048
+output_dir = "{tmp_path / 'run'}"
+[model]
+name = "{cached_tiny_model(hidden=64, layers=2)}"
+[rollout_transport]
+type = "tcp"
+port = {free_port()}
+token = "tok-456"
+[orchestrator]
+batch_size = 8
+[orchestrator.advantage]
+type = "custom"
+import_path = "tests.orchestrator.rl_stubs:alternating_advantages"
+[orchestrator.client]
+api_key = "srv-1"
+[orchestrator.train]
+group_size = 4
+[orchestrator.train.sampling]
+max_completion_tokens = 32
+[[orchestrator.train.source]]
+name = "gridsim"
+env.taskset.id = "nemo-gym"
+env.taskset.dataset = "{tmp_path / 'gym/resources_servers/gridsim_v1/data/train.jsonl'}"
+env.taskset.task.resources_url = "http://127.0.0.1:{free_port()}"
+env.agent.max_turns = 2
+[inference.server]
+port = {free_port()}
+token = "srv-1"
+""")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}  # the stub
+    r = subprocess.run([str(Path(sys.executable).parent / "rl"), "@", str(cfg)], capture_output=True, text=True,
+                       timeout=900, cwd=repo, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted({int(m) for m in re.findall(r"^Step (\d+)/\d+ \|", r.stdout + r.stderr, flags=re.M)}) == [1, 2]
+    for path in (tmp_path / "run" / "configs").glob("*.toml"):
+        assert "tok-456" not in path.read_text() and "srv-1" not in path.read_text(), path
