@@ -8,6 +8,8 @@
 #   SYNTHETIC=1 make demo                     # seeded synthetic ERCOT-like days
 #   FORWARD_FROM=2023-07-01 make demo         # another cut-off (a date inside the data)
 #   FORWARD_FROM= make demo                   # no forward split: train and eval days from every year, one table
+# With the forward split, SFT learns from every training day and RL from the last year of them (RL_TRAIN_FROM,
+# default one year before FORWARD_FROM; RL_TRAIN_FROM= for every training day).
 # Extra flags for `rl` go in RL_ARGS (e.g. RL_ARGS="--max-steps 10"); for `sft` in SFT_ARGS.
 #   SFT_MODEL=outputs/demo/sft/weights/step_1000 RL_SEED=1 OUT=outputs/demo-s1 make demo
 #     reuses an existing SFT model (skips the tiny model and SFT) and seeds RL with 1 (trainer, orchestrator and
@@ -19,6 +21,10 @@ OUT=${OUT:-outputs/demo}
 RL_SEED=${RL_SEED:-0}
 REUSE_SFT=${SFT_MODEL:-}
 FORWARD_FROM=${FORWARD_FROM-2024-01-01}
+if [ -n "$FORWARD_FROM" ] && [ -z "${RL_TRAIN_FROM+set}" ]; then
+  RL_TRAIN_FROM=$(python -c 'import datetime as d, sys; t = d.date.fromisoformat(sys.argv[1]); print(t.replace(year=t.year - 1, day=28 if (t.month, t.day) == (2, 29) else t.day))' "$FORWARD_FROM")
+fi
+RL_TRAIN_FROM=${RL_TRAIN_FROM:-}
 if [ -n "$REUSE_SFT" ] && [ ! -f "$REUSE_SFT/STABLE" ]; then
   echo "demo: SFT_MODEL=$REUSE_SFT is not a published model folder (no STABLE file)" >&2
   exit 1
@@ -49,6 +55,14 @@ if [ -n "$FORWARD_FROM" ]; then
   RL_FILES+=(@ examples/gridsim/rl_forward.toml)
   echo "demo: forward split: train and eval days before $FORWARD_FROM, forward days from it on (FORWARD_FROM= for none)"
 fi
+# RL's rows only: the SFT demonstrations keep every training day
+ROW_ARGS=("${DATA_ARGS[@]}")
+if [ -n "$RL_TRAIN_FROM" ]; then
+  [ -n "$FORWARD_FROM" ] || { echo "demo: RL_TRAIN_FROM needs the forward split (FORWARD_FROM)" >&2; exit 2; }
+  ROW_ARGS+=(--train-from "$RL_TRAIN_FROM")
+  ENV_ARGS+=(--env-server.train-from "$RL_TRAIN_FROM")
+  echo "demo: RL trains on the days from $RL_TRAIN_FROM to $FORWARD_FROM (RL_TRAIN_FROM= for every training day)"
+fi
 # The rl configs name their rows under outputs/demo/gym-root; every source reads $OUT/gym-root instead.
 ROWS=$(python - "$OUT/gym-root" "${RL_FILES[@]}" <<'PY'
 import json, sys
@@ -77,7 +91,7 @@ fi
 
 phase "2/6 GridSim rows for the NeMo Gym resources server and SFT demonstrations"
 rm -rf "$OUT/gym-root"
-env-server write gridsim "$OUT/gym-root" "${DATA_ARGS[@]}"
+env-server write gridsim "$OUT/gym-root" "${ROW_ARGS[@]}"
 if [ -n "$REUSE_SFT" ]; then
   phase "3/6 SFT: reusing $REUSE_SFT"
   SFT_MODEL=$REUSE_SFT

@@ -32,7 +32,7 @@ esac
 
 def _demo(tmp_path: Path, **env: str) -> list[list[str]]:
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     for name in ("prime-rl", "env-server", "gridsim", "sft", "rl"):
         (bin_dir / name).write_text(STUB)
         (bin_dir / name).chmod(stat.S_IRWXU)
@@ -41,7 +41,7 @@ def _demo(tmp_path: Path, **env: str) -> list[list[str]]:
                                     f'exec {sys.executable} "$@"\n')  # fmt: skip
     (bin_dir / "python").chmod(stat.S_IRWXU)
     calls = tmp_path / "calls.jsonl"
-    unset = ("DATA_DIR", "SYNTHETIC", "SFT_MODEL", "RL_ARGS", "SFT_ARGS", "FORWARD_FROM")
+    unset = ("DATA_DIR", "SYNTHETIC", "SFT_MODEL", "RL_ARGS", "SFT_ARGS", "FORWARD_FROM", "RL_TRAIN_FROM")
     run_env = {k: v for k, v in os.environ.items() if k not in unset}
     run_env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", CALLS=str(calls), OUT=str(tmp_path / "out"))
     run_env.update(env)
@@ -61,9 +61,13 @@ def test_forward_demo_passes_the_cut_off_and_asks_for_two_tables(tmp_path, forwa
     calls = _demo(tmp_path, **({} if forward_from == "2024-01-01" else {"FORWARD_FROM": forward_from}))
     out = tmp_path / "out"
     write = [c for c in calls if c[:2] == ["env-server", "write"]]
-    assert write == [["env-server", "write", "gridsim", f"{out}/gym-root", "--forward-from", forward_from]]
+    # RL's rows: the training days of the year before the cut-off; the SFT demonstrations: every training day
+    train_from = {"2024-01-01": "2023-01-01", "2023-07-01": "2022-07-01"}[forward_from]
+    assert write == [["env-server", "write", "gridsim", f"{out}/gym-root", "--forward-from", forward_from,
+                      "--train-from", train_from]]  # fmt: skip
     sft_data = [c for c in calls if c[:2] == ["gridsim", "sft-data"]]
     assert len(sft_data) == 1 and sft_data[0][sft_data[0].index("--forward-from") + 1] == forward_from
+    assert "--train-from" not in sft_data[0]
     baselines = [(c[c.index("--policy") + 1], c[c.index("--split") + 1], c[c.index("--out") + 1])
                  for c in calls if c[:2] == ["gridsim", "baseline"]]  # fmt: skip
     assert sorted(baselines) == sorted(
@@ -74,6 +78,7 @@ def test_forward_demo_passes_the_cut_off_and_asks_for_two_tables(tmp_path, forwa
     cfg = _rl_config(calls)
     rows = f"{out}/gym-root/resources_servers/gridsim_v1/data"
     assert cfg.env_server.forward_from.isoformat() == forward_from
+    assert cfg.env_server.train_from.isoformat() == train_from
     assert [str(s.env.taskset.dataset) for s in cfg.orchestrator.train.source] == [f"{rows}/train.jsonl"]
     ev = {s.name: s.env.taskset for s in cfg.orchestrator.eval.source}
     assert set(ev) == {"gridsim", "gridsim-forward"}
@@ -81,12 +86,14 @@ def test_forward_demo_passes_the_cut_off_and_asks_for_two_tables(tmp_path, forwa
     assert str(ev["gridsim-forward"].eval_dataset) == f"{rows}/forward.jsonl"
     # RL's settings are rl.toml's: only the rows and the eval sources differ from it
     (argv,) = [c[1:] for c in calls if c[0] == "rl"]
-    drop = {"@", "--orchestrator.train.source", "--orchestrator.eval.source", "--env-server.forward-from"}
+    drop = {"@", "--orchestrator.train.source", "--orchestrator.eval.source", "--env-server.forward-from",
+            "--env-server.train-from"}
     rest = [a for i, a in enumerate(argv) if a not in drop and (i == 0 or argv[i - 1] not in drop)]
     plain = parse_config(RLConfig, ["@", "examples/gridsim/rl.toml", *rest], prog="rl")
     a, b = cfg.model_dump(mode="json"), plain.model_dump(mode="json")
     for d in (a, b):
         d["env_server"].pop("forward_from")
+        d["env_server"].pop("train_from")
         d["orchestrator"]["eval"].pop("source")
         d["orchestrator"]["train"].pop("source")
     assert a == b
@@ -102,6 +109,14 @@ def test_forward_demo_passes_the_cut_off_and_asks_for_two_tables(tmp_path, forwa
     assert summaries[0][summaries[0].index("--run") + 1] == f"{out}/rl" and "--run" not in summaries[1]
     for c in summaries:
         assert ["--compare", "RL (step 1):SFT (step 0)"] == c[c.index("--compare"):c.index("--compare") + 2]
+
+
+def test_rl_train_from_can_be_moved_or_dropped(tmp_path):
+    write = [c for c in _demo(tmp_path / "a", RL_TRAIN_FROM="") if c[:2] == ["env-server", "write"]]
+    assert write == [["env-server", "write", "gridsim", f"{tmp_path}/a/out/gym-root", "--forward-from", "2024-01-01"]]
+    calls = _demo(tmp_path / "b", RL_TRAIN_FROM="2023-07-01")
+    assert [c for c in calls if c[:2] == ["env-server", "write"]][0][-2:] == ["--train-from", "2023-07-01"]
+    assert _rl_config(calls).env_server.train_from.isoformat() == "2023-07-01"
 
 
 def test_demo_without_forward_split_is_the_one_table_demo(tmp_path):
