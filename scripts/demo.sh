@@ -21,6 +21,12 @@ OUT=${OUT:-outputs/demo}
 RL_SEED=${RL_SEED:-0}
 REUSE_SFT=${SFT_MODEL:-}
 FORWARD_FROM=${FORWARD_FROM-2024-01-01}
+for var in FORWARD_FROM RL_TRAIN_FROM; do
+  if [ -n "${!var:-}" ] && ! python -c 'import datetime, sys; datetime.date.fromisoformat(sys.argv[1])' "${!var}" 2>/dev/null; then
+    echo "demo: $var=${!var} is not a date YYYY-MM-DD (e.g. 2024-01-01)" >&2
+    exit 2
+  fi
+done
 if [ -n "$FORWARD_FROM" ] && [ -z "${RL_TRAIN_FROM+set}" ]; then
   RL_TRAIN_FROM=$(python -c 'import datetime as d, sys; t = d.date.fromisoformat(sys.argv[1]); print(t.replace(year=t.year - 1, day=28 if (t.month, t.day) == (2, 29) else t.day))' "$FORWARD_FROM")
 fi
@@ -62,6 +68,8 @@ if [ -n "$RL_TRAIN_FROM" ]; then
   ROW_ARGS+=(--train-from "$RL_TRAIN_FROM")
   ENV_ARGS+=(--env-server.train-from "$RL_TRAIN_FROM")
   echo "demo: RL trains on the days from $RL_TRAIN_FROM to $FORWARD_FROM (RL_TRAIN_FROM= for every training day)"
+elif [ -n "$FORWARD_FROM" ]; then
+  ENV_ARGS+=(--env-server.train-from None)  # rl_forward.toml's train_from would otherwise name days RL did not train on
 fi
 # The rl configs name their rows under outputs/demo/gym-root; every source reads $OUT/gym-root instead.
 ROWS=$(python - "$OUT/gym-root" "${RL_FILES[@]}" <<'PY'

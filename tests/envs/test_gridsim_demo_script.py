@@ -112,11 +112,21 @@ def test_forward_demo_passes_the_cut_off_and_asks_for_two_tables(tmp_path, forwa
 
 
 def test_rl_train_from_can_be_moved_or_dropped(tmp_path):
-    write = [c for c in _demo(tmp_path / "a", RL_TRAIN_FROM="") if c[:2] == ["env-server", "write"]]
+    every = _demo(tmp_path / "a", RL_TRAIN_FROM="")
+    write = [c for c in every if c[:2] == ["env-server", "write"]]
     assert write == [["env-server", "write", "gridsim", f"{tmp_path}/a/out/gym-root", "--forward-from", "2024-01-01"]]
+    assert _rl_config(every).env_server.train_from is None  # the run's config says what RL trained on
     calls = _demo(tmp_path / "b", RL_TRAIN_FROM="2023-07-01")
     assert [c for c in calls if c[:2] == ["env-server", "write"]][0][-2:] == ["--train-from", "2023-07-01"]
     assert _rl_config(calls).env_server.train_from.isoformat() == "2023-07-01"
+
+
+@pytest.mark.parametrize("var, value", [("FORWARD_FROM", "2024-13-01"), ("RL_TRAIN_FROM", "2023/01/01")])
+def test_demo_refuses_a_date_that_is_not_one(tmp_path, var, value):
+    r = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh")], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, var: value, "OUT": str(tmp_path)}, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and f"demo: {var}={value} is not a date YYYY-MM-DD" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_demo_without_forward_split_is_the_one_table_demo(tmp_path):

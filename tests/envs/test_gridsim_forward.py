@@ -312,3 +312,27 @@ def test_train_from_reaches_the_rows_the_clis_and_rl(tmp_path, capsys):
     assert f"--forward-from {CUT} --train-from {RECENT}" in (tmp_path / "write.log").read_text()
     data = plan.write_root / "resources_servers" / "gridsim_v1" / "data"
     assert min(json.loads(x)["info"]["date"] for x in (data / "train.jsonl").read_text().splitlines()) >= RECENT
+
+
+def test_rl_refuses_env_server_dates_out_of_order_and_rows_written_with_other_dates(tmp_path):
+    """`[env_server]` train_from on or after forward_from is a config error naming both fields; existing rows whose
+    server.json records other dates than `[env_server]` are refused before anything starts (rl would reuse them and
+    train on other days)."""
+    from tests.launcher.test_launcher_preflight import nemo_cfg
+
+    from prime_rl.config.loader import ConfigError
+    from prime_rl.envs.nemo_gym.rows import write_server
+    from prime_rl.launcher import envserver
+    from prime_rl.launcher.errors import PreflightError
+
+    with pytest.raises(ConfigError, match="env_server.train_from = 2024-01-01 is not before env_server.forward_from"):
+        nemo_cfg(tmp_path, "--env-server.forward-from", CUT, "--env-server.train-from", CUT)
+    cfg = nemo_cfg(tmp_path, "--env-server.forward-from", CUT, "--env-server.train-from", RECENT)
+    (plan,) = envserver.plan_env_servers(cfg, probe=lambda url: False)
+    root = plan.write_root
+    write_server("gridsim", root, {"forward_from": CUT, "num_train": 20})  # rows of every training year
+    with pytest.raises(PreflightError, match=r"written with train_from = None .* env_server.train_from = '2023-01-01'"):
+        envserver.plan_env_servers(cfg, probe=lambda url: False)
+    write_server("gridsim", root, {"forward_from": CUT, "train_from": RECENT, "num_train": 20})
+    (plan,) = envserver.plan_env_servers(cfg, probe=lambda url: False)
+    assert plan.write_root is None  # the matching rows are reused

@@ -58,6 +58,10 @@ class EnvServerLaunchConfig(BaseConfig):
     def _one_data_source(self) -> EnvServerLaunchConfig:
         if self.synthetic and self.data_dir is not None:
             raise ValueError("env_server.data_dir and env_server.synthetic both set: choose one")
+        if self.train_from and self.forward_from and self.train_from >= self.forward_from:
+            raise ValueError(f"env_server.train_from = {self.train_from} is not before env_server.forward_from = "
+                             f"{self.forward_from}: every training day would be a forward day; choose an earlier "
+                             "train_from")  # fmt: skip
         return self
 
 

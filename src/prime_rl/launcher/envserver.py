@@ -58,6 +58,39 @@ def rows_root(dataset: Path) -> Path | None:
     return None
 
 
+def check_rows_match(cfg: RLConfig, path: str, serve_dir: Path) -> None:
+    """Refuse existing rows written with other GridSim dates than `[env_server]` names (`forward_from`,
+    `train_from`, as recorded in their `server.json`): rl would reuse them and train or evaluate on other days.
+
+    Raises:
+        PreflightError: the dates differ (names both, the rows folder and the fixes).
+    """
+    import json
+
+    from prime_rl.envs.nemo_gym.rows import SERVER_CONFIG
+
+    file = serve_dir / SERVER_CONFIG
+    try:
+        written = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return  # not rows of `env-server write` (or unreadable): the server's own start reports it
+    if not isinstance(written, dict) or written.get("env") != "gridsim" or cfg.env_server.env != "gridsim":
+        return
+    args = written.get("env_args") if isinstance(written.get("env_args"), dict) else {}
+    for key in ("forward_from", "train_from"):
+        want = getattr(cfg.env_server, key)
+        want = None if want is None else want.isoformat()
+        if args.get(key) != want:
+            flag = "--" + key.replace("_", "-")
+            raise PreflightError(
+                f"{path}.env.taskset.dataset: the rows under {serve_dir} were written with {key} = "
+                f"{args.get(key)!r} ({file}), but env_server.{key} = {want!r}: rl would reuse them as they are. "
+                f"Delete that folder so rl writes them again, write them with `env-server write gridsim ROOT "
+                f"{flag} {want}`" + (" (or without it)" if want is None else "") + f", or set env_server.{key} to "
+                "match them"
+            )
+
+
 def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
     """The servers the launcher must start (one per distinct URL that does not answer `GET /health`).
 
@@ -99,6 +132,8 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
                 f"as ROOT/resources_servers/<name>/data/train.jsonl (what `env-server write` produces); "
                 f"use that layout or start the server yourself"
             )
+        if dataset.is_file():
+            check_rows_match(cfg, path, dataset.parents[1])
         plans[url] = EnvServerPlan(
             url=url,
             host="127.0.0.1" if host in ("localhost", "") else host,
