@@ -231,7 +231,7 @@ def test_no_shared_fs_script_carries_the_config_to_each_nodes_own_directory(tmp_
         f.chmod(0o755)
     text = text.replace(str(Path(sys.executable)), str(fake / "python"))
     env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_ID": "5"}
-    run = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    run = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     own = tmp_path / "run/node_1/configs/rl.toml"
     assert (tmp_path / "argv").read_text().split() == ["-m", "prime_rl.cli.rl_node", "@", str(own)]

@@ -47,6 +47,7 @@ from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, i
 )
 from prime_rl.config.teacher import TeacherConfig
 from prime_rl.config.weight_transport import WeightTransportConfig
+from prime_rl.config.workers import ConcurrencyConfig, WorkersConfig
 
 
 class SamplingConfig(BaseConfig):
@@ -280,21 +281,6 @@ def repeated_greedy_problem(temperature: float, rollouts_per_example: int, prefi
         f"independent ones; set {prefix}rollouts_per_example = 1, or {prefix}sampling.temperature > 0 (with "
         f"{prefix}sampling.seed set, each rollout gets its own reproducible seed)"
     )
-
-
-class ConcurrencyConfig(BaseConfig):
-    """How many rollouts run at once."""
-
-    max_inflight: int = Field(32, gt=0, description="Rollouts running at once.")
-
-
-class WorkersConfig(BaseConfig):
-    """Rollout worker processes (prime_rl.orchestrator.workers)."""
-
-    count: int = Field(
-        0, ge=0, description="Processes that play train rollouts (agent loop, env calls, sampling); 0 = in-process."
-    )
-    start_timeout_s: float = Field(300.0, gt=0, description="How long a worker may take to start.")
 
 
 class RendererConfig(BaseConfig):
