@@ -109,6 +109,7 @@ async def _run(cfg, tok, runtime: str = "counter_runtime", trainer_delay_s: floa
     task = asyncio.create_task(trainer())
     try:
         out = await orch.run()
+        await asyncio.wait_for(task, 60)  # the fake trainer reads the last batch before the test looks at `seen`
     finally:
         task.cancel()
     return out, seen, orch
