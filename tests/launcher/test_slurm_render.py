@@ -229,9 +229,11 @@ def test_no_shared_fs_script_carries_the_config_to_each_nodes_own_directory(tmp_
     (fake / "python").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/argv\n')
     for f in fake.iterdir():
         f.chmod(0o755)
-    text = text.replace(str(Path(sys.executable)), str(fake / "python"))
+    # the interpreter the script names: `rl`'s own (its shebang), which is this test's unless the venv is linked
+    for python in {str(Path(sys.executable)), (BIN / "rl").read_text().splitlines()[0].removeprefix("#!").strip()}:
+        text = text.replace(python, str(fake / "python"))
     env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_ID": "5"}
-    run = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    run = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     own = tmp_path / "run/node_1/configs/rl.toml"
     assert (tmp_path / "argv").read_text().split() == ["-m", "prime_rl.cli.rl_node", "@", str(own)]
