@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tests.orchestrator.fakes import DelayClient, EchoEnv, tiny_tokenizer
+from tests.orchestrator.fakes import DelayClient, EchoEnv, ScriptedClient, tiny_tokenizer
 
 from prime_rl.config.orchestrator import OrchestratorConfig, RendererConfig
 from prime_rl.models.renderer import make_renderer
@@ -144,3 +144,64 @@ def test_eval_due_rule():
     assert not eval_due(3, interval=3, max_steps=7, evaluated=[0, 3])
     assert not any(eval_due(v, interval=None, max_steps=7, evaluated=[]) for v in range(8))
 
+
+
+def _fixed_version_scheduler(renderer, *, reported, loaded, async_level, max_off, weights_timeout_s=30.0):
+    """A scheduler over a backend that reports policy version `reported` on every result whatever it loads, with
+    version `loaded` loaded and no trainer publishing a newer one."""
+
+    class FixedVersionClient(ScriptedClient):
+        async def update_weights(self, path, version):  # loads nothing: keeps reporting `reported`
+            self.updates.append((path, version))
+
+    src = InProcessSource("echo", EchoEnv(32))
+    client = FixedVersionClient(renderer._tokenizer, lambda p, k: "r1", version=reported)
+    cfg = OrchestratorConfig(
+        batch_size=4, train={"group_size": 2, "sampling": {"max_completion_tokens": 8}}, seq_len=1024,
+        concurrency={"max_inflight": 8}, max_async_level=async_level, max_off_policy_steps=max_off,
+        weights_timeout_s=weights_timeout_s,
+    )  # fmt: skip
+    return Scheduler(cfg, sources=[src], stream=TaskStream([src], seed=0), client=client, renderer=renderer,
+                     policy=PolicyVersion(loaded))  # fmt: skip
+
+
+async def test_a_backend_that_reports_an_old_policy_version_stops_the_run(renderer):
+    """Version 9 is loaded, step 10 accepts >= 7 (max_off_policy_steps 2), the backend reports 0 on every result: each
+    group is dropped as stale and replaced, forever, without the stop (the weights timeout never fires: groups keep
+    finishing). The stop comes once 2 batches' rollouts (4 groups of 2) were dropped in a row."""
+    from prime_rl.orchestrator.scheduler import STALE_STREAK_BATCHES, StaleGroupsError
+
+    sched = _fixed_version_scheduler(renderer, reported=0, loaded=9, async_level=1, max_off=2)
+    try:
+        with pytest.raises(StaleGroupsError) as err:
+            await asyncio.wait_for(sched.next_batch(10), 120)
+        assert len(sched.misreported) == STALE_STREAK_BATCHES * 4 // 2 == 4
+        assert all(g.launch_version == 9 for g in sched.misreported)
+        msg = str(err.value)
+        assert msg.startswith("step 10: 4 rollout groups in a row (8 rollouts) were dropped as stale")
+        assert "launched while policy version 9 was loaded" in msg and "report policy version 0," in msg
+        assert "(>= 7 = step - 1 - orchestrator.max_off_policy_steps=2)" in msg and "policy_version" in msg
+    finally:
+        await sched.aclose()
+    # the same backend reporting the version it serves: the step is cut, nothing dropped
+    sched = _fixed_version_scheduler(renderer, reported=9, loaded=9, async_level=1, max_off=2)
+    batch = await asyncio.wait_for(sched.next_batch(10), 120)
+    await sched.aclose()
+    assert len(batch.rollouts) == 4 and batch.dropped_stale_groups == 0 and sched.misreported == []
+
+
+async def test_a_step_that_only_drops_stale_groups_times_out(renderer):
+    """Version 7 loaded and reported honestly, step 9 accepts only >= 8 (max_off_policy_steps 0) and no trainer
+    publishes version 8: every group is stale at launch (not misreported, so no StaleGroupsError), groups keep
+    finishing and being dropped. weights_timeout_s bounds the time without a kept group; before, every finished
+    group counted as progress and the loop never ended."""
+    sched = _fixed_version_scheduler(renderer, reported=7, loaded=7, async_level=1, max_off=0, weights_timeout_s=0.5)
+    try:
+        with pytest.raises(TimeoutError) as err:
+            await asyncio.wait_for(sched.next_batch(9), 120)
+    finally:
+        await sched.aclose()
+    msg = str(err.value)
+    assert msg.startswith("step 9: no rollout group kept and no new policy version for 0.5 s (orchestrator.weights")
+    assert "were dropped as stale (older than policy version 8 = step - 1 - orchestrator.max_off_policy_steps=0" in msg
+    assert sched.misreported == [] and sched.total_dropped >= 1

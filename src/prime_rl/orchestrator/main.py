@@ -14,7 +14,9 @@ After `max_empty_steps` consecutive steps with nothing to train (every rollout m
 every group with equal rewards, i.e. no nonzero advantage; the trainer then skips its update) the run stops with
 `NoProgressError` (exit 1), naming what masked the rollouts or the mean reward; so does a run that reaches
 `max_steps` having trained nothing at all, with the masked rollouts counted by reason. A streak of masked rollouts
-(`max_consecutive_errors`, `max_error_rate`) stops it earlier with `ErrorStreakError` (exit 1). With
+(`max_consecutive_errors`, `max_error_rate`) stops it earlier with `ErrorStreakError` (exit 1); groups dropped as
+stale in a row because their rollouts report versions older than the one loaded at their launch, with
+`StaleGroupsError` (exit 1, prime_rl.orchestrator.scheduler). With
 `workers.count` > 0 the train rollouts are played in rollout worker processes (prime_rl.orchestrator.workers); one
 that exits or cannot start stops the run with `WorkerError` (exit 1, message only).
 
@@ -62,7 +64,7 @@ from prime_rl.orchestrator.outcome import (
 from prime_rl.orchestrator.outputs import trace_rows, write_eval_rows, write_traces
 from prime_rl.orchestrator.packing import pack_items, pack_step
 from prime_rl.orchestrator.policy_watch import WeightWatcher
-from prime_rl.orchestrator.scheduler import Scheduler
+from prime_rl.orchestrator.scheduler import Scheduler, StaleGroupsError
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource, build_source
 from prime_rl.orchestrator.step_metrics import step_line, step_metrics
 from prime_rl.orchestrator.stream import TaskStream
@@ -464,7 +466,7 @@ def orchestrate(cfg: OrchestratorConfig) -> None:
     except user_errors() as e:
         log.error("%s", e)
         sys.exit(2)
-    except (NoProgressError, ErrorStreakError, TimeoutError, WorkerError) as e:
+    except (NoProgressError, ErrorStreakError, StaleGroupsError, TimeoutError, WorkerError) as e:
         log.error("%s", e)
         sys.exit(1)
     except Exception as e:

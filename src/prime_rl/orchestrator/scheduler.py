@@ -9,7 +9,12 @@
   rollouts while step N is being filled. `max_async_level = 0` is the synchronous baseline: one step's groups, all sampled
   with version N - 1.
 - Staleness: when step N's batch is cut, a group whose oldest token came from a version older than
-  N - 1 - max_off_policy_steps is dropped whole and replaced.
+  N - 1 - max_off_policy_steps is dropped whole and replaced. A group whose rollouts report a version older than
+  the one loaded when it was launched points at a backend that does not record the version it samples with; once
+  such groups holding `STALE_STREAK_BATCHES` * `batch_size` rollouts were dropped in a row (no group kept in
+  between), `next_batch` raises `StaleGroupsError` naming the versions, the step's bound and the fix. However
+  groups are dropped, a step that admits no group and sees no new policy version for `weights_timeout_s` raises
+  `TimeoutError` (counting the drops), so the run never loops on groups it throws away.
 - Finished groups are cut in completion order: the first ones that hold `batch_size` rollouts make the step (with
   one group size, `batch_size / group_size` groups; with several, the group that reaches `batch_size` is included,
   so a step holds fewer than `batch_size` + the largest group size rollouts, and a group launched for step N may
@@ -69,7 +74,18 @@ from prime_rl.orchestrator.workers import WorkerPool
 
 log = get_logger("orchestrator.scheduler")
 
-__all__ = ["CutBatch", "Group", "Scheduler", "effective_max_inflight", "off_policy"]
+__all__ = ["STALE_STREAK_BATCHES", "CutBatch", "Group", "Scheduler", "StaleGroupsError", "effective_max_inflight",
+           "off_policy"]
+
+STALE_STREAK_BATCHES = 2
+"""`StaleGroupsError` once groups launched at an accepted policy version but reporting older ones, holding this many
+batches' rollouts, were dropped as stale in a row."""
+
+
+class StaleGroupsError(RuntimeError):
+    """Groups were dropped as stale in a row although each was launched while a policy version the step accepts was
+    loaded: the backend records policy versions older than the one it serves (the message names them, the bound of
+    `max_off_policy_steps` and the fix)."""
 
 
 @dataclass
@@ -81,6 +97,7 @@ class Group:
     source_idx: int
     task_pos: int
     size: int = 0
+    launch_version: int = 0  # the policy version loaded when the group was launched
     rollouts: list[Rollout] = field(default_factory=list)
     tasks: list[asyncio.Task] = field(default_factory=list)
     collector: asyncio.Task | None = None
@@ -156,6 +173,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         policy.listeners.append(self._wake)
         self.total_dropped = 0
+        self.misreported: list[Group] = []  # groups dropped in a row, reporting versions older than their launch's
         self.failure: BaseException | None = None  # the first collector failure, raised by next_batch
         self.errors = ErrorStreak(cfg.max_consecutive_errors, cfg.max_error_rate, cfg.error_rate_window)
         self.curriculum = curriculum
@@ -207,7 +225,7 @@ class Scheduler:
             if self.running and self.inflight + size > self.max_inflight:
                 return  # launched once enough of the running rollouts finish
             self._drawn = None
-            group = Group(next(self._gid), source_idx, task_pos, size)
+            group = Group(next(self._gid), source_idx, task_pos, size, launch_version=self.policy.version)
             src = self.sources[source_idx]
             for member in range(size):
                 rid = f"{task.task_id}/g{group.gid}/r{member}"
@@ -260,14 +278,40 @@ class Scheduler:
 
     # ---- cutting ----
     def _drop_stale(self, step: int) -> int:
+        """Drop the finished groups older than `max_off_policy_steps` for `step`; returns how many.
+
+        Raises:
+            StaleGroupsError: the run of dropped groups that report versions older than their launch's (no group
+                kept in between) reached `STALE_STREAK_BATCHES` * `batch_size` rollouts.
+        """
         keep, dropped = deque(), 0
         for group in self.ready:
             if off_policy(group.rollouts, step) > self.max_off_policy_steps:
                 dropped += 1
+                if min(v for r in group.rollouts for v in r.policy_versions) < group.launch_version:
+                    self.misreported.append(group)
             else:
                 keep.append(group)
+                self.misreported.clear()
         self.ready = keep
+        if sum(g.size for g in self.misreported) >= STALE_STREAK_BATCHES * self.batch_size:
+            raise StaleGroupsError(self._misreported_message(step))
         return dropped
+
+    def _misreported_message(self, step: int) -> str:
+        groups = self.misreported
+        reported = sorted({min(v for r in g.rollouts for v in r.policy_versions) for g in groups})
+        launched = sorted({g.launch_version for g in groups})
+        need = step - 1 - self.max_off_policy_steps
+        return (
+            f"step {step}: {len(groups)} rollout groups in a row ({sum(g.size for g in groups)} rollouts) were dropped "
+            f"as stale although each was launched while policy version {_span(launched)} was loaded: their rollouts "
+            f"report policy version {_span(reported)}, older than step {step} accepts (>= {need} = step - 1 - "
+            f"orchestrator.max_off_policy_steps={self.max_off_policy_steps}). The inference backend does not record "
+            "the policy version it samples with; a backend must report the version it serves on every generate "
+            "result (`policy_version`, docs/extending.md) and load each new one in `update_weights`. Raising "
+            "orchestrator.max_off_policy_steps only postpones this stop."
+        )
 
     def _step_full(self, groups: list[Group]) -> bool:
         if sum(g.size for g in groups) >= self.batch_size:
@@ -304,11 +348,15 @@ class Scheduler:
                 did (an estimator or filter raised); names the group and its rollout ids, the cause kept.
             WorkerError: a rollout worker failed (`WorkerDied`: it exited; names it, its exit and its rollouts).
             ErrorStreakError: too many collected rollouts in a row (or of the recent ones) were masked.
-            TimeoutError: no group finished and no policy version arrived for `weights_timeout_s` seconds.
+            StaleGroupsError: groups launched at an accepted policy version were dropped as stale in a row, their
+                rollouts reporting older versions (`_drop_stale`).
+            TimeoutError: no group was kept (finished and not dropped as stale) and no policy version arrived for
+                `weights_timeout_s` seconds; names the groups dropped as stale meanwhile.
         """
         t0 = time.monotonic()
         dropped = 0
-        last_progress = time.monotonic()
+        last_progress, seen = time.monotonic(), (self.policy.version, 0)
+        dropped_since = 0  # groups dropped as stale since the last progress
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -316,23 +364,22 @@ class Scheduler:
             if stale:
                 log.info("step %d: dropped %d group(s) older than max_off_policy_steps=%d", step, stale, self.max_off_policy_steps)
                 dropped += stale
+                dropped_since += stale
                 self.total_dropped += stale
             self._examine(step)
             if self._step_full(self.passed) or self._budget_spent():
                 break
+            now, state = time.monotonic(), (self.policy.version, len(self.passed) + len(self.rejected))
+            if state != seen:  # a group kept or a new policy version
+                last_progress, seen, dropped_since = now, state, 0
+            elif now - last_progress > self.weights_timeout_s:
+                raise TimeoutError(self._timeout_message(step, dropped_since)) from None
             self._launch(step)
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), 1.0)
-                last_progress = time.monotonic()
             except TimeoutError:
-                if time.monotonic() - last_progress > self.weights_timeout_s:
-                    need = step - 1 - self.max_async_level
-                    raise TimeoutError(
-                        f"step {step}: no rollout group finished and no new policy version for "
-                        f"{self.weights_timeout_s:.0f} s (policy version {self.policy.version}, need >= {need}, "
-                        f"{self.inflight} rollouts running); see logs/trainer.log and logs/inference.log"
-                    ) from None
+                pass
         await self.policy.wait_for(step - 1 - self.max_async_level, self.weights_timeout_s)
         chosen, spent = self.passed, not self._step_full(self.passed)
         fill = []
@@ -360,6 +407,24 @@ class Scheduler:
         log_masked(step, batch.rollouts)
         self._launch(step + 1)
         return batch
+
+    def _timeout_message(self, step: int, dropped_since: int) -> str:
+        if dropped_since:
+            need = step - 1 - self.max_off_policy_steps
+            return (
+                f"step {step}: no rollout group kept and no new policy version for {self.weights_timeout_s:g} s "
+                f"(orchestrator.weights_timeout_s): {dropped_since} group(s) finished and were dropped as stale "
+                f"(older than policy version {need} = step - 1 - orchestrator.max_off_policy_steps="
+                f"{self.max_off_policy_steps}; policy version {self.policy.version} loaded). Rollouts take longer than "
+                "max_off_policy_steps trainer steps: raise orchestrator.max_off_policy_steps or shorten the rollouts "
+                "(max_completion_tokens, the environment's turns); see logs/inference.log"
+            )
+        need = step - 1 - self.max_async_level
+        return (
+            f"step {step}: no rollout group finished and no new policy version for {self.weights_timeout_s:g} s "
+            f"(policy version {self.policy.version}, need >= {need}, {self.inflight} rollouts running); see "
+            "logs/trainer.log and logs/inference.log"
+        )
 
     def recipe_metrics(self, batch: CutBatch) -> dict[str, float]:
         """Metrics of the recipes that are on: `gate/rejected_groups`, `gate/extra_rollouts`, `gate/budget_spent`,
@@ -399,3 +464,8 @@ class Scheduler:
 def _pending_label(group: Group) -> str:
     """`group 3 (rollouts t0/g3/r0, ...)` from the group's rollout task names (its rollouts are not collected)."""
     return f"group {group.gid} (rollouts {', '.join(t.get_name() for t in group.tasks)})"
+
+
+def _span(versions: list[int]) -> str:
+    """`3` for one version, `0..2` for several (sorted)."""
+    return str(versions[0]) if len(versions) == 1 else f"{versions[0]}..{versions[-1]}"
