@@ -114,8 +114,9 @@ time = "00:20:00"
     assert files_under(train0 / f"weights/step_{STEPS}")  # transport.json + STABLE, on the trainer node only
     assert not list((train0 / f"weights/step_{STEPS}").glob("*.safetensors"))  # the weights went over the group
     orch_log = (infer / "logs/orchestrator.log").read_text()
-    for version in range(1, STEPS):
-        assert re.search(rf"loaded policy version {version} from \S+ in", orch_log), orch_log[-3000:]
+    for version in range(1, STEPS):  # over the group on the trainer node, as trainer rank 0 announced it
+        assert re.search(rf"loaded policy version {version} over the weight group at tcp://\S+ \(announced by "
+                         r"trainer rank 0 over the rollout channel\) in", orch_log), orch_log[-3000:]  # fmt: skip
     ranks = dict(re.findall(r"trainer rank (\d)/2 on cpu, node (\S+),", (train0 / "logs/trainer.log").read_text()))
     assert ranks == {"0": "node2", "1": "node2"}
 

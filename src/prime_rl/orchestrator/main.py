@@ -115,8 +115,10 @@ class Orchestrator:
         self.curriculum = DifficultyPool(cfg.curriculum) if cfg.curriculum.sampler == "difficulty_pool" else None
         self.stream = TaskStream(train_sources, seed=cfg.seed, weight=self._task_weight if self.curriculum else None)
         self.eval_limits = AgentLimits(cfg.seq_len, cfg.eval.sampling.max_completion_tokens, cfg.reward_range)
+        group = getattr(client, "weight_group", None)  # weights over a collective: the servers' source of versions
         self.watcher = WeightWatcher(self.run_dir.weights, client.update_weights, self.policy, poll_s=poll_s,
-                                     on_loaded=self._on_loaded, alive=client.check_alive)
+                                     on_loaded=self._on_loaded, alive=client.check_alive,
+                                     via=group["address"] if group else None)  # fmt: skip
         own = {c.name: c for c in cfg.eval.source or []}
         self.eval_settings = {s.name: cfg.eval.settings_of(own.get(s.name)) for s in self.eval_sources}
         self.evaluated: list[int] = []

@@ -22,7 +22,8 @@ class WeightWatcher:
     `update_weights`: it returns once every replica that is up loaded the version), then records version N in
     `policy` and awaits `on_loaded(N)` (e.g. an eval). Intermediate versions are skipped when several arrive at once.
     The default 10 ms costs one directory listing per poll (well under 1% of a core); 100 ms added 50 ms on average
-    to every RL step of a small model."""
+    to every RL step of a small model. `via`: with weights over a collective, the weight group's address, which the
+    log line of each load names instead of the version's directory (not read then)."""
 
     def __init__(
         self,
@@ -33,6 +34,7 @@ class WeightWatcher:
         poll_s: float = 0.01,
         on_loaded: Callable[[int], Awaitable[None]] | None = None,
         alive: Callable[[], None] | None = None,
+        via: str | None = None,
     ):
         self.dir = Path(weights_dir)
         self.alive = alive  # raises when sampling can no longer go on (every inference replica down)
@@ -45,6 +47,9 @@ class WeightWatcher:
         # set with weights over a collective and rollouts over tcp: the newest version trainer rank 0 announced
         # (`ZmqSender.published`), followed instead of the directory (which may be on another node)
         self.announced: Callable[[], int] | None = None
+        # set with weights over a collective: where the servers receive each version from (the weight group's
+        # address), instead of reading the version's directory
+        self.via = via
 
     def newest(self, above: int = -1) -> tuple[int, Path] | None:
         """The newest stable `(N, weights_dir/step_N)` with N > `above`, or None (with `announced` set: the newest
@@ -53,6 +58,16 @@ class WeightWatcher:
             version = self.announced()
             return (version, self.dir / f"step_{version}") if version > max(above, 0) else None
         return newest_step_dir(self.dir, STABLE, above)
+
+    def describe(self, version: int, path: Path) -> str:
+        """The log line of a finished load of `version`: how the servers got it (`path` read from disk, or the
+        weight group `via`) and how the orchestrator learned it was ready (`path`'s STABLE, or trainer rank 0's
+        announcement over the rollout channel)."""
+        took = f"in {self.last_load_s:.3f} s"
+        if self.via is None:
+            return f"loaded policy version {version} from {path} {took}"
+        ready = "announced by trainer rank 0 over the rollout channel" if self.announced else f"ready at {path}"
+        return f"loaded policy version {version} over the weight group at {self.via} ({ready}) {took}"
 
     async def poll_once(self) -> int | None:
         """Load the newest stable version if it is newer than the current one; returns it (or None)."""
@@ -63,7 +78,7 @@ class WeightWatcher:
         t0 = time.perf_counter()
         await self.load(str(path), version)
         self.last_load_s = time.perf_counter() - t0
-        log.info("loaded policy version %d from %s in %.3f s", version, path, self.last_load_s)
+        log.info("%s", self.describe(version, path))
         self.loaded.append(version)
         self.policy.set(version)
         if self.on_loaded is not None:
