@@ -88,7 +88,7 @@ def test_multi_node_rollout_port_is_in_the_orchestrator_nodes_port_base_block(tm
     assert a.process("orchestrator").ports == [base_a + 15]
     for section in (a.config.orchestrator, a.config.trainer):
         assert section.rollout_transport.port == base_a + 15
-    ports = [p for proc in a.processes for p in proc.ports] + [base_a + PORT_STRIDE]  # + the c10d rendezvous (node 1)
+    ports = [p for proc in a.processes for p in proc.ports] + [base_a + PORT_STRIDE]  # + the torchrun rendezvous (node 1)
     assert len(ports) == len(set(ports)) and all(base_a <= p < base_a + 2 * PORT_STRIDE for p in ports)
     b = resolve(_multi(tmp_path, tiny, base_b), Layout.slurm("multi-node", addrs, 0, "8"), probe=lambda u: False, gpus=[])
     assert b.process("orchestrator").ports == [base_b + 15] != a.process("orchestrator").ports

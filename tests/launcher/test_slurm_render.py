@@ -53,9 +53,9 @@ def test_dry_run_renders_the_multi_node_script(tmp_path):
         assert line in text.splitlines(), line
     # roles by node index, ports from port_base (node k: 31000 + 16k), rendezvous on the first trainer node
     assert "#   node 0: inference replica 0 :31004; orchestrator; env-server :31001" in text
-    assert "#   node 1: trainer (torchrun node 0 of 2, c10d rendezvous :31016)" in text
+    assert "#   node 1: trainer (torchrun node 0 of 2, rendezvous :31016)" in text
     assert "#   node 2: trainer (torchrun node 1 of 2)" in text
-    assert 'echo "torchrun c10d rendezvous: ${ADDRS[1]}:31016"' in text
+    assert 'echo "torchrun rendezvous: ${ADDRS[1]}:31016"' in text
     assert "srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --kill-on-bad-exit=1" in text
     assert f"-m prime_rl.cli.rl_node @ {tmp_path}/run/configs/rl.toml" in text
     # every #SBATCH line precedes the first command, and bash parses the script

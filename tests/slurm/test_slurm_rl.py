@@ -1,5 +1,5 @@
 """`rl` on a real 3-node Slurm cluster (scripts/local-slurm.sh): 1 inference node + 2 trainer nodes (torchrun
-2 nodes x 1 process, gloo, c10d rendezvous), the tiny model, a fake-fast environment.
+2 nodes x 1 process, gloo, static rendezvous), the tiny model, a fake-fast environment.
 
 1. scancel mid-run: every node stops its processes (SIGTERM, logged per node), the job is CANCELLED, nothing is
    left running; `rl --resume` then submits a job that continues from the newest checkpoint to the end: it ends

@@ -18,7 +18,7 @@ from prime_rl.config.base import BaseConfig
 
 # Ports of node k in a multi-node run: port_base + PORT_STRIDE * k + offset (so roles sharing a host never collide).
 PORT_STRIDE = 16
-PORT_RENDEZVOUS = 0  # torchrun c10d rendezvous (first trainer node)
+PORT_RENDEZVOUS = 0  # torchrun's rendezvous store (first trainer node)
 PORT_ENV_SERVER = 1  # env servers: +1 .. +3
 MAX_ENV_SERVERS = 3
 PORT_INFERENCE = 4  # inference replicas: +4 .. +14

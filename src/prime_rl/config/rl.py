@@ -392,23 +392,16 @@ def check_weight_transport(cfg: RLConfig) -> None:
     """Trainer and orchestrator use one weight transport; with `collective` the group's size follows the inference
     replicas this run starts (replicas x tensor_parallel_size workers, set into both sections'
     `weight_transport.inference_workers` when unset). A multi-node run places the group's store itself (the first
-    trainer node's address, `deployment.weight_port()`). Without a shared filesystem (`deployment.shared_fs =
-    false`) policy versions must travel over the collective and batches over tcp. Raises ValueError naming the
-    fields that disagree or that the collective cannot serve (data_parallel_size > 1, resume)."""
+    trainer node's address, `deployment.weight_port()`; the launcher's torchrun puts trainer rank 0 on that node,
+    launcher/specs.py). Without a shared filesystem (`deployment.shared_fs = false`) policy versions must travel
+    over the collective and batches over tcp. Raises ValueError naming the fields that disagree or that the
+    collective cannot serve (data_parallel_size > 1, resume)."""
     check_shared_fs(cfg)
     check_sides_agree(cfg, "weight_transport")
     trainer_side, orch_side = cfg.trainer.weight_transport, cfg.orchestrator.weight_transport
     if trainer_side.type != "collective":
         return
     vllm, dep = cfg.inference.vllm, cfg.deployment
-    if dep.type == "multi-node" and dep.num_train_nodes > 1:
-        raise ValueError(
-            f"weight_transport.type = 'collective' with deployment.num_train_nodes = {dep.num_train_nodes}: not "
-            "supported: trainer rank 0 hosts the weight group, and torchrun's c10d rendezvous gives rank 0 to the "
-            "trainer node whose address sorts first, not to a node the launcher can name to the inference nodes; "
-            "use one trainer node (more ranks per node: deployment.num_train_gpus / cpu_train_procs) or "
-            "weight_transport.type = 'filesystem'"
-        )
     if dep.type == "multi-node":
         defaults = type(trainer_side).model_fields
         for section, wt in (("trainer", trainer_side), ("orchestrator", orch_side)):

@@ -4,10 +4,10 @@ replicas with their addresses and ports.
 A single-node run is the one-node layout: node 0 runs every role, replica j listens on `inference.server.port + j`
 at `inference.server.host`. A multi-node run (`[deployment] type = "multi-node"`, index = SLURM_PROCID): nodes
 0 .. num_infer_nodes-1 run `infer_replicas_per_node` inference servers each; the next num_train_nodes nodes run the
-trainer, one torchrun job over all of them with the c10d rendezvous on the first trainer node; the orchestrator
-runs on `deployment.orchestrator_node` (default 0) and the env server(s) rl starts on `deployment.env_server_node`
-(default: the orchestrator's node). Node k's ports are `port_base + 16k + offset` (config/deployment.py), so roles
-sharing one host never collide.
+trainer, one torchrun job over all of them (static rendezvous on the first trainer node, which runs rank 0); the
+orchestrator runs on `deployment.orchestrator_node` (default 0) and the env server(s) rl starts on
+`deployment.env_server_node` (default: the orchestrator's node). Node k's ports are `port_base + 16k + offset`
+(config/deployment.py), so roles sharing one host never collide.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class NodeRoles(BaseModel):
         if self.replicas:
             parts.append("inference " + ", ".join(f"replica {r} :{p}" for r, p in zip(self.replicas, self.replica_ports, strict=True)))
         if self.train_rank is not None:
-            rz = f", c10d rendezvous :{rendezvous_port(dep)}" if self.train_rank == 0 else ""
+            rz = f", rendezvous :{rendezvous_port(dep)}" if self.train_rank == 0 else ""
             parts.append(f"trainer (torchrun node {self.train_rank} of {dep.num_train_nodes}{rz})")
         if "orchestrator" in self.roles:
             parts.append("orchestrator")
@@ -135,12 +135,12 @@ def node_roles(cfg: RLConfig, where: Layout) -> list[NodeRoles]:
 
 
 def rendezvous_node(dep: DeploymentConfig) -> int:
-    """Index of the first trainer node (hosts torchrun's c10d rendezvous)."""
+    """Index of the first trainer node (hosts torchrun's rendezvous and trainer rank 0)."""
     return dep.num_infer_nodes
 
 
 def rendezvous_port(dep: DeploymentConfig) -> int:
-    """The c10d rendezvous port on the first trainer node."""
+    """The torchrun rendezvous port on the first trainer node."""
     return dep.node_ports(rendezvous_node(dep)) + PORT_RENDEZVOUS
 
 

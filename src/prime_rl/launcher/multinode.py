@@ -3,9 +3,10 @@ by `srun` from the rendered sbatch script, one task per node).
 
 Node layout (`layout`, index = SLURM_PROCID): nodes 0 .. num_infer_nodes-1 run `infer_replicas_per_node`
 inference servers each; the next num_train_nodes nodes run the trainer, one torchrun job over all of them with the
-c10d rendezvous on the first trainer node; the orchestrator runs on `deployment.orchestrator_node` (default 0) and
-the env server(s) rl starts on `deployment.env_server_node` (default: the orchestrator's node). Node k's ports are
-`port_base + 16k + offset` (config/deployment.py), so roles sharing one host never collide.
+rendezvous on the first trainer node, which runs trainer rank 0; the orchestrator runs on
+`deployment.orchestrator_node` (default 0) and the env server(s) rl starts on `deployment.env_server_node` (default:
+the orchestrator's node). Node k's ports are `port_base + 16k + offset` (config/deployment.py), so roles sharing one
+host never collide.
 
 Run directory: `output_dir`, shared by every node; with `deployment.shared_fs = false` node k's own
 `output_dir/node_<k>` (its logs, metrics, configs; the trainer's checkpoints on the trainer nodes), the nodes meeting

@@ -1,6 +1,7 @@
 """The child commands of one node of a run, built once from its launch plan (`plan.RunPlan`): env servers,
-inference replicas, the trainer (torchrun: standalone on one node, a c10d rendezvous over the trainer nodes of a
-multi-node run) and the orchestrator, each with its log and the environment its device placement gives it."""
+inference replicas, the trainer (torchrun: standalone on one node, a static rendezvous over the trainer nodes of a
+multi-node run, trainer rank 0 on the first trainer node) and the orchestrator, each with its log and the
+environment its device placement gives it."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def node_specs(cfg: RLConfig, plan: RunPlan, index: int, placement: Placement, n
                    for i, ep in enumerate(plan.env_servers) if ("env-server" if i == 0 else f"env-server-{i}") in mine]
         if plan.nodes[index].train_rank == 0:
             wanted.append((plan.layout.addrs[index], rendezvous_port(cfg.deployment),
-                           "torchrun c10d rendezvous (deployment.port_base)"))  # fmt: skip
+                           "torchrun rendezvous (deployment.port_base)"))  # fmt: skip
             wanted += [(cfg.deployment.bind_host or plan.layout.addrs[index], port,
                         "trainer rank 0's weight group store (deployment.port_base)")
                        for port in plan.process("trainer").ports]  # fmt: skip (plan.weight_hosts)
@@ -87,15 +88,19 @@ def node_specs(cfg: RLConfig, plan: RunPlan, index: int, placement: Placement, n
 
 
 def _torchrun(cfg: RLConfig, plan: RunPlan, index: int, placement: Placement) -> list[str]:
-    """torchrun's argv up to the module: standalone on one node, c10d over the trainer nodes of a multi-node run."""
+    """torchrun's argv up to the module: standalone on one node; over the trainer nodes of a multi-node run, the
+    static rendezvous with this node's `--node-rank` (its position among the trainer nodes), so trainer node k runs
+    global ranks k x procs .. (k + 1) x procs - 1 and rank 0 is on the first trainer node, whose address the plan
+    gives the inference nodes (`plan.weight_hosts`). torchrun's c10d rendezvous would order the nodes by address
+    instead, leaving rank 0 on any of them."""
     base = [sys.executable, "-m", "torch.distributed.run"]
     if not plan.layout.multi:
         return base + ["--nproc-per-node", str(placement.trainer_procs), "--master-addr", "127.0.0.1",
                        "--master-port", str(free_port())]  # fmt: skip
     dep = cfg.deployment
     rank = plan.nodes[index].train_rank
-    rz = f"{plan.layout.addrs[rendezvous_node(dep)]}:{rendezvous_port(dep)}"
     return base + ["--nnodes", str(dep.num_train_nodes), "--nproc-per-node", str(placement.trainer_procs),
-                   "--node-rank", str(rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", rz,
-                   "--rdzv-id", f"prime-rl-{plan.layout.job_id}", "--rdzv-conf", f"is_host={1 if rank == 0 else 0}",
+                   "--node-rank", str(rank), "--rdzv-backend", "static",
+                   "--master-addr", plan.layout.addrs[rendezvous_node(dep)], "--master-port", str(rendezvous_port(dep)),
+                   "--rdzv-id", f"prime-rl-{plan.layout.job_id}",
                    "--local-addr", plan.layout.addrs[index], "--max-restarts", "0"]  # fmt: skip
