@@ -138,7 +138,6 @@ def test_rl_refuses_a_custom_backend_before_starting_anything(tmp_path, monkeypa
 def test_rl_leaves_the_client_of_a_custom_backend_alone(tmp_path, monkeypatch):
     """`rl` points `[orchestrator.client]` at the replicas it starts for the server backend only: with a custom
     backend the orchestrator's written config keeps the client's defaults and reads back (not refused)."""
-    from pathlib import Path
 
     _backend_module(tmp_path, monkeypatch, loads_weights=True)
 
@@ -147,10 +146,10 @@ def test_rl_leaves_the_client_of_a_custom_backend_alone(tmp_path, monkeypatch):
     from prime_rl.models.tiny import cached_tiny_model
     from prime_rl.ports import free_port
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "reverse_text" / "rl.toml"
-    args = ["@", str(example), "--model.name", str(cached_tiny_model()), "--output-dir", str(tmp_path / "run"),
-            "--inference.server.port", str(free_port())]  # fmt: skip
-    served = resolve(parse_config(RLConfig, args), Layout.single(), probe=lambda url: False, gpus=[])
+    example = _example_without_inference(tmp_path)
+    args = ["@", str(example), "--model.name", str(cached_tiny_model()), "--output-dir", str(tmp_path / "run")]
+    served = resolve(parse_config(RLConfig, args + ["--inference.server.port", str(free_port())]), Layout.single(),
+                     probe=lambda url: False, gpus=[])  # fmt: skip
     assert served.configs["orchestrator"].client.base_url != ClientConfig().base_url
     args += ["--orchestrator.backend", "my_backend:Oracle", "--output-dir", str(tmp_path / "custom")]
     plan = resolve(parse_config(RLConfig, args), Layout.single(), probe=lambda url: False, gpus=[])
@@ -172,3 +171,74 @@ def test_the_documented_custom_backend_block_parses(tmp_path):
     backend = parse_config(RLConfig, ["@", str(path), "--model.name", "m"]).orchestrator.backend
     assert backend == CustomBackendConfig(import_path="my_backend:MyEngine",
                                           kwargs={"urls": ["http://127.0.0.1:30000"]})  # fmt: skip
+
+
+def _example_without_inference(folder):
+    """examples/reverse_text/rl.toml without its `[inference.vllm]` table (settings of rl's inference server)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "examples" / "reverse_text" / "rl.toml").read_text()
+    assert text.count("[inference.vllm]") == 1 and text.rstrip().endswith('tool_call_parser = "None"')
+    path = folder / "rl.toml"
+    path.write_text(text[: text.index("[inference.vllm]")])
+    return path
+
+
+def test_rl_starts_no_inference_server_for_a_custom_backend(tmp_path, monkeypatch, capsys):
+    """A custom backend samples from an engine of its own: the plan (and `rl --dry-run`) holds no inference
+    replica, no replica config and nothing for the orchestrator to wait for; the server backend's plan has one."""
+    from prime_rl.launcher.dryrun import dry_run
+    from prime_rl.launcher.layout import Layout
+    from prime_rl.launcher.placement import place
+    from prime_rl.launcher.plan import resolve
+    from prime_rl.models.tiny import cached_tiny_model
+    from prime_rl.ports import free_port
+
+    _backend_module(tmp_path, monkeypatch, loads_weights=True)
+    example = _example_without_inference(tmp_path)
+    args = ["@", str(example), "--model.name", str(cached_tiny_model())]
+    port = free_port()
+    server = resolve(parse_config(RLConfig, args + ["--output-dir", str(tmp_path / "server"),
+                                                    "--inference.server.port", str(port)]),
+                     Layout.single(), probe=lambda url: False, gpus=[])  # fmt: skip
+    assert [p.name for p in server.processes if p.role == "inference"] == ["inference"] and "inference" in server.configs
+    custom_cfg = parse_config(RLConfig, args + ["--output-dir", str(tmp_path / "custom"),
+                                                "--orchestrator.backend", "my_backend:Oracle"])  # fmt: skip
+    custom = resolve(custom_cfg, Layout.single(), probe=lambda url: False, gpus=[])
+    assert [p.role for p in custom.processes] == ["trainer", "orchestrator"]  # reverse-text runs in-process
+    assert custom.replicas == [] and not any(name.startswith("inference") for name in custom.configs)
+    # on GPUs the trainer takes its GPUs and no inference GPU is needed (one GPU is enough)
+    assert place(custom_cfg, gpus=["0"]).env["inference"] == {"CUDA_VISIBLE_DEVICES": ""}
+    with pytest.raises(Exception, match="deployment.num_train_gpus \\+ deployment.num_infer_gpus = 2 GPUs"):
+        place(parse_config(RLConfig, args), gpus=["0"])
+    assert dry_run(parse_config(RLConfig, args + ["--output-dir", str(tmp_path / "dry"),
+                                                  "--orchestrator.backend", "my_backend:Oracle"])) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    plan = out[out.index("plan:"):]
+    assert "\n  trainer " in plan and "\n  orchestrator " in plan and "\n  inference " not in plan
+    assert not (tmp_path / "dry" / "configs" / "inference.toml").exists()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--inference.vllm.max-model-len", "1024"], r"inference.vllm.max_model_len is set, but orchestrator.backend.type "
+     r"= 'custom' \(my_backend:Oracle\) samples from an engine of its own and rl starts no inference server for it, so "
+     r"the setting would do nothing; remove it \(a custom backend reads its own settings from "
+     r"orchestrator.backend.kwargs\), or sample from rl's inference servers with orchestrator.backend.type = 'server'"),
+    (["--deployment.infer-replicas-per-node", "2"], r"^deployment.infer_replicas_per_node is set, but"),
+])  # fmt: skip
+def test_rl_refuses_what_would_configure_an_inference_server_beside_a_custom_backend(tmp_path, monkeypatch, flags,
+                                                                                      message):
+    """With no inference server started, its settings would do nothing (refused, naming the field and the fix)."""
+    from prime_rl.launcher.errors import PreflightError
+    from prime_rl.launcher.preflight import check_custom_backend
+
+    _backend_module(tmp_path, monkeypatch, loads_weights=True)
+    cfg = parse_config(RLConfig, ["@", str(_example_without_inference(tmp_path)), "--model.name", "m",
+                                  "--orchestrator.backend", "my_backend:Oracle", *flags])  # fmt: skip
+    with pytest.raises(PreflightError, match=message):
+        check_custom_backend(cfg)
+    with pytest.raises(PreflightError, match=r"in a multi-node run: rl starts no inference server for a custom "
+                                             r"backend, so the deployment.num_infer_nodes = 1 inference node\(s\) would "
+                                             r"run nothing; run it on one node"):
+        check_custom_backend(cfg, multi=True)
+

@@ -1,7 +1,8 @@
 """Device placement from `[deployment]`: which GPUs each child sees, how many trainer ranks, how many threads.
 
 GPU: the trainer gets the first `num_train_gpus` visible devices (one torchrun rank each), inference the next
-`num_infer_gpus` (vLLM data parallel over them unless tensor/data parallel sizes are set to cover them).
+`num_infer_gpus` (vLLM data parallel over them unless tensor/data parallel sizes are set to cover them; none with a
+custom `orchestrator.backend` and no teacher: rl starts no inference server then).
 CPU: both share the cores. The trainer runs `cpu_train_procs` ranks (default 1) with `trainer.threads` torch
 threads each (default: half the cores, split over the ranks, at least 1); orchestrator and env server get one
 thread each; inference keeps vLLM's own CPU settings (the inference part chooses them).
@@ -94,7 +95,8 @@ def place(
         )
     nt, ni = dep.num_train_gpus, dep.num_infer_gpus
     want_t = roles is None or "trainer" in roles
-    want_i = roles is None or "inference" in roles
+    # a custom backend samples from its own engine: the inference GPUs serve only a teacher, if any
+    want_i = (roles is None or "inference" in roles) and (cfg.orchestrator.backend.type == "server" or cfg.teacher is not None)
     need = (nt if want_t else 0) + (ni if want_i else 0)
     if need > len(gpus):
         fields = " + ".join(f for f, w in (("deployment.num_train_gpus", want_t), ("deployment.num_infer_gpus", want_i)) if w)

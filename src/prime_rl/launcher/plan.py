@@ -162,7 +162,7 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
     checks.run("context", preflight.check_context, cfg)
     checks.run("renderer", preflight.check_renderer, cfg)
     nodes = node_roles(cfg, where)
-    replicas = run_replicas(cfg, where)
+    replicas = run_replicas(cfg, where) if cfg.orchestrator.backend.type == "server" else []  # custom: its own engine
     urls = checks.run("inference client", preflight.check_client, cfg, replicas, multi=where.multi)
     changes = {"orchestrator.client.base_url": urls, **admin_token(cfg, replicas)}
     if cfg.orchestrator.backend.type != "server":  # a custom backend reads backend.kwargs, not [orchestrator.client]

@@ -217,11 +217,16 @@ def check_client(cfg: RLConfig, replicas: list[Replica], multi: bool = False) ->
     """The inference URLs the orchestrator uses: those of the replicas rl starts when `orchestrator.client.base_url`
     was left unset, and always in a multi-node run (whose config refuses any base_url but the default when it is
     parsed, and whose `configs/rl.toml` carries that default explicitly); an explicit base_url must name the same
-    ports. Returns the URLs (the caller sets them on a copy of the config).
+    ports. Returns the URLs (the caller sets them on a copy of the config). A custom backend
+    (`orchestrator.backend.type = "custom"`) samples from an engine of its own: rl starts no replica for it (the
+    caller passes none) and `check_custom_backend` runs instead.
 
     Raises:
         PreflightError: an explicit base_url names a port rl does not serve, a host that is not this machine (nor
-            the replicas' address), or a scheme other than http."""
+            the replicas' address), or a scheme other than http; `check_custom_backend`'s refusals."""
+    if cfg.orchestrator.backend.type != "server":
+        check_custom_backend(cfg, multi)
+        return []
     urls = [r.url for r in replicas]
     client = cfg.orchestrator.client
     if multi or "base_url" not in client.model_fields_set:
@@ -248,6 +253,48 @@ def check_client(cfg: RLConfig, replicas: list[Replica], multi: bool = False) ->
                 f"{len(replicas)}); make them agree or leave base_url unset"
             )
     return list(client.base_url)
+
+
+def check_custom_backend(cfg: RLConfig, multi: bool = False) -> None:
+    """`orchestrator.backend.type = "custom"`: the backend samples from an engine of its own (its settings in
+    `backend.kwargs`) and loads each policy version itself, so rl starts no inference server and refuses what
+    would only configure one.
+
+    Raises:
+        PreflightError: a multi-node run (its inference nodes would run nothing); an `[inference]` setting or
+            `deployment.num_infer_gpus` / `infer_replicas_per_node` set (beside `[teacher]`, `[inference.vllm]`,
+            the teacher's defaults, and `num_infer_gpus`, its GPUs, are allowed). Each names the field and the fix."""
+    backend = cfg.orchestrator.backend
+    what = f"orchestrator.backend.type = 'custom' ({backend.import_path})"
+    fix = "or sample from rl's inference servers with orchestrator.backend.type = 'server'"
+    if multi:
+        raise PreflightError(
+            f"{what} in a multi-node run: rl starts no inference server for a custom backend, so the "
+            f"deployment.num_infer_nodes = {cfg.deployment.num_infer_nodes} inference node(s) would run nothing; run "
+            f"it on one node (deployment.type = 'single-node'), {fix}"
+        )
+    shared = {"output_dir", "model"} | ({"vllm"} if cfg.teacher is not None else set())
+    unused = [f"inference.{name}" for name in _set_fields(cfg.inference) if name.split(".")[0] not in shared]
+    unused += [f"deployment.{name}" for name in ("num_infer_gpus", "infer_replicas_per_node")
+               if name in cfg.deployment.model_fields_set and (cfg.teacher is None or name != "num_infer_gpus")]
+    if unused:
+        raise PreflightError(
+            f"{unused[0]} is set, but {what} samples from an engine of its own and rl starts no inference server "
+            f"for it, so the setting would do nothing; remove it (a custom backend reads its own settings from "
+            f"orchestrator.backend.kwargs), {fix}"
+        )
+
+
+def _set_fields(model, prefix: str = "") -> list[str]:
+    """The dotted names of the leaf fields set in `model` (pydantic `model_fields_set`, recursively), sorted."""
+    out = []
+    for name in model.model_fields_set:
+        value = getattr(model, name)
+        if hasattr(value, "model_fields_set") and value.model_fields_set:
+            out += _set_fields(value, f"{prefix}{name}.")
+        else:
+            out.append(f"{prefix}{name}")
+    return sorted(out)
 
 
 def check_renderer(cfg: RLConfig) -> None:
