@@ -55,3 +55,12 @@ def test_a_nested_field_named_by_a_sections_problem_names_its_own_flag(tmp_path)
                  "--orchestrator.train.sampling.top-p", "0.9"])  # fmt: skip
     assert "train.sampling.top_p = 0.9 truncates" in msg
     assert msg.endswith("(from --orchestrator.train.sampling.top-p)"), msg  # not the temperature flag, nor the file
+
+
+def test_an_item_of_a_list_given_by_a_json_flag_names_the_flag_not_the_file():
+    rl_toml = str(Path(__file__).resolve().parents[1] / "examples/gridsim/rl.toml")  # its [[orchestrator.train.source]] sets env.agent.max_turns = 4
+    items = '[{"name": "a", "env": {"kind": "builtin", "id": "reverse-text", "agent": {"max_turns": "x"}}, "wieght": 1}]'
+    msg = error(["@", rl_toml, "--orchestrator.train.source", items])
+    assert "orchestrator.train.source[0].env.agent.max_turns: Input should be a valid integer" in msg
+    assert "(got 'x') (from --orchestrator.train.source)" in msg and rl_toml not in msg, msg
+    assert "orchestrator.train.source[0].wieght: unknown key (got 1) (from --orchestrator.train.source)" in msg

@@ -1,10 +1,15 @@
-"""The "did you mean" hint of an unknown key: a misspelt section suggests the full flag, and the reference
-prime-rl's `[orchestrator.sampling]` names `[orchestrator.train.sampling]`."""
+"""The "did you mean" hint of an unknown key: a misspelt section suggests the full flag, the reference
+prime-rl's `[orchestrator.sampling]` names `[orchestrator.train.sampling]`, a key inside a list item keeps the item's
+index in the suggested flag, and a known name in the wrong place (`teacher.name`) names where it lives."""
+
+from pathlib import Path
 
 import pytest
 
 from prime_rl.config.loader import ConfigError, parse_config
 from prime_rl.config.rl import RLConfig
+
+RL_TOML = str(Path(__file__).resolve().parents[1] / "examples/gridsim/rl.toml")
 
 
 def _error(args: list[str]) -> str:
@@ -42,3 +47,36 @@ def test_other_frameworks_learning_rate_names_lr(cls, flag, want):
     with pytest.raises(ConfigError) as e:
         parse_config({"rl": RLConfig, "sft": SFTConfig}[cls], [flag, "1e-5"])
     assert "other frameworks' `optim.learning_rate` is `optim.lr` here: " + want in str(e.value)
+
+
+def test_a_misspelt_key_inside_a_list_item_keeps_the_index():
+    msg = _error(["@", RL_TOML, "--orchestrator.train.source.0.lenght-penalty.max-tokens", "64"])
+    assert ("did you mean `orchestrator.train.source[0].length_penalty.max_tokens` "
+            "(flag `--orchestrator.train.source.0.length-penalty.max-tokens`)?") in msg  # fmt: skip
+    msg = _error(["@", RL_TOML, "--orchestrator.train.source.0.env.agent.max-trns", "3"])
+    suggested = msg.split("(flag `")[1].split("`")[0]
+    assert suggested == "--orchestrator.train.source.0.env.agent.max-turns"
+    cfg = parse_config(RLConfig, ["@", RL_TOML, suggested, "3"])  # the suggested flag is accepted
+    assert cfg.orchestrator.train.source[0].env.agent.max_turns == 3
+
+
+@pytest.mark.parametrize("args,want", [
+    (["--teacher.name", "x"], "teacher.name: unknown key (got 'x') (from --teacher.name); did you mean "
+     "`teacher.model.name` (flag `--teacher.model.name`)?"),
+    (["@", RL_TOML, "--orchestrator.train.source.0.max-turns", "3"],
+     "did you mean `orchestrator.train.source[0].env.agent.max_turns` "
+     "(flag `--orchestrator.train.source.0.env.agent.max-turns`)?"),
+    (["--orchestrator.temperature", "0.5"], "did you mean `orchestrator.train.sampling.temperature` (flag "
+     "`--orchestrator.train.sampling.temperature`) or `orchestrator.eval.sampling.temperature` (flag "
+     "`--orchestrator.eval.sampling.temperature`)?"),
+    (["--orchestrator.max-turns", "3"], "did you mean `orchestrator.train.source[N].env.agent.max_turns` (flag "
+     "`--orchestrator.train.source.N.env.agent.max-turns`) or `orchestrator.eval.source[N].env.agent.max_turns`"),
+])  # fmt: skip
+def test_a_known_name_in_the_wrong_place_names_where_it_lives(args, want):
+    assert want in _error(args)
+
+
+def test_a_close_spelling_beside_the_key_and_the_name_elsewhere_are_both_named():
+    msg = _error(["--trainer.batch-size", "4"])
+    assert ("did you mean `trainer.micro_batch_size` (flag `--trainer.micro-batch-size`) or "
+            "`orchestrator.batch_size` (flag `--orchestrator.batch-size`)?") in msg  # fmt: skip

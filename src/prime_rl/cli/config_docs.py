@@ -28,9 +28,12 @@ sets a field that admits None to None (a text field that does not keeps "None" a
 `dashboard`; `gridsim X` is `prime-rl gridsim X`.
 For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands. A list of
 sections (`X.N`, e.g. `eval.source.N`) is given as `[[X]]` tables in a file, or whole as JSON (`--X '[{...}]'`);
-`--X.N.FIELD VALUE` changes one field of item N (counted from 0) of the list a file gave. A boolean flag is `--x`
-or `--no-x`. Each command's `--help` shows one screen of plain text (top-level options, most used flags, sections;
-a command with at most 30 flags lists them all), `--help-all` every field.
+`--X.N.FIELD VALUE` changes one field of item N (counted from 0) of the list a file or that JSON flag gave. A
+boolean flag is `--x` (or `--x true`/`--x false`) or `--no-x`. A list or tuple field takes its values after the flag
+(`--trainer.model.lora.target-modules q_proj v_proj`, `--orchestrator.gate.advantage-range 0.1 0.9`; a tuple takes
+exactly as many as it holds) or one JSON list (`--orchestrator.gate.advantage-range '[0.1, 0.9]'`). Each command's
+`--help` shows one screen of plain text (top-level options, most used flags, sections; a command with at most 30
+flags lists them all), `--help-all` every field.
 """
 
 

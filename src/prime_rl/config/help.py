@@ -7,7 +7,9 @@ then a flag per line with its description from column 30); a command with at mos
 `--help`, descriptions whole. Flags read with two changes so that every flag shown is one the
 loader accepts: a boolean reads `--x/--no-x` (not `{True,False}`), and the fields of a list of sections read
 `--LIST.N.FIELD` (an item an `@` file gave, counted from 0: `prime_rl.config.list_flags`) instead of the library's
-`LIST[*].FIELD`, which no parser accepts (a boolean inside a union reads `BOOL`: `--model.fsdp BOOL|{auto}`). docs/config.md holds the same fields as tables.
+`LIST[*].FIELD`, which no parser accepts (a boolean inside a union reads `BOOL`: `--model.fsdp BOOL|{auto}`), and a
+tuple reads its values (`--orchestrator.reward-range FLOAT FLOAT`, `config.argv.bind_args`) instead of `TUPLE`.
+docs/config.md holds the same fields as tables.
 """
 
 from __future__ import annotations
@@ -22,6 +24,33 @@ Panel = tuple[str, list[Row]]
 
 _BOOL = re.compile(r"^(?P<name>(?:-\w, )?--(?P<long>\S+)) \{True,False\}(?P<opt>\|None)?$")
 _ITEM = re.compile(r"\[\*\]")
+_TUPLE = re.compile(r"^(?P<name>(?:-\w, )?--(?P<long>\S+)) TUPLE(?P<opt>\|None)?$")
+_METAVARS = {int: "INT", float: "FLOAT", str: "STR", bool: "BOOL"}
+
+
+def _fix_tuple(cls: type[BaseModel], flag: str) -> str:
+    """`--a.b TUPLE` -> `--a.b FLOAT FLOAT` (`TUPLE|None` -> `FLOAT FLOAT|None`): the values a tuple flag takes."""
+    import typing
+
+    from prime_rl.config.argv import models_in
+
+    match = _TUPLE.match(flag)
+    if match is None:
+        return flag
+    annotation: Any = cls
+    for seg in match["long"].split("."):
+        if seg in ("N", "KEY"):
+            continue
+        name = seg.replace("-", "_")
+        finfo = next((m.model_fields[name] for m in models_in(annotation) if name in m.model_fields), None)
+        if finfo is None:
+            return flag
+        annotation = finfo.annotation
+    inner = next((typing.get_args(a) for a in (annotation, *typing.get_args(annotation))
+                  if typing.get_origin(a) is tuple), ())  # fmt: skip
+    names = [_METAVARS.get(a, getattr(a, "__name__", "X").upper()) for a in inner if a is not Ellipsis]
+    shown = " ".join(names) + (" [...]" if Ellipsis in inner else "")
+    return f"{match['name']} {shown or 'VALUE [...]'}{match['opt'] or ''}"
 
 
 def _fix_flag(flag: str, index: str) -> str:
@@ -57,8 +86,8 @@ def panels(cls: type[BaseModel]) -> tuple[list[Row], list[Panel]]:
     out: list[Panel] = []
     for title, rows in subs:
         fixed, index = _fix_title(title)
-        out.append((fixed, [(_fix_flag(f, index), d, a) for f, d, a in rows]))
-    return [(_fix_flag(f, ".N"), d, a) for f, d, a in root], out
+        out.append((fixed, [(_fix_tuple(cls, _fix_flag(f, index)), d, a) for f, d, a in rows]))
+    return [(_fix_tuple(cls, _fix_flag(f, ".N")), d, a) for f, d, a in root], out
 
 
 def _expand_variants(cls: type[BaseModel], subs: list[Panel], collect: Any) -> list[Panel]:

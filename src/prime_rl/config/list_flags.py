@@ -1,10 +1,11 @@
 """Indexed flags into a list of sections: `--eval.source.0.env.agent.max-turns 2`.
 
 A list of sections (`[[eval.source]]` tables) is given whole, in an `@` file or as JSON
-(`--eval.source '[{"name": "a", ...}]'`). An indexed flag changes one field of one item an `@` file gave:
-`--LIST.N.FIELD VALUE`, items counted from 0. `expand_indexed_flags` reads the `@` files as the loader does, applies
-every indexed flag to a copy of its list and hands the loader the whole list as one JSON flag, so precedence stays
-defaults < files < flags and the model's validators see the list as if the file had held the new value.
+(`--eval.source '[{"name": "a", ...}]'`). An indexed flag changes one field of one item an `@` file or that JSON flag
+gave: `--LIST.N.FIELD VALUE`, items counted from 0. `expand_indexed_flags` reads the `@` files as the loader does (or
+the list's JSON flag, which replaces the files' list), applies every indexed flag to a copy of the list and hands the
+loader the whole list as one JSON flag, so precedence stays defaults < files < flags and the model's validators see
+the list as if the file had held the new value.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def config_files(argv: list[str]) -> list[str]:
 
 def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
     """`args` with each `--LIST.N.FIELD VALUE` replaced by one `--LIST JSON` flag holding the whole list (the `@`
-    files' items with every indexed change applied); `args` unchanged when it has no indexed flag.
+    files' items, or those of the list's own JSON flag, with every indexed change applied); `args` unchanged when
+    it has no indexed flag.
 
     Raises:
         ListFlagError: the part before the index is not a list field of `cls`, no `@` file gives that list, or
@@ -77,6 +79,8 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
             node: Any = merged
             for seg in segs[:index_at]:
                 node = node.get(seg.replace("-", "_")) if isinstance(node, dict) else None
+            given = _json_flag(args, list_path)
+            node = node if given is None else given
             if not isinstance(node, list) or not node:
                 raise ListFlagError(
                     f"{flag}: no @ file gives items of `{dotted}` ({files}), so item {segs[index_at]} does not exist; "
@@ -86,11 +90,49 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
         items = lists[list_path]
         index = int(segs[index_at])
         if index >= len(items):
-            raise ListFlagError(f"{flag}: `{dotted}` has {len(items)} item(s) (from {files}), counted from 0; "
+            given_by = f"--{list_path}" if _json_flag(args, list_path) is not None else files
+            raise ListFlagError(f"{flag}: `{dotted}` has {len(items)} item(s) (from {given_by}), counted from 0; "
                                 f"index {index} is past the end")  # fmt: skip
         _set(items, [int(s) if s.isdigit() else s.replace("-", "_") for s in segs[index_at:]], value, flag)
     for list_path, items in lists.items():
-        out += [f"--{list_path}", json.dumps(items)]
+        out = _without_flag(out, list_path) + [f"--{list_path}", json.dumps(items)]
+    return out
+
+
+def _spelt(flag: str, list_path: str) -> bool:
+    """Whether `flag` is `--LIST` (dashes or underscores) for the kebab-case `list_path`."""
+    return flag.startswith("--") and flag[2:].replace("_", "-") == list_path
+
+
+def _json_flag(args: list[str], list_path: str) -> list[Any] | None:
+    """The list the last `--LIST '[...]'` flag of `args` gives (`--LIST='[...]'` too); None when none does (or its
+    JSON does not parse: the loader reports that)."""
+    found = None
+    for pos, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if not eq:
+            value = args[pos + 1] if pos + 1 < len(args) else ""
+        if _spelt(flag, list_path) and value.startswith("["):
+            try:
+                found = json.loads(value)
+            except json.JSONDecodeError:
+                continue
+    return found if isinstance(found, list) else None
+
+
+def _without_flag(args: list[str], list_path: str) -> list[str]:
+    """`args` without the `--LIST '[...]'` flags (their list is the base the indexed flags changed)."""
+    out: list[str] = []
+    skip = False
+    for pos, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if _spelt(flag, list_path) and (eq or (pos + 1 < len(args) and args[pos + 1].startswith("["))):
+            skip = not eq
+            continue
+        out.append(arg)
     return out
 
 

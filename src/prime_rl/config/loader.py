@@ -4,9 +4,8 @@ Built on `prime-pydantic-config` (the syntax prime-rl uses). Precedence: default
 the full dotted path of the bad key, with a "did you mean" hint for unknown keys and the expected type for
 wrong values.
 
-Two argparse habits are kept for the utilities' older spellings (`bind_args`): a command may name `positional`
-fields that bare arguments fill in order (`prime-rl tiny-model OUT` = `--out OUT`), and a list field given twice
-collects both values (`--entry a=x --entry b=y` = `--entry a=x b=y`).
+The arguments are first read as the config class says (`config.argv.bind_args`: positional fields, repeated list
+flags, the values of tuple and boolean flags); where a value came from is `config.origin`.
 """
 
 from __future__ import annotations
@@ -14,24 +13,24 @@ from __future__ import annotations
 import json
 import re
 import sys
-import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from prime_rl.config.argv import ConfigError, TypedAs, bind_args  # noqa: F401  (callers import them from here)
+from prime_rl.config.argv import models_in as _models_in
 from prime_rl.config.list_flags import config_files
+from prime_rl.config.origin import PARSED, where_set  # noqa: F401  (callers import where_set from here)
+from prime_rl.config.origin import fields_origin as _fields_origin
+from prime_rl.config.origin import origin as _origin
 from prime_rl.config.resolved import config_to_toml, write_config  # noqa: F401  (callers import them from here)
+from prime_rl.config.suggest import Item, field_paths, unknown_key_hint
 from prime_rl.config.suggest import dotted as _dotted
 from prime_rl.config.suggest import flag as _flag
-from prime_rl.config.suggest import unknown_key_hint
 
 T = TypeVar("T", bound=BaseModel)
-
-
-class ConfigError(ValueError):
-    """A config could not be parsed; the message is meant for the user."""
 
 
 def parse_config(
@@ -70,15 +69,19 @@ def parse_config(
         if missing:
             msg = (f"config file {missing[0]!r} not found (relative paths are read from the working directory "
                    f"{Path.cwd()})")  # fmt: skip
+    bound: list[str] = []
+    try:
+        bound = bind_args(cls, argv, positional) if msg is None else bound
+    except ConfigError as e:
+        msg = str(e)
     if msg is not None:
         if from_argv:
             print(f"{prog or 'prime-rl'}: config error\n{msg}", file=sys.stderr)
             raise SystemExit(2)
         raise ConfigError(msg)
-    bound = bind_args(cls, argv, positional)
     given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
     from_bare = {p for p in positional if (f := f"--{p.replace('_', '-')}") in bound and f not in given}
-    _PARSED.update(argv=bound, positional=from_bare)
+    PARSED.update(argv=bound, positional=from_bare)
     try:
         expanded = expand_indexed_flags(cls, bound)
         return _fill_secrets(cli(cls, args=expanded, prog=prog, description=description), bound)
@@ -97,127 +100,6 @@ def parse_config(
             print(f"{prog or 'prime-rl'}: config error\n{msg}", file=sys.stderr)
             raise SystemExit(2) from None
         raise ConfigError(msg) from e
-
-
-def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...] = ()) -> list[str]:
-    """Rewrite argparse-style arguments into the config loader's: bare arguments (neither a flag, nor a flag's
-    value, nor an `@ file`) fill the `positional` fields in order as `--field value`, and a list field's repeated
-    flag is merged into one (`--x a --x b` -> `--x a b`). Which flag takes a value is read off `cls` (a bool takes
-    none unless `true`/`false` follows, a list takes every value up to the next `--flag` or `@`, a section none).
-    Bare arguments beyond `positional` are left in place, for the loader to report."""
-    out: list[str | list[str]] = []  # a list field's values stay one (growing) entry until the end
-    bare: list[str] = []
-    lists: dict[str, list[str]] = {}
-    as_json: set[int] = set()  # lists inside an optional section or a union variant: the loader reads them as JSON
-    pos, num_args = 0, len(args)
-    while pos < num_args:
-        tok = args[pos]
-        if tok == "@":
-            out += args[pos : pos + 2]
-            pos += 2
-            continue
-        if not tok.startswith("--"):
-            (out if tok.startswith(("-", "@")) else bare).append(tok)
-            pos += 1
-            continue
-        kind = _flag_kind(cls, tok[2:]) if "=" not in tok else "given"
-        pos += 1
-        if kind.startswith("tagged:"):  # `--backend transformers` = `--backend.type transformers`
-            if pos < num_args and not args[pos].startswith(("-", "@")) and args[pos] != "None":
-                out += [TypedAs(f"{tok}.{kind[7:]}", tok), args[pos]]
-                pos += 1
-                continue
-            kind = "section"
-        if kind == "list":
-            end = pos
-            while end < num_args and not args[end].startswith("--") and args[end] != "@":
-                end += 1
-            if tok not in lists:
-                lists[tok] = []
-                out += [tok, lists[tok]]
-                if _in_optional_or_union(cls, tok[2:]):
-                    as_json.add(id(lists[tok]))
-            lists[tok] += args[pos:end]
-            pos = end
-            continue
-        out.append(tok)
-        if kind == "negated":  # `--no-flag` of a boolean takes no value
-            continue
-        if kind == "bool":
-            if pos < num_args and args[pos].lower() in ("true", "false", "1", "0"):
-                out.append(args[pos])
-                pos += 1
-        elif kind == "value" and pos < num_args and not args[pos].startswith("--"):
-            out.append(args[pos])
-            pos += 1
-    flat: list[str] = []
-    for entry in out:
-        if isinstance(entry, list) and id(entry) in as_json and not (len(entry) == 1 and entry[0].startswith("[")):
-            entry = [json.dumps(entry)]
-        flat.extend(entry if isinstance(entry, list) else [entry])
-    for name, value in zip(positional, bare, strict=False):
-        flat += [f"--{name.replace('_', '-')}", value]
-    return flat + bare[len(positional) :]
-
-
-class TypedAs(str):
-    """A flag `bind_args` rewrote, remembering the flag the user typed (`--backend.type` from `--backend
-    transformers`): where a message names the flag that set a value, it names `typed`."""
-
-    typed: str
-
-    def __new__(cls, flag: str, typed: str) -> TypedAs:
-        out = super().__new__(cls, flag)
-        out.typed = typed
-        return out
-
-
-def _flag_kind(cls: type[BaseModel], flag: str) -> str:
-    """What `--flag` takes: "bool", "negated" (`--no-flag` of a bool: no value), "list", "tagged:TAG" (a union of
-    sections told apart by field TAG: a bare value sets it), "section" (a sub-config) or "value" (anything else,
-    unknown flags included, as the loader reads them)."""
-    if flag.startswith("no-") and _flag_kind(cls, flag[3:]) == "bool":
-        return "negated"
-    current: Any = cls
-    finfo = None
-    for seg in flag.split("."):
-        models = _models_in(current)
-        name = seg.replace("-", "_")
-        finfo = next((m.model_fields[name] for m in models if name in m.model_fields), None)
-        if finfo is None:
-            return "value"
-        current = finfo.annotation
-    ann = finfo.annotation
-    args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) in (
-        typing.Union, types.UnionType) else [ann]  # fmt: skip
-    if args == [bool]:
-        return "bool"
-    if any(typing.get_origin(a) is list for a in args):
-        return "list"
-    models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-    if len(models) > 1 and isinstance(finfo.discriminator, str):
-        return f"tagged:{finfo.discriminator}"
-    if models:
-        return "section"
-    return "value"
-
-
-def _in_optional_or_union(cls: type[BaseModel], flag: str) -> bool:
-    """Whether `--flag` names a field inside a section that may be None or is one variant of a union (the config
-    library reads a value there as one string, or as JSON when it starts with `[` or `{`)."""
-    current: Any = cls
-    for seg in flag.split(".")[:-1]:
-        models = _models_in(current)
-        name = seg.replace("-", "_")
-        finfo = next((m.model_fields[name] for m in models if name in m.model_fields), None)
-        if finfo is None:
-            return False
-        current = finfo.annotation
-        inner = [a for a in typing.get_args(current) if a is not type(None)]
-        if typing.get_origin(current) in (typing.Union, types.UnionType) and (len(inner) > 1 or len(inner) < len(
-                typing.get_args(current))):  # fmt: skip
-            return True
-    return False
 
 
 def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: list[str] | None = None,
@@ -242,11 +124,11 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
         if error.get("type") == "extra_forbidden" and tag is not None and len(loc) == len(tag[0]) + 1:
             variant = next(m for m in tag[3] if _tag_value(m)[1] == tag[2])
             hint = unknown_key_hint(loc, value, lambda at, v=variant, here=loc[:-1]: sorted(v.model_fields) if (
-                at == here) else _field_names_at(cls, at))  # fmt: skip
+                at == here) else _field_names_at(cls, at), field_paths(cls))  # fmt: skip
             lines.append(f"  {path}{where.replace(' (', ' (set ', 1)}: "
                          f"{_wrong_variant(loc, tag, where, argv or [], positional, hint)}")
         elif error.get("type") == "extra_forbidden":
-            hint = unknown_key_hint(loc, value, lambda at: _field_names_at(cls, at))
+            hint = unknown_key_hint(loc, value, lambda at: _field_names_at(cls, at), field_paths(cls))
             lines.append(f"  {path}: unknown key{got}{where}{hint}")
         else:
             msg = str(error.get("msg", "")).removeprefix("Value error, ")
@@ -291,30 +173,6 @@ def _named_fields(cls: type[BaseModel], loc: tuple, msg: str) -> list[tuple[str,
         if path and path not in found:
             found.append(path)
     return found
-
-
-def _fields_origin(loc: tuple, paths: list[tuple[str, ...]], argv: list[str],
-                   positional: set[str] | frozenset[str]) -> str:  # fmt: skip
-    """Where the fields `paths` under the section at `loc` were set: ` (from --flag)` / ` (in FILE)` when one place
-    set them all, else ` (a.b from --flag, a.c in FILE)`; "" when all are defaults."""
-    said = [(path, w) for path in paths if (w := _origin(loc + path, argv, positional))]
-    if not said:
-        return ""
-    if len({w for _, w in said}) == 1 and len(said) == len(paths):
-        return said[0][1]
-    return " (" + ", ".join(f"{_dotted(loc + path)} {w.strip()[1:-1]}" for path, w in said) + ")"
-
-
-_PARSED: dict[str, Any] = {"argv": [], "positional": frozenset()}  # the command line parse_config read last
-
-
-def where_set(dotted: str) -> str:
-    """Where the command line this process parsed last (`parse_config`) set the field `dotted` (`a.b_c`): ` (from
-    --a.b-c)`, ` (in FILE)` for the last `@` file whose TOML holds it, or "" (a default, a value derived by a
-    validator or the launcher, or nothing parsed). Checks that run after parsing name their field with it."""
-    if not _PARSED["argv"]:
-        return ""
-    return _origin(tuple(dotted.split(".")), _PARSED["argv"], _PARSED["positional"])
 
 
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.]*) = [^`]*`")  # `a.b = 3` in a validator's message
@@ -392,54 +250,12 @@ def _wrong_variant(loc: tuple, tag: tuple, where: str, argv: list[str], position
         f", or choose {field} {' or '.join(repr(h) for h in having)}" if having else hint)
 
 
-def _origin(loc: tuple, argv: list[str], positional: set[str] | frozenset[str] = frozenset()) -> str:
-    """` (from --flag)` when a command-line flag set `loc` (` (the OUT argument)` for a positional field), else
-    ` (in FILE)` for the last root-level `@` file whose TOML holds it, else "" (a default, a nested `--x @ file`,
-    or a value a validator derived)."""
-    keys = [str(s) for s in loc if not isinstance(s, int)]
-    if not keys:
-        return ""
-    flags = {_flag(loc), "--" + ".".join(keys), "--" + ".".join(str(s).replace("_", "-") for s in loc)}
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if flag in flags:
-            bare = next((p for p in positional if flag == f"--{p.replace('_', '-')}"), None)
-            return f" (the {bare.upper()} argument)" if bare else f" (from {getattr(arg, 'typed', flag)})"
-    # a section-level error (a validator over several fields): flags under the section may have set the value
-    under = sorted({getattr(arg, "typed", f) for arg in argv if arg.startswith("--") and (f := arg.split("=", 1)[0])
-                    .replace("_", "-").startswith(tuple(x.replace("_", "-") + "." for x in flags))})  # fmt: skip
-    import tomllib
-
-    found = ""
-    for i, arg in enumerate(argv[:-1]):
-        if arg != "@":
-            continue
-        try:
-            with open(Path(argv[i + 1]).expanduser(), "rb") as f:
-                node: Any = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError):
-            continue
-        for key in loc:
-            if isinstance(key, int):
-                node = node[key] if isinstance(node, list) and key < len(node) else None
-            else:
-                node = node.get(str(key)) if isinstance(node, dict) else None
-            if node is None:
-                break
-        else:
-            found = f" (in {argv[i + 1]})"
-    if under:
-        named = ", ".join(under)
-        return f" (from {named}, or in {found[5:-1]})" if found else f" (from {named})"
-    return found
-
-
 def _field_names_at(cls: Any, loc: tuple) -> list[str]:
     """Field names of the model reached by walking `loc` from `cls` (through lists, optionals, unions)."""
     current = cls
     for seg in loc:
         models = _models_in(current)
-        if isinstance(seg, int):
+        if isinstance(seg, int | Item):
             current = models[0] if models else None
             continue
         nxt = None
@@ -452,18 +268,6 @@ def _field_names_at(cls: Any, loc: tuple) -> list[str]:
             return []
     models = _models_in(current)
     return sorted({name for model in models for name in model.model_fields})
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType, list, typing.Annotated) or origin is not None:
-        out = []
-        for arg in typing.get_args(annotation):
-            out.extend(_models_in(arg))
-        return out
-    return []
 
 
 def _fill_secrets(cfg: T, argv: list[str]) -> T:

@@ -3,13 +3,18 @@
 A misspelt section (`--orchestrater.batch-size`) gets the closest full flag under the right section
 (`--orchestrator.batch-size`), not the section alone. A key that the reference prime-rl spells another way
 (`REFERENCE_SPELLINGS`), or that other training frameworks use (`FRAMEWORK_SPELLINGS`: `optim.learning_rate`), names
-the spelling used here.
+the spelling used here. A known name in the wrong place (`--teacher.name` for `teacher.model.name`, a source's
+`max_turns` for its `env.agent.max_turns`) names where that name lives. A key inside a list keeps its item's index
+(`--orchestrator.train.source.0.length-penalty`), so the suggested flag is one the loader accepts.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+import functools
+import types
+import typing
+from collections.abc import Callable, Iterable
 from typing import Any
 
 REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, ...]] = {
@@ -24,16 +29,23 @@ FRAMEWORK_SPELLINGS: dict[tuple[str, ...], tuple[str, ...]] = {
 same setting here. Names close in spelling (`max_grad_norm` for `max_norm`) get the plain "did you mean"."""
 
 
+class Item(str):
+    """An index placeholder in a path that names no item (`N` of a list, `KEY` of a dict): `source[N].name`, flag
+    `--source.N.name`."""
+
+
 def flag(loc: tuple) -> str:
-    """The command-line flag of a config path: ("orchestrator", "batch_size") -> `--orchestrator.batch-size`."""
-    return "--" + ".".join(str(s).replace("_", "-") for s in loc if not isinstance(s, int))
+    """The command-line flag of a config path, list indices kept (`config.list_flags`): ("orchestrator",
+    "batch_size") -> `--orchestrator.batch-size`, ("eval", "source", 0, "num_examples") ->
+    `--eval.source.0.num-examples`."""
+    return "--" + ".".join(str(s).replace("_", "-") for s in loc)
 
 
 def dotted(loc: tuple) -> str:
     """The dotted path of a config location: ("env", 0, "name") -> `env[0].name` (`<root>` when empty)."""
     out = ""
     for seg in loc:
-        if isinstance(seg, int):
+        if isinstance(seg, int | Item):
             out += f"[{seg}]"
         else:
             out += ("." if out else "") + str(seg)
@@ -58,11 +70,87 @@ def _under(fixed: tuple, value: Any, names_at: Callable[[tuple], list[str]]) -> 
     return fixed
 
 
-def unknown_key_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]]) -> str:
+def _models_in(annotation: Any) -> tuple[list[type], str]:
+    """The pydantic models a field holds (itself, union members, list items, dict values) and how an item is
+    indexed: "N" (a list of sections), "KEY" (a dict of sections) or "" (a section)."""
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation], ""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (list, dict) and args:
+        models, _ = _models_in(args[-1])
+        return models, ("N" if origin is list else "KEY") if models else ""
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        found = [_models_in(arg) for arg in (args[:1] if origin is typing.Annotated else args)]
+        models = [m for ms, _ in found for m in ms if m]
+        return list(dict.fromkeys(models)), next((index for _, index in found if index), "")
+    return [], ""
+
+
+@functools.lru_cache(maxsize=16)
+def field_paths(cls: type) -> tuple[tuple, ...]:
+    """Every field path of the config `cls` (sections and leaves, union variants walked), a list or dict of
+    sections indexed by an `Item` placeholder: ("orchestrator", "train", "source", Item("N"), "env", "agent",
+    "max_turns")."""
+    out: list[tuple] = []
+
+    def walk(model: type, prefix: tuple, seen: tuple[type, ...]) -> None:
+        for name, finfo in model.model_fields.items():
+            path = prefix + (name,)
+            out.append(path)
+            models, index = _models_in(finfo.annotation)
+            for sub in models:
+                if sub not in seen:
+                    walk(sub, path + ((Item(index),) if index else ()), seen + (sub,))
+
+    walk(cls, (), (cls,))
+    return tuple(dict.fromkeys(out))
+
+
+def _placed(path: tuple, loc: tuple) -> tuple:
+    """`path` with the item indices of `loc` where both go through the same list (`source[N]` under
+    `source[0]` -> `source[0]`)."""
+    out = list(path)
+    for i, (seg, given) in enumerate(zip(path, loc, strict=False)):
+        if isinstance(seg, Item) and isinstance(given, int):
+            out[i] = given
+        elif seg != given:
+            break
+    return tuple(out)
+
+
+def _shared(path: tuple, loc: tuple) -> int:
+    """How many leading segments `path` has in common with `loc` (an `Item` matches any index)."""
+    count = 0
+    for seg, given in zip(path, loc, strict=False):
+        if seg != given and not (isinstance(seg, Item) and isinstance(given, int)):
+            break
+        count += 1
+    return count
+
+
+def misplaced(loc: tuple, paths: Iterable[tuple]) -> list[tuple]:
+    """Where the unknown key at `loc` lives under its own name: paths below its section first (`teacher.model.name`
+    for `teacher.name`), else anywhere, nearest to `loc` first; at most two, shortest first, indices of `loc`
+    kept."""
+    name, parent = loc[-1], loc[:-1]
+    same = [p for p in paths if p[-1] == name and len(p) > 1]
+    below = [p for p in same if len(p) > len(loc) and _shared(p, parent) == len(parent)]
+    ranked = sorted(below, key=len) if below else sorted(same, key=lambda p: (-_shared(p, parent), len(p)))
+    return [_placed(p, loc) for p in ranked[:2]]
+
+
+def unknown_key_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]],
+                     paths: Iterable[tuple] = ()) -> str:  # fmt: skip
     """`; did you mean ...?` for the unknown key at `loc` (given `value`), or "" when nothing is close.
 
-    `names_at(loc)` gives the field names of the section at a path. The hint names the full path and flag of the
-    first setting given under the key, so a misspelt section suggests a flag, not a section.
+    `names_at(loc)` gives the field names of the section at a path; `paths`: every field path of the config
+    (`field_paths`), to find the key's name elsewhere. The hint names the full path and flag of the first setting
+    given under the key, so a misspelt section suggests a flag, not a section. Order: a spelling the reference
+    prime-rl or other frameworks use; the key's name below its section; a close spelling beside it and the name
+    elsewhere in the config.
     """
     keys = tuple(str(s) for s in loc if not isinstance(s, int))
     for whose, table in (("the reference prime-rl's", REFERENCE_SPELLINGS), ("other frameworks'", FRAMEWORK_SPELLINGS)):
@@ -71,8 +159,11 @@ def unknown_key_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[st
                 fixed = _under(loc[: len(loc) - len(ref)] + ours, value, names_at)
                 return (f"; {whose} `{dotted(ref)}` is `{dotted(ours)}` here: did you mean "
                         f"`{dotted(fixed)}` (flag `{flag(fixed)}`)?")  # fmt: skip
-    close = difflib.get_close_matches(str(loc[-1]), names_at(loc[:-1]), n=1, cutoff=0.5)
-    if not close:
+    found = misplaced(loc, paths)
+    if not found or len(found[0]) <= len(loc) or _shared(found[0], loc[:-1]) < len(loc) - 1:  # not below: also near
+        close = difflib.get_close_matches(str(loc[-1]), names_at(loc[:-1]), n=1, cutoff=0.5)
+        found = [loc[:-1] + (close[0],), *found[:1]] if close else found
+    if not found:
         return ""
-    fixed = _under(loc[:-1] + (close[0],), value, names_at)
-    return f"; did you mean `{dotted(fixed)}` (flag `{flag(fixed)}`)?"
+    fixed = [_under(path, value, names_at) for path in found]
+    return "; did you mean " + " or ".join(f"`{dotted(path)}` (flag `{flag(path)}`)" for path in fixed) + "?"

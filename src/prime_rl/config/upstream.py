@@ -109,15 +109,22 @@ def _models_in(annotation: Any) -> list[type]:
     return []
 
 
+def _is_tuple(annotation: Any) -> bool:
+    """Whether a field holds a tuple (`tuple[float, float]`, optional or not)."""
+    return typing.get_origin(annotation) is tuple or any(typing.get_origin(a) is tuple
+                                                         for a in typing.get_args(annotation))  # fmt: skip
+
+
 def _json_value_field_paths(cls: type, prefix: str = "") -> set[str]:
     """The library's `_find_json_value_field_paths`, also walking into sections that may be None and into union
     variants (the library walks plain model fields only, so `--eval.source '[...]'` of an optional `[eval]` was
-    taken as a string)."""
+    taken as a string), with tuple fields (`--orchestrator.reward-range '[-1, 1]'`; `loader.bind_args` hands
+    `--orchestrator.reward-range -1 1` on in that form)."""
     is_json = LIBRARY_ORIGINALS.get("_is_json_value_field") or _lib()._is_json_value_field
     paths: set[str] = set()
     for name, info in getattr(cls, "model_fields", {}).items():
         full = f"{prefix}.{name.replace('_', '-')}" if prefix else name.replace("_", "-")
-        if is_json(info.annotation):
+        if is_json(info.annotation) or _is_tuple(info.annotation):
             paths.add(full)
         for model in _models_in(info.annotation):
             if model is not cls:

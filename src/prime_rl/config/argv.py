@@ -1,0 +1,221 @@
+"""Command-line arguments as the config loader reads them (`bind_args`): which flag takes how many values, read
+off the config class.
+
+Two argparse habits are kept for the utilities' older spellings: a command may name `positional` fields that bare
+arguments fill in order (`prime-rl tiny-model OUT` = `--out OUT`), and a list field given twice collects both values
+(`--entry a=x --entry b=y` = `--entry a=x b=y`). A tuple field takes its values after the flag (`--orchestrator.
+reward-range -1 1`) or one JSON list (`'[-1, 1]'`), like a list field; a boolean takes true/false or no value, and a
+word after it that fills no positional field is refused naming the flag.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ConfigError(ValueError):
+    """A config could not be parsed; the message is meant for the user."""
+
+
+def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...] = ()) -> list[str]:
+    """Rewrite argparse-style arguments into the config loader's: bare arguments (neither a flag, nor a flag's
+    value, nor an `@ file`) fill the `positional` fields in order as `--field value`, and a list field's repeated
+    flag is merged into one (`--x a --x b` -> `--x a b`). Which flag takes a value is read off `cls` (a bool takes
+    none unless `true`/`false` follows, a list takes every value up to the next `--flag` or `@`, a tuple as many,
+    handed on as one JSON list, a section none). Bare arguments beyond `positional` are left in place, for the
+    loader to report.
+
+    Raises:
+        ConfigError: a word after a boolean flag that is not true/false and fills no positional field, or a JSON
+            value (`[...]`, `{...}`) of a list, tuple or dict field that does not parse; the message names the flag.
+    """
+    out: list[str | list[str]] = []  # a list field's values stay one (growing) entry until the end
+    bare: list[str] = []
+    lists: dict[str, list[str]] = {}
+    as_json: set[int] = set()  # lists inside an optional section or a union variant: the loader reads them as JSON
+    after_bool: dict[int, str] = {}  # index in `bare` -> the boolean flag the word followed
+    args = [part for tok in args for part in _split_eq(cls, tok)]
+    pos, num_args = 0, len(args)
+    while pos < num_args:
+        tok = args[pos]
+        if tok == "@":
+            out += args[pos : pos + 2]
+            pos += 2
+            continue
+        if not tok.startswith("--"):
+            (out if tok.startswith(("-", "@")) else bare).append(tok)
+            pos += 1
+            continue
+        kind = _flag_kind(cls, tok[2:]) if "=" not in tok else "given"
+        pos += 1
+        if kind.startswith("tagged:"):  # `--backend transformers` = `--backend.type transformers`
+            if pos < num_args and not args[pos].startswith(("-", "@")) and args[pos] != "None":
+                out += [TypedAs(f"{tok}.{kind[7:]}", tok), args[pos]]
+                pos += 1
+                continue
+            kind = "section"
+        if kind.startswith(("list", "tuple:")) and "_" in tok:  # the loader matches a list's flag in kebab case only
+            tok = TypedAs("--" + tok[2:].replace("_", "-"), tok)
+        if kind == "list":
+            end = pos
+            while end < num_args and not args[end].startswith("--") and args[end] != "@":
+                end += 1
+            if tok not in lists:
+                lists[tok] = []
+                out += [tok, lists[tok]]
+                if _in_optional_or_union(cls, tok[2:]):
+                    as_json.add(id(lists[tok]))
+            lists[tok] += args[pos:end]
+            pos = end
+            continue
+        if kind.startswith("tuple:"):  # `--x 0.1 0.9` -> `--x '["0.1", "0.9"]'`; `--x '[0.1, 0.9]'`, `--x None` as given
+            end = pos
+            while end < num_args and not args[end].startswith("--") and args[end] != "@":
+                end += 1
+            values = args[pos:end]
+            size = int(kind[6:] or len(values))
+            if len(values) != size and not (len(values) == 1 and values[0].startswith(("[", "None"))):
+                raise ConfigError(f"  {tok} takes {size} values ({tok} {' '.join(['X'] * size)}, or one JSON list: "
+                                  f"{tok} '[...]'); got {len(values)}: {' '.join(values) or 'none'}")  # fmt: skip
+            out += [tok, *(values if len(values) == 1 and values[0].startswith(("[", "None")) else
+                           [json.dumps(values)] if values else [])]  # fmt: skip
+            pos = end
+            continue
+        out.append(tok)
+        nxt = args[pos] if pos < num_args else "--"
+        if kind == "bool" and nxt.lower() in ("true", "false", "1", "0"):
+            out.append(nxt.lower())
+            pos += 1
+        elif kind in ("bool", "negated") and not nxt.startswith(("-", "@")):
+            after_bool[len(bare)] = tok  # a positional field's value, or else a wrong value of this flag
+        elif kind in ("bool", "negated") and nxt[1:2].isdigit():
+            raise ConfigError(_bool_value_error(tok, nxt, kind))
+        elif kind in ("value", "json") and not nxt.startswith("--"):
+            out.append(nxt)
+            pos += 1
+    for i in range(len(positional), len(bare)):
+        if i in after_bool:
+            flag = after_bool[i]
+            raise ConfigError(_bool_value_error(flag, bare[i], _flag_kind(cls, flag[2:])))
+    flat: list[str] = []
+    for entry in out:
+        if isinstance(entry, list) and id(entry) in as_json and not (len(entry) == 1 and entry[0].startswith("[")):
+            entry = [json.dumps(entry)]
+        flat.extend(entry if isinstance(entry, list) else [entry])
+    _check_json(cls, flat)
+    for name, value in zip(positional, bare, strict=False):
+        flat += [f"--{name.replace('_', '-')}", value]
+    return flat + bare[len(positional) :]
+
+
+def _split_eq(cls: type[BaseModel], tok: str) -> list[str]:
+    """`--x=v` as `--x`, `v` where `--x` is a boolean, list or tuple field (read like `--x v`); else `[tok]`."""
+    flag, eq, value = tok.partition("=")
+    if tok.startswith("--") and eq and _flag_kind(cls, flag[2:]).startswith(("bool", "list", "tuple:")):
+        return [flag, value]
+    return [tok]
+
+
+def _bool_value_error(flag: str, value: str, kind: str) -> str:
+    """The message of a word after a boolean flag that is not true/false (`kind`: "bool" or "negated")."""
+    if kind == "negated":
+        return f"  {flag} takes no value (it sets {flag[5:]} to false; got {value!r})"
+    return (f"  {flag} takes true or false, or no value ({flag} alone = true, --no-{flag[2:]} = false; "
+            f"got {value!r})")  # fmt: skip
+
+
+def _check_json(cls: type[BaseModel], flat: list[str]) -> None:
+    """Refuse a JSON value (`[...]` or `{...}`) of a list, tuple or dict flag that does not parse, naming the flag
+    (the loader would stop with a traceback)."""
+    for flag, value in zip(flat, flat[1:], strict=False):
+        if (flag.startswith("--") and value.startswith(("[", "{"))
+                and _flag_kind(cls, flag[2:]).startswith(("list", "tuple:", "json"))):  # fmt: skip
+            try:
+                json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"  {flag}: not valid JSON ({e.msg} at character {e.pos + 1} of {value!r}); quote "
+                                  "the whole value for the shell ('[...]') and write its texts in double quotes"
+                                  ) from None
+
+
+class TypedAs(str):
+    """A flag `bind_args` rewrote, remembering the flag the user typed (`--backend.type` from `--backend
+    transformers`): where a message names the flag that set a value, it names `typed`."""
+
+    typed: str
+
+    def __new__(cls, flag: str, typed: str) -> TypedAs:
+        out = super().__new__(cls, flag)
+        out.typed = typed
+        return out
+
+
+def _flag_kind(cls: type[BaseModel], flag: str) -> str:
+    """What `--flag` takes: "bool", "negated" (`--no-flag` of a bool: no value), "list", "tuple:N" (N values; "tuple:"
+    for `tuple[X, ...]`), "json" (a dict: one JSON value), "tagged:TAG" (a union of sections told apart by field TAG: a bare value sets it), "section" (a
+    sub-config) or "value" (anything else, unknown flags included, as the loader reads them)."""
+    if flag.startswith("no-") and _flag_kind(cls, flag[3:]) == "bool":
+        return "negated"
+    current: Any = cls
+    finfo = None
+    for seg in flag.split("."):
+        models = models_in(current)
+        name = seg.replace("-", "_")
+        finfo = next((m.model_fields[name] for m in models if name in m.model_fields), None)
+        if finfo is None:
+            return "value"
+        current = finfo.annotation
+    ann = finfo.annotation
+    args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) in (
+        typing.Union, types.UnionType) else [ann]  # fmt: skip
+    if args == [bool]:
+        return "bool"
+    if any(typing.get_origin(a) is list for a in args):
+        return "list"
+    tuples = [typing.get_args(a) for a in args if typing.get_origin(a) is tuple]
+    if tuples:
+        return f"tuple:{'' if Ellipsis in tuples[0] else len(tuples[0])}"
+    if any(typing.get_origin(a) is dict for a in args):
+        return "json"
+    models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+    if len(models) > 1 and isinstance(finfo.discriminator, str):
+        return f"tagged:{finfo.discriminator}"
+    if models:
+        return "section"
+    return "value"
+
+
+def _in_optional_or_union(cls: type[BaseModel], flag: str) -> bool:
+    """Whether `--flag` names a field inside a section that may be None or is one variant of a union (the config
+    library reads a value there as one string, or as JSON when it starts with `[` or `{`)."""
+    current: Any = cls
+    for seg in flag.split(".")[:-1]:
+        models = models_in(current)
+        name = seg.replace("-", "_")
+        finfo = next((m.model_fields[name] for m in models if name in m.model_fields), None)
+        if finfo is None:
+            return False
+        current = finfo.annotation
+        inner = [a for a in typing.get_args(current) if a is not type(None)]
+        if typing.get_origin(current) in (typing.Union, types.UnionType) and (len(inner) > 1 or len(inner) < len(
+                typing.get_args(current))):  # fmt: skip
+            return True
+    return False
+
+
+def models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds: itself, or those inside a list, union, `Annotated`, ..."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list, typing.Annotated) or origin is not None:
+        out = []
+        for arg in typing.get_args(annotation):
+            out.extend(models_in(arg))
+        return out
+    return []

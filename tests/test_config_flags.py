@@ -1,0 +1,122 @@
+"""How command-line flags take their values (`prime_rl.config.argv.bind_args`): a tuple field takes its values after
+the flag or one JSON list, `--help` shows those values; a word after a boolean flag that is not true/false is refused
+naming the flag; a list's JSON flag that does not parse names the flag; indexed flags change the list a JSON flag
+gave. User errors exit 2 with no traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prime_rl.config.base import BaseConfig
+from prime_rl.config.loader import ConfigError, bind_args, parse_config
+from prime_rl.config.rl import RLConfig
+
+REPO = Path(__file__).resolve().parents[1]
+RL_TOML = str(REPO / "examples/gridsim/rl.toml")
+
+
+def _error(args: list[str]) -> str:
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", RL_TOML, *args])
+    return str(e.value)
+
+
+@pytest.mark.parametrize("args,want", [
+    (["--orchestrator.gate.advantage-range", "0.1", "0.9"], (0.1, 0.9)),
+    (["--orchestrator.gate.advantage-range", "[0.2, 0.8]"], (0.2, 0.8)),
+    (["--orchestrator.gate.advantage-range=[0.3, 0.7]"], (0.3, 0.7)),
+    (["--orchestrator.gate.advantage_range", "0", "2.5", "--orchestrator.batch-size", "8"], (0.0, 2.5)),
+])  # fmt: skip
+def test_a_tuple_field_takes_its_values_or_a_json_list(args, want):
+    cfg = parse_config(RLConfig, ["@", RL_TOML, *args])
+    assert cfg.orchestrator.gate.advantage_range == want
+
+
+def test_a_tuple_flag_takes_negative_values_and_none():
+    cfg = parse_config(RLConfig, ["@", RL_TOML, "--orchestrator.reward-range", "-5", "5"])
+    assert cfg.orchestrator.reward_range == (-5.0, 5.0)
+    cfg = parse_config(RLConfig, ["@", RL_TOML, "--orchestrator.reward-range=-2", "3"])
+    assert cfg.orchestrator.reward_range == (-2.0, 3.0)
+    cfg = parse_config(RLConfig, ["@", RL_TOML, "--orchestrator.gate.advantage-range", "0.1", "0.9",
+                                  "--orchestrator.gate.advantage-range", "None"])  # fmt: skip
+    assert cfg.orchestrator.gate.advantage_range is None
+
+
+def test_a_tuple_flag_with_a_wrong_value_names_the_flag_and_the_forms():
+    msg = _error(["--orchestrator.gate.advantage-range", "0.1"])
+    assert msg == ("  --orchestrator.gate.advantage-range takes 2 values (--orchestrator.gate.advantage-range X X, or "
+                   "one JSON list: --orchestrator.gate.advantage-range '[...]'); got 1: 0.1")  # fmt: skip
+    msg = _error(["--orchestrator.gate.advantage-range", "0.1", "x"])
+    assert "orchestrator.gate.advantage_range[1]: Input should be a valid number" in msg
+    assert "(from --orchestrator.gate.advantage-range)" in msg
+    msg = _error(["--orchestrator.gate.advantage-range", "0.9", "0.1"])  # the validator's own check still runs
+    assert "advantage_range = [0.9, 0.1]: use 0 <= low < high" in msg
+
+
+def test_help_shows_the_values_a_tuple_flag_takes():
+    from prime_rl.config.help import render_help
+
+    text = render_help(RLConfig, "rl", None, full=True)
+    assert "--orchestrator.gate.advantage-range FLOAT FLOAT|None" in text
+    assert "--orchestrator.reward-range FLOAT FLOAT" in text
+    assert "TUPLE" not in text
+
+
+@pytest.mark.parametrize("args,want", [
+    (["--trainer.shared-prefix", "maybe"], "  --trainer.shared-prefix takes true or false, or no value "
+     "(--trainer.shared-prefix alone = true, --no-trainer.shared-prefix = false; got 'maybe')"),
+    (["--trainer.shared-prefix=maybe"], "  --trainer.shared-prefix takes true or false, or no value "
+     "(--trainer.shared-prefix alone = true, --no-trainer.shared-prefix = false; got 'maybe')"),
+    (["--trainer.shared-prefix", "2"], "got '2'"),
+    (["--trainer.shared-prefix", "-1"], "got '-1'"),
+    (["--no-trainer.shared-prefix", "false"],
+     "  --no-trainer.shared-prefix takes no value (it sets trainer.shared-prefix to false; got 'false')"),
+])  # fmt: skip
+def test_a_word_after_a_boolean_flag_names_the_flag(args, want):
+    msg = _error(args)
+    assert want in msg and "Unrecognized" not in msg
+
+
+def test_a_boolean_flag_takes_true_false_in_any_case_and_leaves_positionals_alone():
+    assert parse_config(RLConfig, ["@", RL_TOML, "--trainer.shared-prefix", "False"]).trainer.shared_prefix is False
+    assert parse_config(RLConfig, ["@", RL_TOML, "--trainer.shared-prefix", "TRUE"]).trainer.shared_prefix is True
+
+    class Toy(BaseConfig):
+        out: str = ""
+        flag: bool = False
+
+    assert bind_args(Toy, ["--flag", "x"], ("out",)) == ["--flag", "--out", "x"]  # the word fills OUT
+    with pytest.raises(ConfigError, match="--flag takes true or false"):
+        bind_args(Toy, ["--flag", "x"])
+
+
+def test_bool_word_from_the_command_line_exits_2_without_traceback(tmp_path, capsys, monkeypatch):
+    from prime_rl.cli.rl import main
+
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as e:
+        main(["--dry-run", "@", RL_TOML, "--trainer.shared-prefix", "maybe", "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err and "--trainer.shared-prefix takes true or false" in err
+
+
+def test_a_json_list_flag_that_does_not_parse_names_the_flag():
+    msg = _error(["--orchestrator.train.source", '[{"name": "x",'])
+    assert msg.startswith("  --orchestrator.train.source: not valid JSON (Expecting property name enclosed in double "
+                          "quotes at character 15 of")  # fmt: skip
+    msg = _error(["--orchestrator.gate.advantage-range", "[0.1, 0.9"])
+    assert msg.startswith("  --orchestrator.gate.advantage-range: not valid JSON")
+
+
+def test_an_indexed_flag_changes_the_list_a_json_flag_gave():
+    items = [{"name": "mine", "env": {"kind": "builtin", "id": "reverse-text"}}]
+    for given in (["--orchestrator.train.source", json.dumps(items)],
+                  [f"--orchestrator.train.source={json.dumps(items)}"]):  # fmt: skip
+        cfg = parse_config(RLConfig, ["@", RL_TOML, *given, "--orchestrator.train.source.0.env.agent.max-turns", "3"])
+        (source,) = cfg.orchestrator.train.source
+        assert (source.name, source.env.agent.max_turns) == ("mine", 3)  # not the file's `gridsim` item
+    msg = _error(["--orchestrator.train.source", json.dumps(items), "--orchestrator.train.source.1.name", "x"])
+    assert "has 1 item(s) (from --orchestrator.train.source), counted from 0; index 1 is past the end" in msg
