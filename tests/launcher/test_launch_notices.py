@@ -65,3 +65,25 @@ def test_skip_flags_of_a_fork_are_not_warned(tmp_path, tiny, capsys):  # noqa: F
     args = demo_args(tmp_path, tiny, None, None, "--ckpt.skip-optimizer", "--ckpt.resume-dir", str(src))
     err = console_of_prepare(tmp_path, args, capsys)
     assert "resumes nothing" not in err
+
+
+def test_recipe_settings_switched_off_by_a_layer_are_warned_on_rls_console(tmp_path, tiny, capsys):  # noqa: F811
+    """A base config with the gate and the difficulty pool on, a layer that turns both off: each setting left without
+    effect is warned about (named where it was set, with the fix) on rl's console and under the dry run's plan."""
+    rows_at(tmp_path / "gym-root")
+    base = tmp_path / "recipes.toml"
+    base.write_text("[orchestrator.gate]\nreject_uniform = true\nmax_resample_factor = 3.0\n\n"
+                    "[orchestrator.curriculum]\nsampler = \"difficulty_pool\"\nwindow = 8\n")  # fmt: skip
+
+    def args() -> list[str]:  # free ports now
+        return demo_args(tmp_path, tiny, None, None, "@", str(base), "--orchestrator.gate.reject-uniform", "false",
+                         "--orchestrator.curriculum.sampler", "uniform")  # fmt: skip
+
+    err = console_of_prepare(tmp_path, args(), capsys)
+    gate = next(ln for ln in err.splitlines() if "orchestrator.gate.max_resample_factor" in ln)
+    assert "WARNING" in gate and f"(in {base})" in gate and "no rejection criterion is" in gate
+    code, out, _ = run_dry(args() + ["--clean"], capsys)
+    assert code == 0
+    assert (f"warning: orchestrator.curriculum.window (in {base}): curriculum.window is set, but curriculum.sampler = "
+            "'uniform'") in out  # fmt: skip
+    assert f"warning: orchestrator.gate.max_resample_factor (in {base}): gate.max_resample_factor = 3 is set" in out

@@ -85,3 +85,29 @@ def test_orchestrator_teacher_without_teacher_server_is_accepted():
     cfg = RLConfig.model_validate({"orchestrator": {"teacher": {"name": "t", "base_url": ["http://10.0.0.2:9000"]}},
                                    "trainer": {"loss": {"teacher_kl_coef": 0.5}}})  # fmt: skip
     assert cfg.teacher is None and cfg.orchestrator.teacher.base_url == ["http://10.0.0.2:9000"]
+
+
+def test_teacher_vllm_inherits_the_unset_fields_of_inference_vllm(tmp_path):
+    """`[teacher.vllm]` fields left unset are `[inference.vllm]`'s, but for the parallel sizes, LoRA, the weight-update
+    pause and extra_args; a field set under [teacher.vllm] keeps its value; the resolved config reads back the same."""
+    from prime_rl.config.loader import config_to_toml, parse_config
+
+    policy = {"max_model_len": 3000, "dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.45,
+              "kv_cache_space_gb": 3.0, "max_num_seqs": 7, "tensor_parallel_size": 2, "enable_lora": True,
+              "extra_args": {"api-key": "secret"}}  # fmt: skip
+    cfg = RLConfig.model_validate({
+        "seq_len": 2048, "trainer": {"loss": {"type": "opd"}}, "orchestrator": {"client": {"api_key": "secret"}},
+        "inference": {"vllm": policy}, "teacher": {"model": {"name": "t"}, "vllm": {"max_num_seqs": 3}},
+    })  # fmt: skip
+    teacher = cfg.teacher.inference_config(tmp_path).vllm
+    assert (teacher.max_model_len, teacher.dtype, teacher.enforce_eager, teacher.gpu_memory_utilization,
+            teacher.kv_cache_space_gb) == (3000, "float32", True, 0.45, 3.0)  # fmt: skip
+    assert teacher.max_num_seqs == 3  # its own
+    assert (teacher.tensor_parallel_size, teacher.enable_lora, teacher.extra_args) == (1, False, {})
+    written = tmp_path / "rl.toml"
+    written.write_text(config_to_toml(cfg).replace('"<redacted>"', '"secret"'))
+    assert parse_config(RLConfig, ["@", str(written)]).teacher.vllm == cfg.teacher.vllm
+    # without [teacher.vllm] every inherited field comes from [inference.vllm]
+    bare = RLConfig.model_validate({"trainer": {"loss": {"type": "opd"}}, "teacher": {"model": {"name": "t"}},
+                                    "inference": {"vllm": {"dtype": "bfloat16", "max_model_len": 4096}}})  # fmt: skip
+    assert (bare.teacher.vllm.dtype, bare.teacher.vllm.max_model_len) == ("bfloat16", 4096)

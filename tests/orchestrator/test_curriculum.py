@@ -127,3 +127,28 @@ async def test_orchestrator_checkpoints_and_restores_the_pool(tmp_path, tok):  #
     resumed = orch(curriculum=cur)
     assert [[s, t, [int(x) for x in h]] for (s, t), h in resumed.curriculum.history.items()] == saved
     assert orch().curriculum is None
+
+
+def test_pool_fields_without_the_pool_are_refused_or_warned(tmp_path):
+    """Difficulty-pool fields with the uniform sampler do nothing: refused when `sampler` was never set (naming the
+    fields, where they were set and the fix), warned about when it was set to "uniform" (a layered config turning a
+    base's pool off), silent with the pool on or nothing set."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.orchestrator import OrchestratorConfig
+    from prime_rl.config.recipes import inert_recipe_settings
+
+    with pytest.raises(ValueError, match=r"curriculum.window, curriculum.easy_weight are set, but curriculum.sampler "
+                                         r"= 'uniform'.*set curriculum.sampler = \"difficulty_pool\", or remove them"):
+        CurriculumConfig(window=8, easy_weight=0.2)
+    with pytest.raises(ValueError, match="curriculum.window is set.*or remove it"):
+        CurriculumConfig(window=16)  # the default value, set: still does nothing
+    cfg = tmp_path / "cur.toml"
+    cfg.write_text("[curriculum]\nwindow = 8\n")
+    with pytest.raises(ConfigError, match=rf"curriculum.window is set.*\(curriculum.window in {cfg}\)"):
+        parse_config(OrchestratorConfig, ["@", str(cfg)])
+    off = OrchestratorConfig(curriculum={"sampler": "uniform", "window": 8, "hard_weight": 0.5, "easy_weight": 0.1})
+    [(fields, message)] = inert_recipe_settings(off)
+    assert fields == ["curriculum.window", "curriculum.hard_weight"]  # easy_weight 0.1 is the default
+    assert "they tune the difficulty pool only" in message
+    assert inert_recipe_settings(OrchestratorConfig(curriculum={"sampler": "difficulty_pool", "window": 8})) == []
+    assert inert_recipe_settings(OrchestratorConfig()) == []

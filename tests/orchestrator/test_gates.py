@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from tests.orchestrator.fakes import EchoEnv, ScriptedClient, tiny_tokenizer
@@ -46,9 +47,9 @@ def test_gate_rejects_uniform_rewards_and_out_of_range_advantages():
 
 
 def test_resample_budget_is_the_ceiling_of_factor_times_batch_rollouts():
-    assert resample_budget(GateConfig(max_resample_factor=2.0), 4) == 8  # 4 groups of 2
-    assert resample_budget(GateConfig(max_resample_factor=1.5), 3) == 5  # ceil(4.5)
-    assert resample_budget(GateConfig(max_resample_factor=1.0), 4) == 4
+    assert resample_budget(GateConfig(reject_uniform=True, max_resample_factor=2.0), 4) == 8  # 4 groups of 2
+    assert resample_budget(GateConfig(reject_uniform=True, max_resample_factor=1.5), 3) == 5  # ceil(4.5)
+    assert resample_budget(GateConfig(reject_uniform=True, max_resample_factor=1.0), 4) == 4
 
 
 def test_gate_config_refuses_a_bad_range():
@@ -198,10 +199,11 @@ async def test_token_batch_size_cuts_at_the_first_group_that_reaches_it(renderer
     b = batches[0]
     assert len({r.group_id for r in b.rollouts}) == 1 and sum(r.num_tokens for r in b.rollouts) >= g0
     assert sched.recipe_metrics(b) == {"batch_tokens": sum(r.num_tokens for r in b.rollouts)}
-    # one token more needs a second group; a huge budget stops at batch_size rollouts
+    # one token more needs a second group; the largest budget accepted, (4 - 2) rollouts x seq_len 512 x max_turns 8
+    # (test_token_batch_size_that_can_never_cut_a_step_is_refused), stops at batch_size rollouts
     batches, *_ = await _steps(renderer, alternate, 1, token_batch_size=g0 + 1)
     assert len({r.group_id for r in batches[0].rollouts}) == 2
-    batches, *_ = await _steps(renderer, alternate, 1, token_batch_size=10**9)
+    batches, *_ = await _steps(renderer, alternate, 1, token_batch_size=8192)
     assert len(batches[0].rollouts) == 4
 
 
@@ -288,3 +290,88 @@ def test_eval_sources_refuse_an_advantage():
 
     with pytest.raises(ValueError, match=r"eval.source.0.advantage is set"):
         EvalConfig(source=[{"env": {"id": "digit-bandit"}, "advantage": {"type": "rloo"}}])
+
+
+# ---- settings that could never act ----
+def test_resample_factor_without_a_criterion_is_refused_or_warned(tmp_path):
+    """`max_resample_factor` alone turns nothing on: refused when no criterion was ever set (naming the field, where
+    it was set and the fix), warned about when a criterion is set off (a layered config turning a base's gate off)."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.recipes import inert_recipe_settings
+
+    with pytest.raises(ValueError, match=r"gate.max_resample_factor = 3 is set, but no rejection criterion is.*"
+                                         r"gate.reject_uniform = true or gate.advantage_range"):
+        GateConfig(max_resample_factor=3.0)
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text("[gate]\nmax_resample_factor = 3.0\n")
+    with pytest.raises(ConfigError, match=rf"no rejection criterion.*\(gate.max_resample_factor in {cfg}\)"):
+        parse_config(OrchestratorConfig, ["@", str(cfg)])
+    assert resample_budget(GateConfig(reject_uniform=True, max_resample_factor=3.0), 4) == 12
+    assert GateConfig(advantage_range=(0.1, 1.0), max_resample_factor=3.0).enabled
+    off = OrchestratorConfig(gate={"reject_uniform": False, "max_resample_factor": 3.0})
+    assert [fields for fields, _ in inert_recipe_settings(off)] == [["gate.max_resample_factor"]]
+    default_factor = OrchestratorConfig(gate={"reject_uniform": False, "max_resample_factor": 2.0})
+    assert inert_recipe_settings(default_factor) == []  # the default changes nothing either way
+
+
+def _orch(**kw):
+    return OrchestratorConfig(**{"batch_size": 4, "seq_len": 512, "train": {"group_size": 2}, **kw})
+
+
+def test_token_batch_size_that_can_never_cut_a_step_is_refused():
+    """A step is cut at batch_size rollouts; before that it holds at most batch_size - group_size rollouts (one size;
+    batch_size - 1 with several) of at most max_turns samples of seq_len tokens: a larger token_batch_size is
+    refused, naming the bound."""
+    # the default source (gridsim, max_turns 8): (4 - 2) x 512 x 8 = 8192
+    assert _orch(token_batch_size=8192).token_batch_size == 8192
+    with pytest.raises(ValueError, match=r"`token_batch_size = 8193` can never cut a step: a step is cut at "
+                                         r"`batch_size = 4` rollouts.*at most 2 rollouts.*= 4096 tokens each.*"
+                                         r"8192 tokens in all; lower token_batch_size to at most 8192, or remove it"):
+        _orch(token_batch_size=8193)
+    one_turn = [{"name": "d", "env": {"id": "digit-bandit", "agent": {"max_turns": 1}}}]
+    _orch(token_batch_size=1024, train={"group_size": 2, "source": one_turn})  # (4 - 2) x 512
+    with pytest.raises(ValueError, match=r"at most 2 rollouts of at most seq_len = 512 tokens each, 1024 tokens"):
+        _orch(token_batch_size=1025, train={"group_size": 2, "source": one_turn})
+    # several group sizes (2 and 4): up to batch_size - 1 = 5 rollouts before the cut, x 512 x 1
+    mixed = [{**one_turn[0], "name": "a"}, {**one_turn[0], "name": "b", "group_size": 4}]
+    _orch(batch_size=6, token_batch_size=2560, train={"group_size": 2, "source": mixed})
+    with pytest.raises(ValueError, match="at most 5 rollouts"):
+        _orch(batch_size=6, token_batch_size=2561, train={"group_size": 2, "source": mixed})
+    with pytest.raises(ValueError, match="one group of 2, so every step is exactly one group"):
+        _orch(batch_size=2, token_batch_size=10)
+
+
+def test_length_penalty_that_can_never_apply_is_refused():
+    """The penalty is 0 up to max_tokens - cache_tokens sampled tokens; a rollout samples at most max_turns x
+    min(max_completion_tokens, seq_len - 1): a soft budget at or above that is refused, naming both."""
+    def src(pen, turns=2, **kw):
+        return {"name": "d", "env": {"id": "digit-bandit", "agent": {"max_turns": turns}}, "length_penalty": pen, **kw}
+
+    train = {"group_size": 2, "sampling": {"max_completion_tokens": 8}}
+    # 2 turns x 8 = 16 sampled tokens at most
+    with pytest.raises(ValueError, match=r"train.source.0.length_penalty \(source 'd'\) never applies: it is 0 up to "
+                                         r"max_tokens - cache_tokens = 24 - 8 = 16 sampled tokens.*at most "
+                                         r"env.agent.max_turns \(2\) x max_completion_tokens \(8\) = 16; lower "
+                                         r"length_penalty.max_tokens below 24"):
+        _orch(train={**train, "source": [src({"max_tokens": 24, "cache_tokens": 8})]})
+    _orch(train={**train, "source": [src({"max_tokens": 23, "cache_tokens": 8})]})  # 16 > 15: the last token counts
+    # the source's own max_completion_tokens (100): 2 x 100 = 200
+    _orch(train={**train, "source": [src({"max_tokens": 24, "cache_tokens": 8}, sampling={"max_completion_tokens": 100})]})
+    # seq_len caps a turn: 1 turn x (seq_len 64 - 1) = 63
+    with pytest.raises(ValueError, match=r"env.agent.max_turns \(1\) x seq_len - 1 \(63\) = 63"):
+        _orch(seq_len=64, train={"group_size": 2, "source": [src({"max_tokens": 100, "cache_tokens": 37}, turns=1)]})
+    _orch(seq_len=64, train={"group_size": 2, "source": [src({"max_tokens": 100, "cache_tokens": 38}, turns=1)]})
+
+
+def test_orchestrator_logs_settings_switched_off_at_start(tmp_path, caplog):
+    """The orchestrator says in its log what `rl` warns about: a gate factor whose criterion is set off, before it
+    loads anything (here the model load fails right after)."""
+    from prime_rl.orchestrator.main import _main
+
+    cfg = OrchestratorConfig(model={"name": str(tmp_path / "no-model")}, output_dir=tmp_path,
+                             gate={"reject_uniform": False, "max_resample_factor": 3.0})  # fmt: skip
+    with pytest.raises(Exception):  # noqa: B017 - no model there; the warning comes first
+        asyncio.run(_main(cfg))
+    # the field, where the command line this process parsed last set it (none here, or another test's), the message
+    assert re.search(r"gate.max_resample_factor( \(.*\))?: gate.max_resample_factor = 3 is set, but no rejection "
+                     "criterion", caplog.text)  # fmt: skip

@@ -3,7 +3,7 @@ difficulty-pool curriculum (`[orchestrator.curriculum]`) and the length penalty 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -49,6 +49,22 @@ class GateConfig(BaseConfig):
                 raise ValueError(f"advantage_range = [{low:g}, {high:g}]: use 0 <= low < high (bounds on |advantage|)")
         return self
 
+    @model_validator(mode="after")
+    def _factor_needs_a_criterion(self) -> GateConfig:
+        """`max_resample_factor` set while no rejection criterion ever was: refused (the factor alone does not turn
+        the gate on). A criterion set off explicitly (a layered config turning a base's gate off) is only warned
+        about (`inert_recipe_settings`)."""
+        if "max_resample_factor" in self.model_fields_set and not self.enabled and not (
+                {"reject_uniform", "advantage_range"} & self.model_fields_set):  # fmt: skip
+            raise ValueError(_inert_factor(self))
+        return self
+
+
+def _inert_factor(gate: GateConfig) -> str:
+    return (f"gate.max_resample_factor = {gate.max_resample_factor:g} is set, but no rejection criterion is: the gate "
+            "rejects nothing, so nothing is resampled and the factor does nothing; turn the gate on with "
+            "gate.reject_uniform = true or gate.advantage_range = [low, high], or remove gate.max_resample_factor")
+
 
 class CurriculumConfig(BaseConfig):
     """Which tasks the train stream plays more often. `difficulty_pool`: a task whose recent rollouts all passed
@@ -71,6 +87,28 @@ class CurriculumConfig(BaseConfig):
             )
         return self
 
+    @model_validator(mode="after")
+    def _pool_fields_need_the_pool(self) -> CurriculumConfig:
+        """Difficulty-pool fields set while `sampler` never was: refused (they tune the pool only). `sampler =
+        "uniform"` set explicitly (a layered config turning a base's pool off) is only warned about
+        (`inert_recipe_settings`)."""
+        named = [f for f in POOL_FIELDS if f in self.model_fields_set]
+        if named and self.sampler != "difficulty_pool" and "sampler" not in self.model_fields_set:
+            raise ValueError(_inert_pool(self, named))
+        return self
+
+
+POOL_FIELDS = ("window", "min_rollouts", "easy_weight", "hard_weight", "pass_threshold")
+"""The `[orchestrator.curriculum]` fields that only the difficulty pool reads."""
+
+
+def _inert_pool(cur: CurriculumConfig, named: list[str]) -> str:
+    fields = ", ".join(f"curriculum.{f}" for f in named)
+    return (f"{fields} {'is' if len(named) == 1 else 'are'} set, but curriculum.sampler = {cur.sampler!r}: "
+            f"{'it tunes' if len(named) == 1 else 'they tune'} the difficulty pool only, so every task is drawn alike "
+            f"and {'it does' if len(named) == 1 else 'they do'} nothing; set curriculum.sampler = "
+            f"\"difficulty_pool\", or remove {'it' if len(named) == 1 else 'them'}")
+
 
 class LengthPenaltyConfig(BaseConfig):
     """DAPO's overlong penalty (Yu et al. 2025, arXiv:2503.14476, eq. 13), added to a rollout's reward before
@@ -88,3 +126,84 @@ class LengthPenaltyConfig(BaseConfig):
                 f"length_penalty.cache_tokens ({self.cache_tokens}) is above max_tokens ({self.max_tokens})"
             )
         return self
+
+
+def _max_turns(source: Any) -> int | None:
+    """The most model turns a rollout of train source `source` plays (`env.agent.max_turns`); None when its
+    environment has no agent loop settings."""
+    agent = getattr(source.env, "agent", None)
+    return getattr(agent, "max_turns", None)
+
+
+def token_batch_problem(orch: Any) -> str | None:
+    """None unless the orchestrator config `orch` sets a `token_batch_size` that can never cut a step; else the
+    refusal, naming the fields and the fix.
+
+    A step is cut at `batch_size` rollouts (`Scheduler._step_full`), so `token_batch_size` acts only while the step
+    holds fewer: at most `batch_size - group_size` rollouts with one group size (`batch_size - 1` with several).
+    A rollout holds one sample per prefix break, at most `env.agent.max_turns` samples of at most `seq_len` tokens
+    each; `token_batch_size` above that product can never be reached first."""
+    tbs = orch.token_batch_size
+    turns = [_max_turns(s) for s in orch.train.source]
+    if tbs is None or None in turns:
+        return None
+    sizes = orch.train.group_sizes
+    before = orch.batch_size - (sizes[0] if len(set(sizes)) == 1 else 1)
+    per_rollout = orch.seq_len * max(turns)
+    most = before * per_rollout
+    if tbs <= most:
+        return None
+    head = f"`token_batch_size = {tbs}` can never cut a step: a step is cut at `batch_size = {orch.batch_size}` rollouts"
+    if before <= 0:
+        return (f"{head}, and that is one group of {sizes[0]}, so every step is exactly one group; remove "
+                "token_batch_size, or raise batch_size to several groups")
+    each = (f"seq_len = {orch.seq_len} tokens each" if max(turns) == 1 else f"seq_len x env.agent.max_turns = "
+            f"{orch.seq_len} x {max(turns)} = {per_rollout} tokens each (one sample per prefix break)")
+    return (f"{head}, and before that it holds at most {before} rollouts of at most {each}, {most} tokens in all; "
+            f"lower token_batch_size to at most {most}, or remove it")
+
+
+def length_penalty_problem(orch: Any) -> str | None:
+    """None unless a train source of the orchestrator config `orch` has a `length_penalty` that can never apply;
+    else the refusal, naming the fields and the fix.
+
+    The penalty is nonzero only past the soft budget `max_tokens - cache_tokens` of sampled tokens
+    (`orchestrator.gates.length_penalty`); a rollout samples at most `env.agent.max_turns` turns of at most
+    `max_completion_tokens` (the source's sampling, else `train.sampling`) and `seq_len - 1` tokens each."""
+    for i, src in enumerate(orch.train.source):
+        pen, turns = src.length_penalty, _max_turns(src)
+        if pen is None or turns is None:
+            continue
+        mct = (src.sampling or orch.train.sampling).max_completion_tokens
+        per_turn = min(mct, orch.seq_len - 1)
+        most, soft = turns * per_turn, pen.max_tokens - pen.cache_tokens
+        if most > soft:
+            continue
+        cap = f"max_completion_tokens ({mct})" if per_turn == mct else f"seq_len - 1 ({per_turn})"
+        return (f"train.source.{i}.length_penalty (source {src.name!r}) never applies: it is 0 up to max_tokens - "
+                f"cache_tokens = {pen.max_tokens} - {pen.cache_tokens} = {soft} sampled tokens, and a rollout of "
+                f"this source samples at most env.agent.max_turns ({turns}) x {cap} = {most}; lower "
+                f"length_penalty.max_tokens below {most + pen.cache_tokens} (the full penalty at max_tokens), or "
+                "remove length_penalty")
+    return None
+
+
+def recipe_problem(orch: Any) -> str | None:
+    """The first refusal of `token_batch_problem` and `length_penalty_problem` for the orchestrator config `orch`,
+    or None."""
+    return token_batch_problem(orch) or length_penalty_problem(orch)
+
+
+def inert_recipe_settings(orch: Any) -> list[tuple[list[str], str]]:
+    """Recipe settings of the orchestrator config `orch` that take no effect because their switch is set off, e.g.
+    by a layered config turning a base's gate or curriculum off (a setting whose switch was never set is refused
+    when the config is read): `(fields, message)` pairs, the fields dotted under the orchestrator. `rl` prints them
+    as warnings (console and dry run); the orchestrator logs them at start."""
+    out = []
+    gate, cur = orch.gate, orch.curriculum
+    if not gate.enabled and gate.max_resample_factor != GateConfig.model_fields["max_resample_factor"].default:
+        out.append((["gate.max_resample_factor"], _inert_factor(gate)))
+    named = [f for f in POOL_FIELDS if getattr(cur, f) != CurriculumConfig.model_fields[f].default]
+    if cur.sampler != "difficulty_pool" and named:
+        out.append(([f"curriculum.{f}" for f in named], _inert_pool(cur, named)))
+    return out

@@ -214,6 +214,9 @@ class RLConfig(BaseConfig):
 
     @model_validator(mode="after")
     def _wire_teacher(self) -> RLConfig:
+        """`[teacher.vllm]` fields left unset are `[inference.vllm]`'s (`TeacherServerConfig.inherit_vllm`)."""
+        if self.teacher is not None:
+            self.teacher.inherit_vllm(self.inference.vllm)
         check_teacher(self)
         return self
 

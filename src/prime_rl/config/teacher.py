@@ -40,6 +40,11 @@ class TeacherConfig(BaseConfig):
                             max_retries=self.max_retries, health_timeout_s=self.health_timeout_s)  # fmt: skip
 
 
+NOT_INHERITED = ("tensor_parallel_size", "data_parallel_size", "enable_lora", "max_lora_rank",
+                 "weight_update_pause_mode", "extra_args", "allow_distribution_changes")
+"""The `[inference.vllm]` fields `[teacher.vllm]` does not inherit (`TeacherServerConfig.inherit_vllm`)."""
+
+
 class TeacherServerConfig(BaseConfig):
     """`[teacher]` of `rl`: the teacher inference server `rl` starts next to the policy's (single-node runs), serving
     `model.name` frozen (no weight updates); `rl` points `[orchestrator.teacher]` at it. Its tokenizer must be the
@@ -48,7 +53,19 @@ class TeacherServerConfig(BaseConfig):
 
     model: ModelConfig = Field(description="The teacher model (`[teacher.model] name = ...`).")
     server: ServerConfig = Field(ServerConfig(port=8001), description="Address of the teacher server (port 8001).")
-    vllm: VllmConfig = Field(VllmConfig(), description="vLLM engine options of the teacher server.")
+    vllm: VllmConfig = Field(
+        VllmConfig(),
+        description="vLLM engine options of the teacher server; a field not set here is [inference.vllm]'s, except "
+        "the parallel sizes, LoRA, weight_update_pause_mode, extra_args and allow_distribution_changes.",
+    )
+
+    def inherit_vllm(self, policy: VllmConfig) -> None:
+        """Fill the `vllm` fields not set under `[teacher.vllm]` from `policy` (`[inference.vllm]`), but for
+        `NOT_INHERITED`: the parallel sizes (the teacher runs on one device beside replica 0), LoRA serving and the
+        weight-update pause (the teacher is frozen), and `extra_args` / `allow_distribution_changes` (server flags
+        such as the policy server's `--api-key`, which the orchestrator does not send to the teacher)."""
+        inherited = policy.model_dump(exclude=set(NOT_INHERITED)) | self.vllm.model_dump(exclude_unset=True)
+        self.vllm = VllmConfig(**inherited)
 
     def inference_config(self, output_dir: Path) -> InferenceConfig:
         """The `inference` config of the teacher server: its vLLM log `<output_dir>/logs/vllm-teacher.log` unless

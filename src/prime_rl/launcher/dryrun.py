@@ -9,7 +9,7 @@ import sys
 
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import LaunchError
-from prime_rl.launcher.notices import metrics_urls, unused_skips
+from prime_rl.launcher.notices import metrics_urls, warnings
 from prime_rl.launcher.plan import CHECKS, RunPlan
 
 # what each check of `plan.resolve` looks at, for the dry run's report
@@ -37,13 +37,13 @@ assert set(CHECK_TEXT) == set(CHECKS)
 
 def report(plan: RunPlan) -> str:
     """What `--dry-run` prints: every check that ran, those left to each node, the plan, the metrics endpoints'
-    URLs and skip flags with nothing to resume (`notices`)."""
+    URLs and the warnings (`notices.warnings`: skip flags with nothing to resume, recipe settings switched off)."""
     lines = ["checked (nothing started):"]
     lines += [f"  ok  {name}: {CHECK_TEXT[name]}" for name in plan.checks]
     lines += [f"  on each node at start  {name}: {CHECK_TEXT[name]}" for name in plan.deferred]
     lines += ["plan:", plan.describe()]
     if plan.config is not None:
-        lines += [f"  {u}" for u in metrics_urls(plan.config)] + [f"warning: {w}" for w in unused_skips(plan.config)]
+        lines += [f"  {u}" for u in metrics_urls(plan.config)] + [f"warning: {w}" for w in warnings(plan.config)]
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """What `rl` says on its own console before it starts anything (and `rl --dry-run` after the plan): the address
 of each Prometheus metrics endpoint the run serves, and settings that take no effect in this run (a `ckpt.skip_*`
-flag with nothing to resume). The trainer and orchestrator say the same in their logs once they run; these lines
-put them where the operator looks first."""
+flag with nothing to resume; a gate or curriculum setting whose switch is off). The trainer and orchestrator say
+the same in their logs once they run; these lines put them where the operator looks first."""
 
 from __future__ import annotations
 
@@ -43,3 +43,23 @@ def unused_skips(cfg: Any) -> list[str]:
         return []
     return [f"{', '.join(named.values())} set, but this run resumes nothing (no --resume, ckpt.resume_step or "
             "ckpt.resume_dir), so nothing is skipped; remove the flag, or name the checkpoint to resume"]  # fmt: skip
+
+
+def inert_recipes(cfg: Any) -> list[str]:
+    """A warning per orchestrator recipe setting of `cfg` (the resolved `rl` config) that takes no effect because
+    its switch is set off (`config.recipes.inert_recipe_settings`: a gate factor without a rejection criterion,
+    difficulty-pool fields with `sampler = "uniform"`), each field named as set, with the fix."""
+    from prime_rl.config.recipes import inert_recipe_settings
+    from prime_rl.launcher.fields import as_set
+
+    out = []
+    for fields, message in inert_recipe_settings(cfg.orchestrator):
+        named = [f"{name}{where}" for name, where in (as_set(cfg, f"orchestrator.{f}") for f in fields)]
+        out.append(f"{', '.join(named)}: {message}")
+    return out
+
+
+def warnings(cfg: Any) -> list[str]:
+    """Every warning `rl` prints before it starts anything (and `rl --dry-run` under the plan): `unused_skips`,
+    `inert_recipes`."""
+    return unused_skips(cfg) + inert_recipes(cfg)
