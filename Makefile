@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DATA_DIR ?=
 SYNTHETIC ?=
 
-.PHONY: install demo demo-reverse-text test test-fast test-learning lint clean
+.PHONY: install demo demo-reverse-text demo-reasoning-gym test test-fast test-learning lint clean
 
 $(BIN)/.installed: pyproject.toml scripts/install.sh
 	PYTHON=$(PY) VENV=$(VENV) bash scripts/install.sh
@@ -18,6 +18,9 @@ demo: install
 
 demo-reverse-text: install
 	PATH=$(abspath $(BIN)):$$PATH bash scripts/demo_reverse_text.sh
+
+demo-reasoning-gym: install
+	PATH=$(abspath $(BIN)):$$PATH bash scripts/demo_reasoning_gym.sh
 
 test: install lint
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest tests --durations=25

@@ -51,7 +51,8 @@ ASYNC_FLAG = "--orchestrator.max-async-level"  # `--async-level N` of peer_trl.p
 
 
 def workloads(args) -> dict[str, Workload]:
-    """The three workloads of `--compare` (models resolved lazily by `model_for`)."""
+    """The workloads of `--compare` (models resolved lazily by `model_for`); reasoning-gym's task settings
+    (`env.args`) are read from its config, so both sides train on the same items."""
     digit = Workload(
         "digit", "digit-bandit", REPO / "examples/ladder/digit.toml", 40, [],
         {"prompts-per-step": 8, "group-size": 8, "lr": 3e-3, "scheduler": "constant", "temperature": 1.0,
@@ -67,12 +68,23 @@ def workloads(args) -> dict[str, Workload]:
         {"prompts-per-step": 8, "group-size": 8, "lr": 2e-5, "scheduler": "constant", "temperature": 1.0,
          "max-completion-tokens": 64, "max-grad-norm": 1.0, "renderer": "auto"},
     )  # fmt: skip
-    return {w.name: w for w in (digit, gridsim, reverse)}
+    rg_config = REPO / "examples/reasoning_gym/rl.toml"
+    (rg_source,) = tomllib.loads(rg_config.read_text())["orchestrator"]["train"]["source"]
+    rgym = Workload(
+        "reasoning-gym", "reasoning-gym", rg_config, 30, [],
+        {"prompts-per-step": 8, "group-size": 8, "lr": 5e-5, "scheduler": "constant", "temperature": 1.0,
+         "max-completion-tokens": 32, "max-grad-norm": 1.0, "renderer": "auto"},
+        env_args=rg_source["env"]["args"],
+    )  # fmt: skip
+    return {w.name: w for w in (digit, gridsim, reverse, rgym)}
 
 
 def model_for(w: Workload, args) -> Path | None:
     """The starting model: the random tiny 64x2 model (digit), `--gridsim-model` (an SFT model that can call the
-    tool; None skips the workload), SmolLM2-135M-Instruct (reverse-text)."""
+    tool; None skips the workload), `--reasoning-gym-model` (the SFT model of examples/reasoning_gym/sft.toml; None
+    skips it), SmolLM2-135M-Instruct (reverse-text)."""
+    if w.name == "reasoning-gym":
+        return Path(args.reasoning_gym_model).resolve() if args.reasoning_gym_model else None
     if w.name == "digit":
         from prime_rl.models.tiny import cached_tiny_model
 
@@ -150,7 +162,6 @@ def task_means(rows: list[dict]) -> list[float]:
 
 def run_prime(w: Workload, model: Path, steps: int, seed: int, out: Path) -> dict:
     """One `rl` run of the workload; returns its measurements (see the module docstring)."""
-    from prime_rl.monitor.metrics import read_metrics
     from prime_rl.ports import free_port
 
     port = free_port()
@@ -175,7 +186,28 @@ def run_prime(w: Workload, model: Path, steps: int, seed: int, out: Path) -> dic
                 proc.wait(60)
     if rc != 0:
         raise RuntimeError(f"rl exited {rc}; see {out / 'prime-rl.log'}")
-    wall = time.monotonic() - t0
+    return measure_prime(run, time.monotonic() - t0, peak)
+
+
+def reuse_prime(run: Path) -> dict:
+    """The measurements of a finished `rl` run of the workload (`--prime-run`), instead of a new one: peak memory is
+    not known (left empty) and the wall time is the span from the run's resolved configs (written at start) to its
+    last eval file.
+
+    Raises:
+        FileNotFoundError: `run` has no configs/orchestrator.toml or no eval/step_N.jsonl.
+    """
+    start = (run / "configs" / "orchestrator.toml").stat().st_mtime
+    evals = list((run / "eval").glob("step_*.jsonl"))
+    if not evals:
+        raise FileNotFoundError(f"{run / 'eval'}: no step_N.jsonl (is {run} a finished rl run?)")
+    return measure_prime(run, max(p.stat().st_mtime for p in evals) - start, {})
+
+
+def measure_prime(run: Path, wall: float, peak: dict[str, float]) -> dict:
+    """Step time, rates, eval after the last step and train rewards of the `rl` run in `run` (module docstring)."""
+    from prime_rl.monitor.metrics import read_metrics
+
     trainer, orch = read_metrics(run, "trainer"), read_metrics(run, "orchestrator")
     periods = [b["time"] - a["time"] for a, b in zip(trainer, trainer[1:], strict=False)]
     step_s = statistics.median(periods)
@@ -291,7 +323,7 @@ def table(w: Workload, model: Path, steps: int, prime: dict, trl: dict) -> str:
         f"{rate(prime, 'rollouts_per_step') / rate(trl, 'rollouts_per_step'):.2f} |",
         f"| trained tokens/s | {rate(prime, 'tokens_per_step'):.0f} | {rate(trl, 'tokens_per_step'):.0f} | "
         f"{rate(prime, 'tokens_per_step') / rate(trl, 'tokens_per_step'):.2f} |",
-        f"| peak memory (GiB RSS) | {mem(prime)} | {mem(trl)} | |",
+        f"| peak memory (GiB RSS) | {mem(prime) or 'not measured'} | {mem(trl)} | |",
         f"| eval reward after step {steps} (mean +- SE over tasks) | {p_eval[0]:.3f} +- {p_eval[1]:.3f} | "
         f"{t_eval[0]:.3f} +- {t_eval[1]:.3f} | {p_eval[0] - t_eval[0]:+.3f} (difference) |",
         f"| whole run wall time (s) | {prime['wall_s']:.0f} (vLLM start included) | {trl['wall_s']:.0f} | |",

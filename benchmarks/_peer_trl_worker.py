@@ -49,7 +49,7 @@ def main() -> None:
                       ("max-completion-tokens", int), ("data-dir", str), ("scheduler", str), ("max-grad-norm", float),
                       ("renderer", str), ("env-args", str)):  # fmt: skip
         p.add_argument(f"--{name}", type=typ, default=None)
-    p.add_argument("--workload", choices=["gridsim", "digit", "reverse-text"], default="gridsim")
+    p.add_argument("--workload", choices=["gridsim", "digit", "reverse-text", "reasoning-gym"], default="gridsim")
     a = p.parse_args()
     import torch
     import trl

@@ -25,7 +25,9 @@ Side by side (`_peer_compare.py`): `--compare digit gridsim reverse-text` runs, 
 trained tokens/s, peak memory per process, eval reward after the last step +- SE, and the ratios), also written to
 OUT/compare.md and compare.json. Workloads: `digit` (examples/ladder/digit.toml, the random tiny 64x2 model),
 `gridsim` (GridSim's first turn, benchmarks/peer/gridsim_first_turn.toml, from `--gridsim-model`, an SFT model
-that calls the tool) and `reverse-text` (examples/reverse_text/rl.toml from SmolLM2-135M-Instruct). `--steps`
+that calls the tool), `reverse-text` (examples/reverse_text/rl.toml from SmolLM2-135M-Instruct) and `reasoning-gym`
+(examples/reasoning_gym/rl.toml from `--reasoning-gym-model`, its SFT model). `--prime-run DIR` measures a
+finished `rl` run of the one workload compared instead of running `rl` again. `--steps`
 overrides every workload's step count; `--parallel-sampling` runs prime-rl with `client.parallel_sampling = true`
 (a group's prompt sampled as one request with n, as TRL's vLLM mode does with `num_generations`) and
 `--async-level N` with `orchestrator.max_async_level = N` (0: on-policy, as TRL).
@@ -140,9 +142,14 @@ def mean_se(x: list[float]) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, default=None, help="the starting model (prime-rl's SFT output folder)")
-    p.add_argument("--compare", nargs="+", choices=["digit", "gridsim", "reverse-text"], default=None,
+    p.add_argument("--compare", nargs="+", choices=["digit", "gridsim", "reverse-text", "reasoning-gym"],
+                   default=None,
                    help="side-by-side prime-rl vs TRL runs of these workloads (see the module docstring)")
     p.add_argument("--gridsim-model", type=Path, default=None, help="--compare gridsim: the SFT model to start from")
+    p.add_argument("--reasoning-gym-model", type=Path, default=None,
+                   help="--compare reasoning-gym: the SFT model to start from (examples/reasoning_gym/sft.toml's output)")
+    p.add_argument("--prime-run", type=Path, default=None,
+                   help="--compare with one workload: measure this finished rl run of it instead of running rl again")
     p.add_argument("--eval-examples", type=int, default=None,
                    help="--compare: eval tasks per source for both sides (default: each config's own)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -207,13 +214,17 @@ def compare(args: argparse.Namespace) -> int:
     out = args.out.resolve()
     py = ensure_trl_venv()
     ws = pc.workloads(args)
+    if args.prime_run and len(args.compare) != 1:
+        print(f"--prime-run {args.prime_run} is one workload's rl run: give one --compare workload, not "
+              f"{args.compare}", file=sys.stderr)
+        return 2
     tables, results = [], {}
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}, shared with other jobs"
     for name in args.compare:
         w = ws[name]
         model = pc.model_for(w, args)
         if model is None:
-            print(f"{name}: skipped (give --gridsim-model, an SFT model that calls submit_schedule)", flush=True)
+            print(f"{name}: skipped (give --{name}-model, the SFT model to start from)", flush=True)
             continue
         steps = args.steps or w.steps
         seed = args.seeds[0]
@@ -223,7 +234,10 @@ def compare(args: argparse.Namespace) -> int:
             w.rl_args += [pc.PARALLEL_FLAG, "true"]
         if args.async_level is not None:
             w.rl_args += [pc.ASYNC_FLAG, str(args.async_level)]
-        prime = pc.run_prime(w, model, steps, seed, out / name)
+        if args.prime_run:
+            prime = pc.reuse_prime(args.prime_run.resolve())
+        else:
+            prime = pc.run_prime(w, model, steps, seed, out / name)
         print(f"{name}: prime-rl {prime['step_s']:.3f} s/step, eval {prime['eval'][0]:.3f}", flush=True)
         trl = pc.train_trl(py, w, model, steps, seed, out / name / "trl")
         trl["eval"] = pc.score_trl(out / name / "trl" / "model", prime["orchestrator_config"], out / name / "trl-eval")
