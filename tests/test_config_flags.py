@@ -80,9 +80,16 @@ def test_a_word_after_a_boolean_flag_names_the_flag(args, want):
     assert want in msg and "Unrecognized" not in msg
 
 
-def test_a_boolean_flag_takes_true_false_in_any_case_and_leaves_positionals_alone():
+def test_a_boolean_flag_takes_true_false_in_any_case_none_where_allowed_and_leaves_positionals_alone():
     assert parse_config(RLConfig, ["@", RL_TOML, "--trainer.shared-prefix", "False"]).trainer.shared_prefix is False
     assert parse_config(RLConfig, ["@", RL_TOML, "--trainer.shared-prefix", "TRUE"]).trainer.shared_prefix is True
+
+    for given, want in ((["--inference.vllm.enforce-eager", "None"], None), (["--inference.vllm.enforce-eager=None"],
+                        None), (["--inference.vllm.enforce-eager"], True)):  # fmt: skip
+        assert parse_config(RLConfig, ["@", RL_TOML, "--inference.vllm.enforce-eager", "false", *given]
+                            ).inference.vllm.enforce_eager is want  # fmt: skip
+    assert "--inference.vllm.enforce-eager takes true, false or None, or no value" in _error(
+        ["--inference.vllm.enforce-eager", "x"])  # fmt: skip
 
     class Toy(BaseConfig):
         out: str = ""

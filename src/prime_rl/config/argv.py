@@ -88,12 +88,15 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             continue
         out.append(tok)
         nxt = args[pos] if pos < num_args else "--"
-        if kind == "bool" and nxt.lower() in ("true", "false", "1", "0"):
+        if kind.startswith("bool") and nxt.lower() in ("true", "false", "1", "0"):
             out.append(nxt.lower())
             pos += 1
-        elif kind in ("bool", "negated") and not nxt.startswith(("-", "@")):
+        elif kind == "bool|None" and nxt == "None":
+            out[-1] = TypedAs(f"{tok}=None", tok)  # the loader would read `--x None` as `--x` (true) and a stray word
+            pos += 1
+        elif kind.startswith(("bool", "negated")) and not nxt.startswith(("-", "@")):
             after_bool[len(bare)] = tok  # a positional field's value, or else a wrong value of this flag
-        elif kind in ("bool", "negated") and nxt[1:2].isdigit():
+        elif kind.startswith(("bool", "negated")) and nxt[1:2].isdigit():
             raise ConfigError(_bool_value_error(tok, nxt, kind))
         elif kind in ("value", "json") and not nxt.startswith("--"):
             out.append(nxt)
@@ -122,11 +125,12 @@ def _split_eq(cls: type[BaseModel], tok: str) -> list[str]:
 
 
 def _bool_value_error(flag: str, value: str, kind: str) -> str:
-    """The message of a word after a boolean flag that is not true/false (`kind`: "bool" or "negated")."""
+    """The message of a word after a boolean flag that is not true/false (`kind`: "bool", "bool|None" or
+    "negated")."""
     if kind == "negated":
         return f"  {flag} takes no value (it sets {flag[5:]} to false; got {value!r})"
-    return (f"  {flag} takes true or false, or no value ({flag} alone = true, --no-{flag[2:]} = false; "
-            f"got {value!r})")  # fmt: skip
+    return (f"  {flag} takes true{', false or None' if kind == 'bool|None' else ' or false'}, or no value ({flag} "
+            f"alone = true, --no-{flag[2:]} = false; got {value!r})")  # fmt: skip
 
 
 def _check_json(cls: type[BaseModel], flat: list[str]) -> None:
@@ -156,10 +160,11 @@ class TypedAs(str):
 
 
 def _flag_kind(cls: type[BaseModel], flag: str) -> str:
-    """What `--flag` takes: "bool", "negated" (`--no-flag` of a bool: no value), "list", "tuple:N" (N values; "tuple:"
-    for `tuple[X, ...]`), "json" (a dict: one JSON value), "tagged:TAG" (a union of sections told apart by field TAG: a bare value sets it), "section" (a
-    sub-config) or "value" (anything else, unknown flags included, as the loader reads them)."""
-    if flag.startswith("no-") and _flag_kind(cls, flag[3:]) == "bool":
+    """What `--flag` takes: "bool" ("bool|None" where None is allowed), "negated" (`--no-flag` of a bool: no
+    value), "list", "tuple:N" (N values; "tuple:" for `tuple[X, ...]`), "json" (a dict: one JSON value),
+    "tagged:TAG" (a union of sections told apart by field TAG: a bare value sets it), "section" (a sub-config) or
+    "value" (anything else, unknown flags included, as the loader reads them)."""
+    if flag.startswith("no-") and _flag_kind(cls, flag[3:]).startswith("bool"):
         return "negated"
     current: Any = cls
     finfo = None
@@ -174,7 +179,7 @@ def _flag_kind(cls: type[BaseModel], flag: str) -> str:
     args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) in (
         typing.Union, types.UnionType) else [ann]  # fmt: skip
     if args == [bool]:
-        return "bool"
+        return "bool|None" if args != [ann] else "bool"
     if any(typing.get_origin(a) is list for a in args):
         return "list"
     tuples = [typing.get_args(a) for a in args if typing.get_origin(a) is tuple]
