@@ -336,3 +336,95 @@ def test_rl_refuses_env_server_dates_out_of_order_and_rows_written_with_other_da
     write_server("gridsim", root, {"forward_from": CUT, "train_from": RECENT, "num_train": 20})
     (plan,) = envserver.plan_env_servers(cfg, probe=lambda url: False)
     assert plan.write_root is None  # the matching rows are reused
+
+
+@pytest.mark.parametrize("value, msg", [
+    ("20240101", "'20240101' is not a date in the form YYYY-MM-DD (e.g. 2024-01-01 for January 1, 2024)"),
+    ("2024-1-1", "'2024-1-1' is not a date in the form YYYY-MM-DD"),
+    ("2024-02-30", "'2024-02-30' is not a date (day is out of range for month): write it YYYY-MM-DD"),
+])  # fmt: skip
+def test_a_malformed_date_names_the_option_and_the_form(tmp_path, capsys, value, msg):
+    """`gridsim`, `env-server write` and rl's `[env_server]` read their dates as YYYY-MM-DD only: pydantic alone
+    reads `20240101` as a Unix timestamp ("Datetimes provided to dates should have zero time"), Python's
+    fromisoformat as the basic ISO form. The config error names the option and where it was set; the environment's
+    own argument refuses the same forms."""
+    from tests.envs.test_env_server_cli import _parse
+    from tests.launcher.test_launcher_preflight import nemo_cfg
+
+    from prime_rl.cli.gridsim import main
+    from prime_rl.config.loader import ConfigError
+
+    for field in ("forward-from", "train-from"):
+        with pytest.raises(SystemExit) as e:
+            main(["show", "--split", "train", f"--{field}", value])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"  {field.replace('-', '_')}: {msg}" in err and f"(from --{field})" in err
+        with pytest.raises(SystemExit) as e:
+            _parse(["write", "gridsim", str(tmp_path), f"--{field}", value])
+        assert e.value.code == 2 and f"{field.replace('-', '_')}: {msg}" in capsys.readouterr().err
+        with pytest.raises(ConfigError, match=rf"env_server.{field.replace('-', '_')}: {__import__('re').escape(msg)}"):
+            nemo_cfg(tmp_path, f"--env-server.{field}", value)
+        with pytest.raises(ValueError, match=rf"gridsim: {field.replace('-', '_')} = '{value}' is not a date YYYY-MM-DD"):
+            GridSimEnv(**{field.replace("-", "_"): value})
+    path = tmp_path / "rl.toml"
+    path.write_text(f'[env_server]\nforward_from = "{value}"\n')
+    with pytest.raises(ConfigError, match=rf"env_server.forward_from: .* \(in {path}\)"):
+        nemo_cfg(tmp_path, "@", str(path))
+
+
+def test_train_from_without_forward_from_cuts_the_train_split_only(tmp_path, capsys):
+    """Without a forward split, `train_from` still cuts the train split (eval drawn from every day, unchanged), so
+    the CLIs accept it alone; with a split other than train (which it does not change) `gridsim` refuses it."""
+    from tests.envs.test_env_server_cli import _parse
+
+    from prime_rl.cli.gridsim import main
+
+    whole, recent = GridSimEnv(num_train=300), GridSimEnv(num_train=300, train_from=RECENT)
+    want = [t.task_id for t in whole.tasks("train") if t.info["date"] >= RECENT]
+    assert [t.task_id for t in recent.tasks("train")] == want and 0 < len(want) < 300
+    assert max(_dates(whole.tasks("eval"))) > RECENT > min(_dates(whole.tasks("eval")))
+    assert [t.task_id for t in recent.tasks("eval")] == [t.task_id for t in whole.tasks("eval")]
+    assert _parse(["write", "gridsim", str(tmp_path), "--train-from", RECENT]).env_args() == {"train_from": RECENT}
+    for argv, split in ((["show", "--train-from", RECENT], "eval (the default)"),
+                        (["baseline", "--split", "forward", "--forward-from", CUT, "--train-from", RECENT], "forward")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert (f"--train-from cuts the train split only, and --split {split} is the same without it: drop "
+                "--train-from, or use --split train") in capsys.readouterr().err
+
+
+def test_baseline_line_names_the_train_cut(tmp_path, capsys):
+    from prime_rl.cli.gridsim import main
+
+    out = tmp_path / "scores.jsonl"
+    main(["baseline", "--policy", "idle", "--split", "train", "--num-train", "300", "--forward-from", CUT,
+          "--train-from", RECENT, "--out", str(out)])  # fmt: skip
+    line = capsys.readouterr().out.splitlines()[0]
+    n = len([t for t in GridSimEnv(forward_from=CUT, num_train=300).tasks("train") if t.info["date"] >= RECENT])
+    assert line.startswith(f"policy idle split train forward_from {CUT} train_from {RECENT} data ercot-2021-2024 "
+                           f"(packaged) tasks {n} mean ")  # fmt: skip
+
+
+def test_rl_says_which_dates_it_writes_rows_with(tmp_path, monkeypatch, caplog):
+    """rl's "rows missing" line gives the whole `env-server write` command, date options included."""
+    import logging
+    from types import SimpleNamespace
+
+    from tests.launcher.test_launcher_preflight import nemo_cfg
+
+    from prime_rl.launcher import envserver, preflight
+    from prime_rl.launcher import rl as rl_launcher
+
+    cfg = nemo_cfg(tmp_path, "--env-server.forward-from", CUT, "--env-server.train-from", RECENT)
+    (plan,) = envserver.plan_env_servers(cfg, probe=lambda url: False)
+    written = []
+    monkeypatch.setattr(envserver, "write_rows", lambda c, p, log, timeout_s: written.append(p))
+    monkeypatch.setattr(preflight, "check_prompt_lengths", lambda c: None)
+    monkeypatch.setattr(rl_launcher, "write_configs", lambda p: {})
+    run_plan = SimpleNamespace(run_dir=tmp_path / "run", resume=False, clean=False, env_servers=[plan], config=cfg)
+    with caplog.at_level(logging.INFO, logger="prime_rl.rl"):
+        rl_launcher.execute_head(run_plan, cfg)
+    assert written == [plan]
+    assert (f"rows missing: writing them with `env-server write gridsim {plan.write_root} --forward-from {CUT} "
+            f"--train-from {RECENT}`") in caplog.text

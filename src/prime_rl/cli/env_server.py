@@ -15,7 +15,8 @@ _SERVE_ERRORS = _ERRORS + ("prime_rl.ports:PortInUseError",)  # a taken port (na
 main = Group("env-server", "a built-in environment over HTTP: NeMo Gym rows and resources server, OpenEnv server", {
     "write": Command(
         "write", "prime_rl.config.env_server:EnvServerWriteConfig", "prime_rl.envs.nemo_gym.cli:write",
-        "write OUT/resources_servers/<env>_v1/ (NeMo Gym config, data/train.jsonl, data/eval.jsonl)",
+        "write OUT/resources_servers/<env>_v1/ (NeMo Gym config, data/train.jsonl, data/eval.jsonl; gridsim with "
+        "--forward-from: data/forward.jsonl too)",
         positional=("env", "out"), user_errors=_ERRORS + (ConnectionError,),
     ),
     "serve": Command(

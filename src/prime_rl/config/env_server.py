@@ -36,6 +36,13 @@ class EnvDataConfig(BaseConfig):
         "drawn as without it, then cut: eval and forward rows are unchanged)."
     )
 
+    @field_validator("forward_from", "train_from", mode="before")
+    @classmethod
+    def _iso_date(cls, value: Any) -> Any:
+        from prime_rl.config.gridsim import iso_date
+
+        return iso_date(value)
+
     @field_validator("env")
     @classmethod
     def _url_has_a_scheme(cls, value: str) -> str:
@@ -84,8 +91,9 @@ class EnvDataConfig(BaseConfig):
 class EnvServerWriteConfig(EnvDataConfig):
     """`env-server write ENV OUT`: a built-in environment's NeMo Gym folder, or an `env-server openenv` URL's.
 
-    Writes OUT/resources_servers/<env>_v1/ (NeMo Gym config, data/train.jsonl, data/eval.jsonl, server.json); when
-    ENV is an OpenEnv server's URL, its tasks and tools are read through the OpenEnv client."""
+    Writes OUT/resources_servers/<env>_v1/ (NeMo Gym config, data/train.jsonl, data/eval.jsonl, server.json; with
+    gridsim's --forward-from also data/forward.jsonl); when ENV is an OpenEnv server's URL, its tasks and tools are
+    read through the OpenEnv client."""
 
     env: str = Field(
         description="Built-in environment (gridsim, reverse-text, ...), or the root URL of an `env-server openenv` "

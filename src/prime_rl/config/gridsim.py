@@ -4,14 +4,37 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig
 
 Split = Literal["train", "eval", "forward"]
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def iso_date(value: Any) -> Any:
+    """A GridSim date option (`forward_from`, `train_from`) as a `datetime.date`, from a date or the text
+    `YYYY-MM-DD` only (pydantic alone reads `20240101` as a timestamp and Python's `fromisoformat` as the basic ISO
+    form); None stays None.
+
+    Raises:
+        ValueError: any other form, a date with a time, or a day that does not exist (the field's name is added by
+            the config error that reports it).
+    """
+    if value is None or (isinstance(value, dt.date) and not isinstance(value, dt.datetime)):
+        return value
+    text = value.isoformat() if isinstance(value, dt.datetime) else str(value).strip()
+    if _ISO_DATE.fullmatch(text):
+        try:
+            return dt.date.fromisoformat(text)
+        except ValueError as e:
+            raise ValueError(f"{text!r} is not a date ({e}): write it YYYY-MM-DD, e.g. 2024-01-01") from None
+    raise ValueError(f"{text!r} is not a date in the form YYYY-MM-DD (e.g. 2024-01-01 for January 1, 2024)")
 
 
 class GridSimDataConfig(BaseConfig):
@@ -35,6 +58,11 @@ class GridSimDataConfig(BaseConfig):
         "it, then cut: eval and forward unchanged)."
     )
 
+    @field_validator("forward_from", "train_from", mode="before")
+    @classmethod
+    def _iso_date(cls, value: Any) -> Any:
+        return iso_date(value)
+
     @field_validator("num_train")
     @classmethod
     def _positive(cls, value: int | str) -> int | str:
@@ -51,6 +79,11 @@ class GridSimDataConfig(BaseConfig):
         if self.train_from and self.forward_from and self.train_from >= self.forward_from:
             raise ValueError(f"--train-from {self.train_from} is not before --forward-from {self.forward_from}: every "
                              "training day would be a forward day; choose an earlier --train-from")  # fmt: skip
+        split = getattr(self, "split", "train")
+        if self.train_from and split != "train":
+            default = "" if "split" in self.model_fields_set else " (the default)"
+            raise ValueError(f"--train-from cuts the train split only, and --split {split}{default} is the same "
+                             "without it: drop --train-from, or use --split train")  # fmt: skip
         return self
 
     def env_args(self) -> dict:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
 from prime_rl.config.deployment import PORT_WEIGHTS, DeploymentConfig, SlurmConfig, check_slurm_nodes
@@ -53,6 +53,13 @@ class EnvServerLaunchConfig(BaseConfig):
         description="Bearer token the server requires (sources get it as task.token). A multi-node server bound to a "
         "non-loopback address gets a random one when unset.",
     )
+
+    @field_validator("forward_from", "train_from", mode="before")
+    @classmethod
+    def _iso_date(cls, value: Any) -> Any:
+        from prime_rl.config.gridsim import iso_date
+
+        return iso_date(value)
 
     @model_validator(mode="after")
     def _one_data_source(self) -> EnvServerLaunchConfig:

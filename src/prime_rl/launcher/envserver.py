@@ -145,23 +145,30 @@ def plan_env_servers(cfg: RLConfig, probe=http_ok) -> list[EnvServerPlan]:
     return list(plans.values())
 
 
+def write_args(cfg: RLConfig, plan: EnvServerPlan) -> list[str]:
+    """The arguments of `env-server write` for `plan`'s missing rows: `<env> ROOT [--data-dir D | --synthetic]
+    [--forward-from DATE] [--train-from DATE]` (from `[env_server]`)."""
+    assert plan.write_root is not None
+    es = cfg.env_server
+    args = [es.env, str(plan.write_root)]
+    if es.data_dir is not None:
+        args += ["--data-dir", str(es.data_dir)]
+    if es.synthetic:
+        args += ["--synthetic"]
+    if es.forward_from is not None:
+        args += ["--forward-from", es.forward_from.isoformat()]
+    if es.train_from is not None:
+        args += ["--train-from", es.train_from.isoformat()]
+    return args
+
+
 def write_rows(cfg: RLConfig, plan: EnvServerPlan, log: Path, timeout_s: float) -> None:
-    """Run `env-server write <env> ROOT [--data-dir D | --synthetic] [--forward-from DATE] [--train-from DATE]`
-    (output to `log`), bounded by `timeout_s`.
+    """Run `env-server write` with `write_args(cfg, plan)` (output to `log`), bounded by `timeout_s`.
 
     Raises:
         PreflightError: it failed or timed out (names the log).
     """
-    assert plan.write_root is not None
-    argv = [sys.executable, "-m", "prime_rl.cli.env_server", "write", cfg.env_server.env, str(plan.write_root)]
-    if cfg.env_server.data_dir is not None:
-        argv += ["--data-dir", str(cfg.env_server.data_dir)]
-    if cfg.env_server.synthetic:
-        argv += ["--synthetic"]
-    if cfg.env_server.forward_from is not None:
-        argv += ["--forward-from", cfg.env_server.forward_from.isoformat()]
-    if cfg.env_server.train_from is not None:
-        argv += ["--train-from", cfg.env_server.train_from.isoformat()]
+    argv = [sys.executable, "-m", "prime_rl.cli.env_server", "write", *write_args(cfg, plan)]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"\n===== prime-rl launcher: {' '.join(argv)}\n".encode())

@@ -62,7 +62,7 @@ def execute_head(plan: RunPlan, cfg: RLConfig) -> None:
         log.info(f"--clean: removed the previous run's artifacts in {run.root}")
     written = [p for p in plan.env_servers if p.write_root is not None]
     for server in written:
-        log.info(f"rows missing: writing them with `env-server write {cfg.env_server.env} {server.write_root}`")
+        log.info(f"rows missing: writing them with `env-server write {' '.join(envserver.write_args(cfg, server))}`")
         envserver.write_rows(cfg, server, run.log_file("env-server-write"), cfg.startup_timeout_s)
     if written:
         preflight.check_prompt_lengths(plan.config)

@@ -40,6 +40,8 @@ def baseline(cfg: GridSimBaselineConfig) -> None:
     atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in rows))
     se = scores.std(ddof=1) / np.sqrt(len(scores)) if len(scores) > 1 else float("nan")
     cut = f" forward_from {cfg.forward_from.isoformat()}" if cfg.forward_from is not None else ""
+    if cfg.train_from is not None:  # the train split only (the config refuses it with another split)
+        cut += f" train_from {cfg.train_from.isoformat()}"
     print(
         f"policy {cfg.policy} split {cfg.split}{cut} data {cfg.data_label()} tasks {len(rows)} "
         f"mean {scores.mean():.4f} se {se:.4f} median {np.median(scores):.4f} below_0.2 {(scores < 0.2).mean():.3f}"

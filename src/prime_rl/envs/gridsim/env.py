@@ -5,8 +5,9 @@ date-disjoint and drawn with a seed, so the same data always gives the same spli
 whole data (the eval days lie between training days: an interpolation eval). With `forward_from` (an ISO date),
 `train` and `eval` come from the days before it and a third split, `forward` (200 days), from the days on or after
 it: every forward day is later than every training day, as tomorrow's prices are for a model trained today.
-With `train_from` as well, the `train` split keeps only its days on or after that date (the most recent training
-days; `eval` and `forward` are unchanged), e.g. for RL on the year before the cut-off after SFT on every year.
+With `train_from` (with or without `forward_from`), the `train` split keeps only its days on or after that date
+(the most recent training days; `eval` and `forward` are unchanged), e.g. for RL on the year before the cut-off after
+SFT on every year.
 
 The data are, by default, the real ERCOT 2021-2024 hub prices shipped with the package (`gridsim/ercot_data/`), or
 ERCOT's NP4-180-ER files in a folder (`data_dir`, for other years), or seeded synthetic days (`synthetic=True`,
@@ -71,10 +72,12 @@ def parse_forward_from(value: str | dt.date | None, field: str = "forward_from")
     Raises:
         ValueError: not a date in that form (names `field`).
     """
-    if value is None or isinstance(value, dt.date):
-        return None if value is None else value.isoformat()
+    from prime_rl.config.gridsim import iso_date
+
+    if value is None:
+        return None
     try:
-        return dt.date.fromisoformat(str(value).strip()).isoformat()
+        return iso_date(value).isoformat()
     except ValueError:
         raise ValueError(f"gridsim: {field} = {value!r} is not a date YYYY-MM-DD (e.g. 2024-01-01)") from None
 
