@@ -55,7 +55,7 @@ def expected_positions(renderer, roles: set[str]) -> set[int]:
     return out - {0}  # the first token has no prediction
 
 
-@pytest.mark.parametrize("flags", list(itertools.product([False, True], repeat=4)))
+@pytest.mark.parametrize("flags", list(itertools.product([False, True], repeat=4))[1:])  # all-false: refused, below
 def test_loss_mask_positions_per_role(renderer, flags):
     cfg = LossMaskConfig(**dict(zip(("system", "user", "assistant", "tool"), flags, strict=True)))
     s = render_sample(renderer, CONVO, TOOLS, cfg.roles())
@@ -78,3 +78,18 @@ def test_one_role_masks_that_role_s_text(renderer, tokenizer, role, text):
 
 def test_defaults_are_the_reference_s():
     assert LossMaskConfig().roles() == {"assistant"}
+
+
+def test_a_mask_with_no_role_is_refused_naming_the_fields_and_where_they_were_set(tmp_path):
+    """Every role false leaves no loss token in any sample: refused when the config is read (not after the model
+    loads), naming the four fields, the file that set them and the fix."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.trainer import SFTConfig
+
+    with pytest.raises(ValueError, match="all false: no token would carry loss.*set loss_mask.assistant = true"):
+        LossMaskConfig(assistant=False)
+    cfg = tmp_path / "mask.toml"
+    cfg.write_text("[data.loss_mask]\nassistant = false\nsystem = false\n")
+    with pytest.raises(ConfigError, match=rf"nothing to train on.*data.loss_mask.assistant in {cfg}\)"):
+        parse_config(SFTConfig, ["@", str(cfg)])
+    assert LossMaskConfig(assistant=False, tool=True).roles() == {"tool"}

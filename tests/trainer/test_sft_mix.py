@@ -63,8 +63,10 @@ def test_config_checks(tmp_path):
     src = [{"path": "a.jsonl", "weight": 1}, {"path": "b.jsonl", "weight": 3}]
     cfg = SFTConfig(data={"source": src})
     assert cfg.data.path is None and [s.resolved_label() for s in cfg.data.source] == ["a", "b"]
-    with pytest.raises(ValueError, match="unset data.path"):
+    with pytest.raises(ValueError, match="data.source lists the datasets and data.path is set too"):
         SFTConfig(data={"source": src, "path": "c.jsonl"})
+    with pytest.raises(ValueError, match="data.name is set too.*--data.name None"):
+        SFTConfig(data={"source": src, "name": "org/ds"})
     with pytest.raises(ValueError, match="labels must differ"):
         SFTConfig(data={"source": [{"path": "x/a.jsonl"}, {"path": "y/a.jsonl"}]})
     with pytest.raises(ValueError, match="exactly one of path"):
@@ -73,6 +75,27 @@ def test_config_checks(tmp_path):
         SFTConfig(val={"interval": 5})
     with pytest.raises(ValueError, match="weight"):
         SFTConfig(data={"source": [{"path": "a.jsonl", "weight": 0}]})
+
+
+def test_sources_layered_over_a_data_path_name_the_fix_and_it_works(tmp_path):
+    """[[data.source]] in a file layered over one that sets data.path: the error names both files and the two ways
+    to unset data.path; either way the layering then reads the sources alone."""
+    from prime_rl.config.loader import ConfigError, parse_config
+
+    base, mix, unset = tmp_path / "base.toml", tmp_path / "mix.toml", tmp_path / "mix-unset.toml"
+    base.write_text('[data]\npath = "one.jsonl"\nbatch_size = 4\n')
+    sources = '[[data.source]]\npath = "a.jsonl"\n\n[[data.source]]\npath = "b.jsonl"\n'
+    mix.write_text(sources)
+    unset.write_text('[data]\npath = "None"\n\n' + sources)
+    with pytest.raises(ConfigError) as refused:
+        parse_config(SFTConfig, ["@", str(base), "@", str(mix)])
+    msg = str(refused.value)
+    assert "unset it with --data.path None on the command line, or path = \"None\" under [data]" in msg
+    assert f"data.source in {mix}" in msg and f"data.path in {base}" in msg
+    for args in (["@", str(base), "@", str(mix), "--data.path", "None"], ["@", str(base), "@", str(unset)]):
+        cfg = parse_config(SFTConfig, args)
+        assert cfg.data.path is None and [str(s.path) for s in cfg.data.source] == ["a.jsonl", "b.jsonl"]
+        assert cfg.data.batch_size == 4  # the rest of the base's [data] stays
 
 
 def test_sft_cli_fraction_leaving_no_training_rows_exits_2(tiny_model_dir, tmp_path):

@@ -19,14 +19,19 @@ def _submits(cfg: SFTConfig) -> bool:
 
 
 def dry_run(cfg: SFTConfig, name: str = "sft") -> None:
+    """`sft --dry-run`: with [slurm], render (not submit) the sbatch script; else run the checks that load no model
+    (`launcher.sft_preflight`: a failed one prints `sft: error: ...` and exits 2), print them, write the resolved
+    config and exit 0."""
     if _submits(cfg):
         raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_sft")(cfg, sys.argv[1:]))
+    load_impl("prime_rl.launcher.sft_preflight:dry_run_checks")(cfg, name)
     write_dry_run(cfg, name)
 
 
 def run(cfg: SFTConfig) -> None:
     if _submits(cfg):
         raise SystemExit(load_impl("prime_rl.launcher.slurm:submit_sft")(cfg, sys.argv[1:]))
+    load_impl("prime_rl.launcher.sft_preflight:check_sft")(cfg)  # PreflightError: a user error, exit 2
     load_impl("prime_rl.launcher.sft_eval:run" if cfg.eval is not None else "prime_rl.trainer.sft:run")(cfg)
 
 
@@ -36,7 +41,8 @@ main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run
                user_errors=("prime_rl.trainer.model:ModelLoadError",  # a wrong model.name: one line, exit 2
                             "prime_rl.trainer.sft_data:SFTDataError",  # a missing file, a bad row, no hub
                             "prime_rl.monitor.wandb_log:WandbStartError",
-                            "prime_rl.orchestrator.eval_sweep:ResultExists"),  # [eval]: other settings, same folder
+                            "prime_rl.orchestrator.eval_sweep:ResultExists",  # [eval]: other settings, same folder
+                            "prime_rl.launcher.errors:PreflightError"),  # a missing data file, an unknown env.id
                failures=("prime_rl.trainer.engine:TrainingDiverged", "prime_rl.trainer.ckpt:CheckpointError",
                          "prime_rl.trainer.publish:NonFiniteWeights",
                          "prime_rl.launcher.errors:LaunchError",  # [eval]: the inference server died or never started

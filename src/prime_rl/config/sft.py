@@ -25,6 +25,14 @@ class LossMaskConfig(BaseConfig):
         """The roles whose tokens carry loss."""
         return frozenset(r for r in ("system", "user", "assistant", "tool") if getattr(self, r))
 
+    @model_validator(mode="after")
+    def _some_role(self) -> LossMaskConfig:
+        if not self.roles():
+            raise ValueError("loss_mask.system, loss_mask.user, loss_mask.assistant and loss_mask.tool are all false: "
+                             "no token would carry loss, so there is nothing to train on; set loss_mask.assistant = "
+                             "true (the default), or another role")  # fmt: skip
+        return self
+
 
 class SFTSourceConfig(DatasetSource):
     """One dataset of a mixture: rows from `path` or a Hugging Face dataset `name`, drawn with relative `weight`."""

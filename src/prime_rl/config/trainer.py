@@ -286,7 +286,13 @@ class SFTDataConfig(DatasetSource):
     def _one_source(self) -> SFTDataConfig:
         if self.source:
             if self.name is not None or ("path" in self.model_fields_set and self.path is not None):
-                raise ValueError("data.source lists the datasets: unset data.path and data.name")
+                field = "data.name" if self.name is not None else "data.path"
+                raise ValueError(
+                    f"data.source lists the datasets and {field} is set too: rows come from one of them. To layer "
+                    f"[[data.source]] over a config that sets {field}, unset it with --{field} None on the command "
+                    f"line, or {field[5:]} = \"None\" under [data] in the file that adds [[data.source]]; else remove "
+                    f"{field}"
+                )
             labels = [s.resolved_label() for s in self.source]
             if len(set(labels)) != len(labels):
                 raise ValueError(f"data.source labels must differ (got {labels}): set label in each [[data.source]]")

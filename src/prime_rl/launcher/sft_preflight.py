@@ -1,0 +1,95 @@
+"""`sft`'s checks that load no model and start nothing, run by `sft --dry-run` (which prints them) and before a run
+loads its model: every local data file exists, and every `[[eval.source]]` names a registered environment (an
+unknown one would otherwise fail at the first eval, after `eval.interval` steps of training). A loss mask with no
+role on (`data.loss_mask`) is refused when the config is read (`config.sft.LossMaskConfig`).
+
+Each failure raises `PreflightError` (exit 2) naming the field, where it was set and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prime_rl.config.trainer import SFTConfig
+from prime_rl.launcher.errors import PreflightError
+
+CHECK_TEXT = {
+    "data": "every local data file (data.path, [[data.source]] path, val.data.path) exists",
+    "eval environments": "every [[eval.source]] env.id is a registered environment or an import path that imports",
+}
+"""What each check looks at, for the dry run's report."""
+
+
+def check_sft(cfg: SFTConfig) -> list[str]:
+    """Run every check on `cfg`; the names of those that ran (keys of `CHECK_TEXT`).
+
+    Raises:
+        PreflightError: a data file is missing, or an eval source's `env.id` is unknown or does not import.
+    """
+    check_data_files(cfg)
+    ran = ["data"]
+    if cfg.eval is not None:
+        check_eval_envs(cfg)
+        ran.append("eval environments")
+    return ran
+
+
+def data_files(cfg: SFTConfig) -> list[tuple[str, Path]]:
+    """`(field, path)` of every local file or folder `cfg` reads rows from (Hugging Face dataset names excluded)."""
+    out = []
+    if cfg.data.path is not None:
+        out.append(("data.path", cfg.data.path))
+    out += [(f"data.source.{i}.path", s.path) for i, s in enumerate(cfg.data.source) if s.path is not None]
+    if cfg.val is not None and cfg.val.data is not None and cfg.val.data.path is not None:
+        out.append(("val.data.path", cfg.val.data.path))
+    return out
+
+
+def check_data_files(cfg: SFTConfig) -> None:
+    """Every local data file or folder of `cfg` exists (`data_files`).
+
+    Raises:
+        PreflightError: names the first missing one, where it was set, the working directory relative paths are
+            read from, and the fix."""
+    from prime_rl.config.loader import where_set
+
+    for field, path in data_files(cfg):
+        if not Path(path).expanduser().exists():
+            raise PreflightError(
+                f"{field} = {str(path)!r}{where_set(field)}: no such file or folder (relative paths are read from the "
+                f"working directory {Path.cwd()}); write the rows there (`prime-rl sft-data`, `prime-rl export-sft`), "
+                f"or set {field} to an existing .jsonl/.parquet/... file or dataset folder"
+            )
+
+
+def check_eval_envs(cfg: SFTConfig) -> None:
+    """Every `[[eval.source]]` with an `env.id` names a registered environment or an import path that imports
+    (`envs.base.ENVS`; nothing is built).
+
+    Raises:
+        PreflightError: the registry's message (the field, the value, the registered names), with the source's name."""
+    from prime_rl.envs.base import ENVS
+    from prime_rl.registry import RegistryError
+
+    for i, src in enumerate(cfg.eval.source or []):
+        if src.env.id is None:  # a remote taskset: its rows are checked where it is loaded
+            continue
+        field = f"eval.source.{i}.env.id"
+        try:
+            ENVS.get(src.env.id, field=f"{field} (source {src.name!r})")
+        except RegistryError as e:
+            raise PreflightError(str(e)) from None
+
+
+def dry_run_checks(cfg: SFTConfig, name: str = "sft") -> None:
+    """`sft --dry-run`'s part before the resolved config is written: run `check_sft` and print what was checked;
+    a failed check prints `NAME: error: ...` and exits 2 (no traceback)."""
+    import sys
+
+    try:
+        ran = check_sft(cfg)
+    except PreflightError as e:
+        print(f"{name}: error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+    print("checked (no model loaded, nothing started):")
+    for check in ran:
+        print(f"  ok  {check}: {CHECK_TEXT[check]}")
