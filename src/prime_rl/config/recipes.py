@@ -28,7 +28,8 @@ class GateConfig(BaseConfig):
         ge=1.0,
         description="A step examines groups holding at most ceil(factor * batch_size) rollouts (ceil(factor * "
         "batch_size / group_size) groups of one size); when they are spent, it trains the groups that passed and "
-        "fills the batch with rejected ones, out of the loss (logged).",
+        "fills the batch with rejected ones, out of the loss (logged). Set while reject_uniform and advantage_range "
+        "are unset, it is refused (it turns nothing on); with reject_uniform = false set, warned about.",
     )
     keep_for_kl: bool = Field(
         False,
@@ -70,7 +71,11 @@ class CurriculumConfig(BaseConfig):
     """Which tasks the train stream plays more often. `difficulty_pool`: a task whose recent rollouts all passed
     (easy) or all failed (hard) is drawn with a lower weight."""
 
-    sampler: Literal["uniform", "difficulty_pool"] = Field("uniform", description="uniform = every task alike.")
+    sampler: Literal["uniform", "difficulty_pool"] = Field(
+        "uniform",
+        description="uniform = every task alike; difficulty_pool = the fields below apply (set while sampler is unset "
+        "they are refused; with sampler = \"uniform\" set, warned about).",
+    )
     window: int = Field(16, gt=0, description="Recent rollouts per task that make its pass rate.")
     min_rollouts: int = Field(4, gt=0, description="Rollouts a task needs in its window before it counts as easy/hard.")
     easy_weight: float = Field(0.1, gt=0, le=1, description="Sampling weight of a task whose window is all passes.")
