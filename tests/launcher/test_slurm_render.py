@@ -203,7 +203,7 @@ def test_settings_that_would_not_take_effect_are_refused(cls, args, msg):
 
 
 def node_local_args(tmp: Path, *extra: str) -> list[str]:
-    """`multi_args` with one trainer node (what the collective weight transport supports), no shared filesystem."""
+    """`multi_args` with one trainer node, no shared filesystem, collective weights and tcp rollouts."""
     args = multi_args(tmp, "--deployment.shared-fs", "false", "--rollout-transport.type", "tcp",
                       "--weight-transport.type", "collective", *extra)  # fmt: skip
     args[args.index("--deployment.num-train-nodes") + 1] = "1"

@@ -459,5 +459,5 @@ def check_shared_fs(cfg: RLConfig) -> None:
                          "rollouts/step_N/ written on the orchestrator's node; set [rollout_transport] type = 'tcp', "
                          "or put output_dir on a shared filesystem (shared_fs = true)")
     if cfg.resume or cfg.trainer.ckpt.resuming:
-        raise ValueError(f"{why} with resume: not supported (the trainer's checkpoints are on the trainer node, the "
+        raise ValueError(f"{why} with resume: not supported (the trainer's checkpoints are on the trainer nodes, the "
                          "orchestrator's on its own); start a fresh run, or use a shared filesystem")
