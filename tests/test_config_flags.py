@@ -100,6 +100,19 @@ def test_a_boolean_flag_takes_true_false_in_any_case_none_where_allowed_and_leav
         bind_args(Toy, ["--flag", "x"])
 
 
+@pytest.mark.parametrize("args,dry_run,clean", [
+    (["--dry-run", "@", RL_TOML], True, False),
+    (["--clean", "--dry-run", "@", RL_TOML], True, True),
+    (["--no-clean", "@", RL_TOML, "--dry-run"], True, False),
+    (["--dry-run", "@", RL_TOML, "--no-dry-run"], False, False),
+])  # fmt: skip
+def test_a_boolean_flag_before_an_at_file_is_set_and_the_file_read(args, dry_run, clean):
+    # `--x @ file` is a section's "load this file into x"; for a boolean it is the flag, then the file
+    cfg = parse_config(RLConfig, args)
+    assert (cfg.dry_run, cfg.clean) == (dry_run, clean)
+    assert cfg.orchestrator.train.source[0].name == "gridsim"  # the file was read
+
+
 def test_bool_word_from_the_command_line_exits_2_without_traceback(tmp_path, capsys, monkeypatch):
     from prime_rl.cli.rl import main
 

@@ -94,6 +94,13 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
         elif kind == "bool|None" and nxt == "None":
             out[-1] = TypedAs(f"{tok}=None", tok)  # the loader would read `--x None` as `--x` (true) and a stray word
             pos += 1
+        elif kind.startswith(("bool", "negated")) and nxt.startswith("@"):
+            # `--x @ file` would load the file into `x` (a section's form): a bare boolean is `--x true`
+            if kind == "negated":
+                out[-1] = TypedAs("--" + tok[5:], tok)  # `--no-x` -> `--x false`
+                out.append("false")
+            else:
+                out.append("true")
         elif kind.startswith(("bool", "negated")) and not nxt.startswith(("-", "@")):
             after_bool[len(bare)] = tok  # a positional field's value, or else a wrong value of this flag
         elif kind.startswith(("bool", "negated")) and nxt[1:2].isdigit():
