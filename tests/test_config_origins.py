@@ -64,3 +64,15 @@ def test_an_item_of_a_list_given_by_a_json_flag_names_the_flag_not_the_file():
     assert "orchestrator.train.source[0].env.agent.max_turns: Input should be a valid integer" in msg
     assert "(got 'x') (from --orchestrator.train.source)" in msg and rl_toml not in msg, msg
     assert "orchestrator.train.source[0].wieght: unknown key (got 1) (from --orchestrator.train.source)" in msg
+
+
+@pytest.mark.parametrize("dotted", ["data.source.1.path", "data.source[1].path"])
+def test_where_set_finds_a_list_entrys_field_in_the_file_that_set_it(tmp_path, dotted):
+    from prime_rl.config.loader import where_set
+    from prime_rl.config.trainer import SFTConfig
+
+    cfg = toml(tmp_path, "sft.toml", '[[data.source]]\npath = "a.jsonl"\n[[data.source]]\npath = "b.jsonl"\n')
+    parse_config(SFTConfig, ["@", cfg, "--max-steps", "3"])
+    assert where_set(dotted) == f" (in {cfg})"
+    assert where_set("data.source.2.path") == ""  # no such entry in the file
+    assert where_set("max_steps") == " (from --max-steps)"

@@ -19,12 +19,14 @@ arguments set."""
 
 
 def where_set(dotted: str) -> str:
-    """Where the command line this process parsed last (`parse_config`) set the field `dotted` (`a.b_c`): ` (from
-    --a.b-c)`, ` (in FILE)` for the last `@` file whose TOML holds it, or "" (a default, a value derived by a
-    validator or the launcher, or nothing parsed). Checks that run after parsing name their field with it."""
+    """Where the command line this process parsed last (`parse_config`) set the field `dotted` (`a.b_c`; a list
+    entry as `a.0.b` or `a[0].b`): ` (from --a.b-c)`, ` (in FILE)` for the last `@` file whose TOML holds it, or ""
+    (a default, a value derived by a validator or the launcher, or nothing parsed). Checks that run after parsing
+    name their field with it."""
     if not PARSED["argv"]:
         return ""
-    return origin(tuple(dotted.split(".")), PARSED["argv"], PARSED["positional"])
+    loc = tuple(int(p) if p.isdigit() else p for p in dotted.replace("[", ".").replace("]", "").split("."))
+    return origin(loc, PARSED["argv"], PARSED["positional"])
 
 
 def fields_origin(loc: tuple, paths: list[tuple[str, ...]], argv: list[str],
