@@ -138,7 +138,8 @@ def _batch_values(batch):
 
 async def test_workers_give_the_in_process_batches(tmp_path, tok):
     """A seeded synchronous run (max_async_level = 0: every rollout of step N sampled with policy N - 1) cuts the
-    same groups into the same packed batches with 2 workers as in-process."""
+    same groups into the same packed batches with 2 workers as in-process; the archive names the worker of each
+    rollout (none in-process), and the step metrics count each worker's rollouts."""
     inproc = _cfg(tmp_path / "a", 0)
     workers = _cfg(tmp_path / "b", 2)
     _, seen0, _ = await _run(inproc, tok)
@@ -147,7 +148,10 @@ async def test_workers_give_the_in_process_batches(tmp_path, tok):
     for step in (1, 2, 3):
         rows0, rows2 = _archive(inproc.output_dir, step), _archive(workers.output_dir, step)
         assert [r["rollout_id"] for r in rows0] == [r["rollout_id"] for r in rows2]
-        assert len(rows0) == 8 and rows0 == rows2
+        assert {r["worker"] for r in rows0} == {None} and {r["worker"] for r in rows2} <= {0, 1}
+        assert len(rows0) == 8 and [{**r, "worker": None} for r in rows2] == rows0
+        counts = {k: sum(r["worker"] == k for r in rows2) for k in (0, 1)}
+        assert {k: out2[step - 1].get(f"worker_rollouts/{k}", 0) for k in (0, 1)} == counts
         assert {v for r in rows2 for v in r["policy_versions"]} == {step - 1}
         assert _batch_values(seen0[step]) == _batch_values(seen2[step])
     # the group ids are those of the stream's draw order: 2 groups of 4 per step

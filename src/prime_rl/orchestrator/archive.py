@@ -32,8 +32,9 @@ def rollout_record(rollout: Rollout, step: int, split: str, *, logprobs: bool = 
     `prompt_messages` (how many of `messages` are the task's prompt), `tools` (the task's function schemas),
     `reward`, `advantage` (the estimator's, before `loss_aggregation` scaling), `env_metrics`, `policy_versions`
     (one per model turn), `masked`, `filtered`, `trained` (its samples went to the packer: neither masked nor
-    filtered), `error_kind`, `error_message`, `num_turns`, `truncated`, `temperature`, `duration_s` (seconds), and
-    `samples`: per sample `token_ids` [T], `loss_mask` [T] (1 = sampled by the policy) and, with `logprobs`, the
+    filtered), `error_kind`, `error_message`, `num_turns`, `truncated`, `temperature`, `duration_s` (seconds),
+    `worker` (the rollout worker process that played it, orchestrator.workers; null when played in the orchestrator
+    process), and `samples`: per sample `token_ids` [T], `loss_mask` [T] (1 = sampled by the policy) and, with `logprobs`, the
     inference `logprobs` [T] (0.0 off the loss mask).
     """
     samples = []
@@ -65,6 +66,7 @@ def rollout_record(rollout: Rollout, step: int, split: str, *, logprobs: bool = 
         "truncated": rollout.truncated,
         "temperature": rollout.temperature,
         "duration_s": rollout.duration_s,
+        "worker": rollout.worker,
         "samples": samples,
     }
 

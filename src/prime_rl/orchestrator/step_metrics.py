@@ -17,7 +17,8 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
     reward: mean over unmasked rollouts; trainable: rollouts that carry loss (unmasked, not filtered, sampled
     tokens, nonzero advantage); turns: mean model turns; error_pct: masked rollouts; truncated_pct: rollouts cut by
     a token budget; max_off_policy: (N - 1) - oldest policy version in the batch; adv_abs_mean: mean |advantage|
-    over unmasked rollouts; zero_spread_groups_pct: groups whose advantages are all zero (no learning signal).
+    over unmasked rollouts; zero_spread_groups_pct: groups whose advantages are all zero (no learning signal);
+    worker_rollouts/<i>: the step's rollouts played by rollout worker i (only with orchestrator.workers.count > 0).
     """
     rollouts = batch.rollouts
     count = len(rollouts)
@@ -60,6 +61,12 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
             errors[rollout.error_kind or "unknown"] += 1
     for kind, num in errors.items():
         metrics[f"errors/{kind}"] = num
+    played: dict[int, int] = defaultdict(int)
+    for rollout in rollouts:
+        if rollout.worker is not None:
+            played[rollout.worker] += 1
+    for worker in sorted(played):
+        metrics[f"worker_rollouts/{worker}"] = played[worker]
     by_source: dict[str, list] = defaultdict(list)
     env_metrics: dict[str, list] = defaultdict(list)
     for rollout in ok:

@@ -73,6 +73,7 @@ class Rollout:
     filtered: bool = False  # out of the loss: zero-advantage group (advantage.filter_zero) or truncated (mask_truncated)
     temperature: float = 1.0
     duration_s: float = 0.0
+    worker: int | None = None  # the rollout worker process that played it (orchestrator.workers); None: in-process
 
     def mask(self, kind: str, message: str) -> None:
         """Mask this rollout: no loss, out of its group's baseline; `kind` and `message` say why."""

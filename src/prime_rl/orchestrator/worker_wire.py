@@ -12,7 +12,8 @@ A job (`Job`) names the task by its source index and position in the source's tr
 same sources from the same config; the task id is sent too and checked), and carries the sampling settings
 (`SamplingConfig` as msgpack bytes, so a worker validates each distinct one once), the per-rollout limits and the
 policy version the orchestrator had loaded when the job was sent. A rollout travels as every `Rollout` field but
-its task (the scheduler has it) and its samples as `[token_ids, loss_mask, logprobs, teacher_logprobs]` lists.
+its task (the scheduler has it) and its `worker` (the scheduler sets it), its samples as `[token_ids, loss_mask,
+logprobs, teacher_logprobs]` lists.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import msgpack
 from prime_rl.envs.base import Task
 from prime_rl.orchestrator.types import Rollout, Sample
 
-_ROLLOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Rollout) if f.name not in ("task", "samples"))
+_ROLLOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Rollout) if f.name not in ("task", "samples", "worker"))
 
 
 @dataclass
@@ -73,8 +74,9 @@ def rollout_to_wire(rollout: Rollout) -> dict[str, Any]:
     return out
 
 
-def rollout_from_wire(values: dict[str, Any], task: Task) -> Rollout:
-    """The rollout `rollout_to_wire` encoded, with its `task` put back.
+def rollout_from_wire(values: dict[str, Any], task: Task, worker: int | None = None) -> Rollout:
+    """The rollout `rollout_to_wire` encoded, with its `task` put back and `worker` (the index of the worker that
+    played it) recorded.
 
     Raises:
         ValueError: a field is missing or unknown (the worker runs other code than the orchestrator).
@@ -87,4 +89,4 @@ def rollout_from_wire(values: dict[str, Any], task: Task) -> Rollout:
         )
     fields = {name: values[name] for name in _ROLLOUT_FIELDS}
     samples = [Sample(ids, mask, logprobs, teacher) for ids, mask, logprobs, teacher in values["samples"]]
-    return Rollout(task=task, samples=samples, **fields)
+    return Rollout(task=task, samples=samples, worker=worker, **fields)

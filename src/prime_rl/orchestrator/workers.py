@@ -232,7 +232,7 @@ class WorkerPool:
                                                      f"{message[2]}"))  # fmt: skip
                     continue
                 try:
-                    future.set_result(rollout_from_wire(message[2], task))
+                    future.set_result(rollout_from_wire(message[2], task, worker))
                 except (ValueError, TypeError) as e:
                     future.set_exception(WorkerError(f"rollout worker {worker} sent {message[1]} malformed: {e}"))
             else:
