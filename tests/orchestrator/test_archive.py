@@ -22,7 +22,7 @@ from prime_rl.cli.prime_rl import main as prime_rl
 from prime_rl.config.archive import ArchiveConfig
 from prime_rl.envs.base import Task
 from prime_rl.monitor.archive import ArchiveTornTail, archived_steps, read_records, split_file
-from prime_rl.orchestrator.archive import ArchiveWriter, append_members
+from prime_rl.orchestrator.archive import COMPRESSLEVEL, ArchiveWriter, append_members, json_lines
 from prime_rl.orchestrator.types import Rollout, Sample
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_torn_and_corrupt_tails_are_skipped_with_a_warning(tmp_path):
     recs = [{"i": i} for i in range(9)]
     append_members(path, recs, per_member=3)
     data = path.read_bytes()
-    third = data.index(gzip.compress(b'{"i": 6}\n{"i": 7}\n{"i": 8}\n', compresslevel=6, mtime=0))  # the 3rd member's start
+    third = data.index(gzip.compress(b'{"i":6}\n{"i":7}\n{"i":8}\n', compresslevel=COMPRESSLEVEL, mtime=0))  # 3rd member
     path.write_bytes(data[: third + 10])  # torn inside the third member
     with pytest.warns(ArchiveTornTail, match=f"incomplete member at byte {third}"):
         assert read_records(path) == recs[:6]
@@ -107,6 +107,18 @@ def test_torn_and_corrupt_tails_are_skipped_with_a_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert read_records(path) == recs
+
+
+def test_values_json_cannot_hold_are_written_readably(tmp_path):
+    """NaN and infinities are written as null (standard JSON), non-string keys and objects as their text; a record
+    orjson refuses (an integer beyond 64 bits) is written by the standard library, and every line reads back."""
+    path = tmp_path / "train.jsonl.gz"
+    recs = [{"reward": float("nan"), "advantage": float("inf"), "m": {1: "a"}, "p": Path("/x/y"), "s": "é"},
+            {"big": 2**70, "i": 1}, {"i": 2}]  # fmt: skip
+    append_members(path, recs, per_member=2)
+    assert read_records(path) == [{"reward": None, "advantage": None, "m": {"1": "a"}, "p": "/x/y", "s": "é"},
+                                  {"big": 2**70, "i": 1}, {"i": 2}]  # fmt: skip
+    assert json_lines([{"s": "é"}]) == '{"s":"é"}\n'.encode()  # UTF-8, not escaped
 
 
 KILLED_WRITER = """

@@ -19,9 +19,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from prime_rl.config.archive import ArchiveConfig
 from prime_rl.monitor.archive import archive_dir, archived_steps, split_file
 from prime_rl.orchestrator.types import Rollout
+
+# gzip level of the archive's members: the fastest (readers decompress any level); the encode and compress run in
+# the orchestrator process, which every rollout passes through (docs/scaling.md, control plane)
+COMPRESSLEVEL = 1
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 
 
 def rollout_record(rollout: Rollout, step: int, split: str, *, logprobs: bool = False) -> dict[str, Any]:
@@ -39,7 +46,7 @@ def rollout_record(rollout: Rollout, step: int, split: str, *, logprobs: bool = 
     """
     samples = []
     for sample in rollout.samples:
-        record: dict[str, Any] = {"token_ids": list(sample.token_ids), "loss_mask": [int(b) for b in sample.loss_mask]}
+        record: dict[str, Any] = {"token_ids": list(sample.token_ids), "loss_mask": list(map(int, sample.loss_mask))}
         if logprobs:
             record["logprobs"] = list(sample.logprobs)
         samples.append(record)
@@ -71,14 +78,28 @@ def rollout_record(rollout: Rollout, step: int, split: str, *, logprobs: bool = 
     }
 
 
+def json_lines(records: Sequence[dict[str, Any]]) -> bytes:
+    """`records` as UTF-8 JSON lines, encoded with orjson: values JSON cannot hold are written as their text
+    (`str`), dict keys that are not strings as their text, and NaN and +-Infinity as `null` (standard JSON, which
+    `jq` and other readers accept). A record orjson refuses (an integer beyond 64 bits, nesting deeper than 254) is
+    encoded by the standard library's `json` instead."""
+    out = []
+    for record in records:
+        try:
+            out.append(orjson.dumps(record, default=str, option=_ORJSON_OPTIONS))
+        except orjson.JSONEncodeError:
+            out.append((json.dumps(record, default=str, ensure_ascii=False) + "\n").encode())
+    return b"".join(out)
+
+
 def append_members(path: Path, records: Sequence[dict[str, Any]], per_member: int, *, replace: bool = False) -> None:
-    """Append `records` to `path` as gzip members of at most `per_member` JSON lines each, one write and one fsync
-    per member (`replace`: truncate the file first). Values JSON cannot hold are written as text."""
+    """Append `records` to `path` as gzip members of at most `per_member` JSON lines each (`json_lines`), one write
+    and one fsync per member (`replace`: truncate the file first). Members are compressed at
+    `COMPRESSLEVEL`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb" if replace else "ab") as f:
         for i in range(0, len(records), per_member):
-            text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in records[i : i + per_member])
-            f.write(gzip.compress(text.encode(), compresslevel=6, mtime=0))
+            f.write(gzip.compress(json_lines(records[i : i + per_member]), compresslevel=COMPRESSLEVEL, mtime=0))
             f.flush()
             os.fsync(f.fileno())
 
