@@ -2,9 +2,9 @@
 no unknown field), and the manifests agree with what prime-rl relies on: the embedded configs parse with our
 config classes, the orchestrator has one URL per inference replica (pod DNS name and port of the StatefulSet and
 its headless Service), one trainer rank per batch file (pods x torchrun processes), the env server's address and
-bearer token, the c10d rendezvous on trainer pod 0, one shared run directory mounted at the same path in every
-pod, and entry points that exist. The Dockerfiles install the way the README does. Neither is run in CI (no
-cluster, no Docker daemon there)."""
+bearer token, torchrun's static rendezvous on trainer pod 0 with the pod's index as node rank (trainer rank 0 on
+pod 0), one shared run directory mounted at the same path in every pod, and entry points that exist. The
+Dockerfiles install the way the README does. Neither is run in CI (no cluster, no Docker daemon there)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,11 @@ def test_configs_parse_and_agree_with_the_objects():
     assert orch.num_train_ranks == job["spec"]["completions"] * int(opt["--nproc-per-node"])
     assert opt["--nnodes"] == str(job["spec"]["completions"]) and job["spec"]["completionMode"] == "Indexed"
     tsvc = by_kind("Service", "prime-rl-trainer")
-    assert opt["--rdzv-endpoint"] == f"{job['metadata']['name']}-0.{pod_spec(job)['subdomain']}:{tsvc['spec']['ports'][0]['port']}"
+    # static rendezvous: node rank = completion index, so pod i runs ranks i x procs.. and rank 0 is on pod 0 (c10d
+    # would order the pods by address and put rank 0 on any of them)
+    assert opt["--rdzv-backend"] == "static" and "--rdzv-endpoint" not in opt
+    assert opt["--master-addr"] == f"{job['metadata']['name']}-0.{pod_spec(job)['subdomain']}"
+    assert opt["--master-port"] == str(tsvc["spec"]["ports"][0]["port"])
     assert pod_spec(job)["subdomain"] == tsvc["metadata"]["name"] and opt["--node-rank"] == "$(JOB_COMPLETION_INDEX)"
 
     env_svc, env_dep = by_kind("Service", "prime-rl-env-server"), by_kind("Deployment", "prime-rl-env-server")
