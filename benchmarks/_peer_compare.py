@@ -72,7 +72,7 @@ def workloads(args) -> dict[str, Workload]:
     (rg_source,) = tomllib.loads(rg_config.read_text())["orchestrator"]["train"]["source"]
     rgym = Workload(
         "reasoning-gym", "reasoning-gym", rg_config, 30, [],
-        {"prompts-per-step": 8, "group-size": 8, "lr": 5e-5, "scheduler": "constant", "temperature": 1.0,
+        {"prompts-per-step": 8, "group-size": 8, "lr": 2e-5, "scheduler": "constant", "temperature": 1.0,
          "max-completion-tokens": 32, "max-grad-norm": 1.0, "renderer": "auto"},
         env_args=rg_source["env"]["args"],
     )  # fmt: skip
