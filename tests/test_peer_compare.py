@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -39,3 +41,25 @@ def test_table_ratios():
     assert "| 128.0 | 320.0 | 0.40 |" in text  # rollouts/s 64 / 0.5 and 64 / 0.2
     assert "+0.100 (difference)" in text
     assert "| trainer: publishing the policy version | 0.020 |" in text
+
+
+def test_reasoning_gym_workload_trains_on_the_examples_items():
+    """TRL's side gets examples/reasoning_gym/rl.toml's env.args and learning rate, so both sides see the same items."""
+    import tomllib
+
+    pc = _pc()
+    w = pc.workloads(None)["reasoning-gym"]
+    cfg = tomllib.loads((REPO / "examples/reasoning_gym/rl.toml").read_text())
+    (src,) = cfg["orchestrator"]["train"]["source"]
+    assert w.env_args == src["env"]["args"] and w.config == REPO / "examples/reasoning_gym/rl.toml"
+    assert w.trl["lr"] == cfg["trainer"]["optim"]["lr"]
+    assert w.trl["max-completion-tokens"] == cfg["orchestrator"]["train"]["sampling"]["max_completion_tokens"]
+    assert w.trl["prompts-per-step"] * w.trl["group-size"] == cfg["orchestrator"]["batch_size"]
+
+
+def test_reuse_prime_refuses_a_run_without_evals(tmp_path):
+    pc = _pc()
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "orchestrator.toml").write_text("")
+    with pytest.raises(FileNotFoundError, match="no step_N.jsonl"):
+        pc.reuse_prime(tmp_path)
