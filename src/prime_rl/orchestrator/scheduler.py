@@ -310,7 +310,7 @@ class Scheduler:
             f"orchestrator.max_off_policy_steps={self.max_off_policy_steps}). The inference backend does not record "
             "the policy version it samples with; a backend must report the version it serves on every generate "
             "result (`policy_version`, docs/extending.md) and load each new one in `update_weights`. Raising "
-            "orchestrator.max_off_policy_steps only postpones this stop."
+            "orchestrator.max_off_policy_steps only delays this error."
         )
 
     def _step_full(self, groups: list[Group]) -> bool:
