@@ -30,6 +30,7 @@ from prime_rl.envs.base import Environment, Episode, Task, VerifyResult
 from prime_rl.envs.gridsim import prompts
 from prime_rl.envs.gridsim.battery import HOURS, optimal_profits, optimal_schedule, score, simulate, validate_schedule
 from prime_rl.envs.gridsim.data import HUBS, PACKAGED_YEARS, PriceTable, load_ercot, load_packaged
+from prime_rl.envs.gridsim.dates import iso_date
 from prime_rl.envs.gridsim.synthetic import synthetic_days
 from prime_rl.monitor.logger import get_logger
 
@@ -72,8 +73,6 @@ def parse_forward_from(value: str | dt.date | None, field: str = "forward_from")
     Raises:
         ValueError: not a date in that form (names `field`).
     """
-    from prime_rl.config.gridsim import iso_date
-
     if value is None:
         return None
     try:
