@@ -87,3 +87,19 @@ def test_recipe_settings_switched_off_by_a_layer_are_warned_on_rls_console(tmp_p
     assert (f"warning: orchestrator.curriculum.window (in {base}): curriculum.window is set, but curriculum.sampler = "
             "'uniform'") in out  # fmt: skip
     assert f"warning: orchestrator.gate.max_resample_factor (in {base}): gate.max_resample_factor = 3 is set" in out
+
+
+def test_recipe_settings_at_their_default_switched_off_by_a_flag_are_warned(tmp_path, tiny):  # noqa: F811
+    """The base sets the gate's factor and a pool field at their defaults; a flag turns the recipes off: both are
+    warned about, named where they were set (the value being the default does not make them act)."""
+    from prime_rl.launcher.notices import inert_recipes
+
+    rows_at(tmp_path / "gym-root")
+    base = tmp_path / "recipes.toml"
+    base.write_text("[orchestrator.gate]\nreject_uniform = true\nmax_resample_factor = 2.0\n\n"
+                    "[orchestrator.curriculum]\nsampler = \"difficulty_pool\"\nwindow = 16\n")  # fmt: skip
+    cfg = cfg_of(demo_args(tmp_path, tiny, None, None, "@", str(base), "--orchestrator.gate.reject-uniform", "false",
+                           "--orchestrator.curriculum.sampler", "uniform"))  # fmt: skip
+    lines = inert_recipes(cfg)
+    assert [line.split(":")[0] for line in lines] == [f"orchestrator.gate.max_resample_factor (in {base})",
+                                                      f"orchestrator.curriculum.window (in {base})"]  # fmt: skip

@@ -3,6 +3,7 @@ difficulty-pool curriculum (`[orchestrator.curriculum]`) and the length penalty 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -199,16 +200,29 @@ def recipe_problem(orch: Any) -> str | None:
     return token_batch_problem(orch) or length_penalty_problem(orch)
 
 
-def inert_recipe_settings(orch: Any) -> list[tuple[list[str], str]]:
+def inert_recipe_settings(orch: Any, where: Callable[[str], str] | None = None) -> list[tuple[list[str], str]]:
     """Recipe settings of the orchestrator config `orch` that take no effect because their switch is set off, e.g.
     by a layered config turning a base's gate or curriculum off (a setting whose switch was never set is refused
     when the config is read): `(fields, message)` pairs, the fields dotted under the orchestrator. `rl` prints them
-    as warnings (console and dry run); the orchestrator logs them at start."""
+    as warnings (console and dry run); the orchestrator logs them at start.
+
+    `where(field)` says where the command line set the dotted orchestrator field (` (in FILE)`, ` (from --flag)`,
+    "" for a default; `config.origin.where_set`). A setting is reported when a layer other than the one that set
+    its switch off set it, whatever its value (the default too: it was meant to act), or when it differs from its
+    default; a setting given at its default in the same place as the switch (a resolved config, which holds every
+    field, or a config built in code: `where` None) is not."""
+    where = where or (lambda field: "")
+
+    def inert(section: str, field: str, default: Any, switches: tuple[str, ...]) -> bool:
+        value, here = getattr(getattr(orch, section), field), where(f"{section}.{field}")
+        return value != default or bool(here) and here not in {where(f"{section}.{s}") for s in switches}
+
     out = []
     gate, cur = orch.gate, orch.curriculum
-    if not gate.enabled and gate.max_resample_factor != GateConfig.model_fields["max_resample_factor"].default:
+    factor = GateConfig.model_fields["max_resample_factor"].default
+    if not gate.enabled and inert("gate", "max_resample_factor", factor, ("reject_uniform", "advantage_range")):
         out.append((["gate.max_resample_factor"], _inert_factor(gate)))
-    named = [f for f in POOL_FIELDS if getattr(cur, f) != CurriculumConfig.model_fields[f].default]
+    named = [f for f in POOL_FIELDS if inert("curriculum", f, CurriculumConfig.model_fields[f].default, ("sampler",))]
     if cur.sampler != "difficulty_pool" and named:
         out.append(([f"curriculum.{f}" for f in named], _inert_pool(cur, named)))
     return out

@@ -53,7 +53,7 @@ def inert_recipes(cfg: Any) -> list[str]:
     from prime_rl.launcher.fields import as_set
 
     out = []
-    for fields, message in inert_recipe_settings(cfg.orchestrator):
+    for fields, message in inert_recipe_settings(cfg.orchestrator, lambda f: as_set(cfg, f"orchestrator.{f}")[1]):
         named = [f"{name}{where}" for name, where in (as_set(cfg, f"orchestrator.{f}") for f in fields)]
         out.append(f"{', '.join(named)}: {message}")
     return out

@@ -370,7 +370,7 @@ async def _main(cfg: OrchestratorConfig) -> None:
     from prime_rl.config.recipes import inert_recipe_settings
     from prime_rl.models.renderer import load_tokenizer, make_renderer
 
-    for fields, message in inert_recipe_settings(cfg):  # a switch set off (refused when never set)
+    for fields, message in inert_recipe_settings(cfg, where_set):  # a switch set off (refused when never set)
         log.warning("%s: %s", ", ".join(f + where_set(f) for f in fields), message)
     tok = load_tokenizer(cfg.model.name, cfg.model.chat_template)
     renderer = make_renderer(tok, cfg.renderer)
