@@ -93,6 +93,36 @@ def test_control_plane_bound():
     assert one.control_plane_busy == pytest.approx(1.0)
 
 
+def test_scheduler_bound_whatever_the_workers():
+    # 16 one-turn rollouts a step; inference decodes them in 1 s, 1 worker spends 16 x 0.25 = 4 s, the trainer and
+    # weights are free; the one scheduler process takes 1 s per finished rollout: it is busy without a gap (two steps'
+    # rollouts in flight keep its queue full), so a step takes 16 x 1 s and rollouts/s = 1 / 1 s, on 1 worker or 4
+    c = {"pipeline__batch_size": 16, "pipeline__max_inflight": 32, "pipeline__max_async_level": 1,
+         "trainer__tokens_per_s": 1e9, "weights__publish_s": 0.0, "weights__load_s": 0.0,
+         "inference__peak_batch": 16, "inference__peak_tokens_per_s": 1600}  # fmt: skip
+    runs = [simulate(cfg(**c, control_plane={"workers": w, "cpu_per_turn_s": 0.25, "scheduler_cpu_per_rollout_s": 1.0}))
+            for w in (1, 4)]  # fmt: skip
+    for r in runs:
+        assert r.step_time_s == pytest.approx(16.0)
+        assert r.rollouts_per_s == pytest.approx(1.0)
+        assert r.scheduler_busy == pytest.approx(1.0)
+    assert runs[0].control_plane_busy == pytest.approx(4.0 / 16.0)  # the worker is 25% busy
+    # 4 workers take the groups in turn: each does 1 group of 8 turns per 2 steps (2 s of 32 s)
+    assert runs[1].control_plane_busy == pytest.approx(8 * 0.25 / 32.0)
+    # a cheaper scheduler (0.1 s a rollout, 1.6 s a step) leaves the worker the bound again: 16 x 0.25 s on one
+    cheap = simulate(cfg(**c, control_plane={"workers": 1, "cpu_per_turn_s": 0.25, "scheduler_cpu_per_rollout_s": 0.1}))
+    assert cheap.step_time_s == pytest.approx(4.0)
+    assert cheap.scheduler_busy == pytest.approx(1.6 / 4.0)
+
+
+def test_scheduler_in_the_synchronous_step():
+    # max_async_level 0: the 8 rollouts finish decoding together at 1 s, the scheduler serves them one after the
+    # other (0.25 s each), then the trainer (2 s), publish 0.2 s and load 0.3 s: 1 + 2 + 2.2 + 0.3 = 5.5 s a step
+    r = simulate(cfg(pipeline__max_async_level=0, control_plane={"scheduler_cpu_per_rollout_s": 0.25}))
+    assert r.step_time_s == pytest.approx(1.0 + 8 * 0.25 + 2.0 + 0.2 + 0.3)
+    assert r.scheduler_busy == pytest.approx(2.0 / 5.5)
+
+
 def test_replica_batch_behaviour_from_two_points():
     inf = cfg().inference
     t0, t1 = iteration_times(inf)

@@ -80,11 +80,23 @@ class PlanEnvConfig(BaseConfig):
 
 
 class PlanControlPlaneConfig(BaseConfig):
-    """The orchestrator's CPU work (rendering, parsing, HTTP, packing): each turn of a rollout costs `cpu_per_turn_s`
-    on one of `workers` processes (a group's rollouts share one), which serve their turns first come, first served."""
+    """The orchestrator's CPU work, on two kinds of FIFO servers (one core each, first come, first served):
+
+    - the agent loop (rendering, HTTP to inference, tool parsing, the environment's client side): each turn of a
+      rollout costs `cpu_per_turn_s` CPU seconds on one of `workers` processes (a group's rollouts share one);
+    - the scheduler, the one orchestrator process however many workers there are: each finished rollout costs
+      `scheduler_cpu_per_rollout_s` CPU seconds there (result decoding, admission, packing, rank files, archive)
+      before its group can be cut into a batch; its rollout holds a `max_inflight` slot until then. One scheduler
+      bounds the deployment at `1 / scheduler_cpu_per_rollout_s` rollouts/s.
+
+    Without rollout workers (`orchestrator.workers.count = 0`) both run in one process: model it with `workers = 1`,
+    the whole cost per turn in `cpu_per_turn_s` and `scheduler_cpu_per_rollout_s = 0`."""
 
     workers: int = Field(1, gt=0, description="Control-plane worker processes (one core each).")
     cpu_per_turn_s: float = Field(0.0, ge=0, description="CPU seconds per rollout turn on a worker.")
+    scheduler_cpu_per_rollout_s: float = Field(
+        0.0, ge=0, description="CPU seconds per finished rollout in the one scheduler (orchestrator) process; 0: free."
+    )
 
 
 class PlanWorkloadConfig(BaseConfig):

@@ -5,14 +5,19 @@ Inputs (`CapacityInputs`, each with its source in docs/scaling.md, "Planning a d
 - trainer: trained tokens/s per GPU, full fine-tuning of Qwen3-4B (PrimeIntellect's prime-rl trainer benchmark);
 - inference: decode tokens/s of one vLLM replica per GPU with many sequences in flight, and of one sequence alone;
 - weights: 8 GB per policy version (4B parameters in bf16), moved by broadcast or through a filesystem;
-- control plane: CPU per rollout turn of the orchestrator over HTTP (measured on a fast core, docs/results/);
+- control plane, over HTTP with rollout workers (docs/results/2026-12-04-control-plane-workers-quiet.md): CPU per
+  turn of the agent loop in a worker, and CPU per rollout of the one scheduler (orchestrator) process, scaled from
+  the benchmark's rollout to this workload's by trained tokens (decoding, packing, rank files and archive handle
+  every token);
 - workload: 4 turns, a 1,000-token prompt, 200 sampled and 70 environment tokens per turn (~2,000 tokens a
   rollout), 30 ms of environment latency per turn, groups of 8, 8 rollouts per step per GPU.
 
 For each size the inference/trainer split starts where the two sides' rates balance (`balanced_split`); that
 split and 10% more inference GPUs, each at `max_async_level` 1, 2 and 3, are simulated, and the row keeps the
 fastest at the lowest level within 5% of the best step time (each level adds about a version of lag).
-Control-plane workers: enough cores to keep each below `cpu_target` busy at the row's rollout rate.
+Control-plane workers: enough cores to keep each below `cpu_target` busy at the row's rollout rate. The scheduler
+is one process whatever the workers: where it is busy near 100% of its core, it bounds the row at
+`1 / scheduler_cpu_per_rollout_s` rollouts/s.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ class CapacityInputs:
     weight_gb: float = 8.0
     broadcast_gb_per_s: float = 25.0
     filesystem_gb_per_s: float = 2.0
-    cpu_per_turn_s: float = 0.00044
+    cpu_per_turn_s: float = 0.0011
+    scheduler_cpu_per_rollout_measured_s: float = 0.0012
+    scheduler_measured_rollout_tokens: int = 1580
     cpu_target: float = 0.7
     env_latency_s: float = 0.03
     prompt_tokens: int = 1000
@@ -51,6 +58,12 @@ class CapacityInputs:
     def rollout_tokens(self) -> int:
         """Trained tokens of one rollout (prompt, samples, environment answers)."""
         return self.prompt_tokens + self.turns * self.completion_tokens + (self.turns - 1) * self.env_tokens
+
+    @property
+    def scheduler_cpu_per_rollout_s(self) -> float:
+        """The scheduler's CPU seconds per rollout of this workload: the measured cost per rollout of
+        `scheduler_measured_rollout_tokens` tokens, scaled by `rollout_tokens`."""
+        return self.scheduler_cpu_per_rollout_measured_s * self.rollout_tokens / self.scheduler_measured_rollout_tokens
 
 
 @dataclass
@@ -99,7 +112,8 @@ def plan_config(gpus: int, n_inf: int, level: int, workers: int, inputs: Capacit
         "trainer": {"gpus": gpus - n_inf, "tokens_per_s": inputs.trainer_tokens_per_s_per_gpu * (gpus - n_inf)},
         "weights": {"transport": transport, "publish_s": move, "load_s": move},
         "env": {"latency_s": inputs.env_latency_s},
-        "control_plane": {"workers": workers, "cpu_per_turn_s": inputs.cpu_per_turn_s},
+        "control_plane": {"workers": workers, "cpu_per_turn_s": inputs.cpu_per_turn_s,
+                          "scheduler_cpu_per_rollout_s": inputs.scheduler_cpu_per_rollout_s},
         "workload": {"prompt_tokens": inputs.prompt_tokens, "turns": inputs.turns,
                      "completion_tokens": inputs.completion_tokens,
                      "env_tokens": inputs.env_tokens},
@@ -143,7 +157,8 @@ def format_table(rows: list[CapacityRow]) -> str:
     """The table as markdown."""
     head = ("| GPUs | inference / trainer GPUs | rollouts per step | max_async_level | step s (broadcast) | "
             "step s (filesystem) | rollouts/s | trained tokens/s | inference idle | trainer idle | mean off-policy | "
-            "control-plane workers |\n|---|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+            "control-plane workers | scheduler CPU (one core) |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     lines = [head]
     for row in rows:
         res = row.result
@@ -152,7 +167,7 @@ def format_table(rows: list[CapacityRow]) -> str:
             f"{row.max_async_level} | "
             f"{res.step_time_s:.2f} | {row.filesystem_step_time_s:.2f} | {res.rollouts_per_s:,.0f} | "
             f"{res.trained_tokens_per_s:,.0f} | {100 * res.inference_idle:.0f}% | {100 * res.trainer_idle:.0f}% | "
-            f"{res.mean_off_policy:.2f} | {row.workers} |"
+            f"{res.mean_off_policy:.2f} | {row.workers} | {100 * res.scheduler_busy:.0f}% |"
         )
     return "\n".join(lines)
 

@@ -20,6 +20,8 @@ The semantics follow the real processes (prime_rl.orchestrator.scheduler, orches
   the replica that served its first turn (the first goes to the replica with the fewest outstanding requests),
   then the environment's latency. A turn's policy version is the replica's version when its prefill started (the
   oldest version that sampled any of its tokens, as vLLM reports it).
+- A finished rollout then costs `scheduler_cpu_per_rollout_s` on the one scheduler process (FIFO); only then does
+  it leave `max_inflight` and count towards its group (the scheduler decodes, admits and packs it).
 
 Results are collected by `prime_rl.simulate.report`.
 """
@@ -97,6 +99,8 @@ class Pipeline:
         # control plane
         self.worker_free = [0.0] * cfg.control_plane.workers
         self.worker_busy = [0.0] * cfg.control_plane.workers
+        self.scheduler_free = 0.0
+        self.scheduler_busy = 0.0
         # trainer
         self.batches: dict[int, StepRecord] = {}
         self.train_next = 1
@@ -186,6 +190,17 @@ class Pipeline:
         rollout.replica.submit(Request(prefill, rollout.completion[turn], done))
 
     def _finished(self, group: SimGroup) -> None:
+        """A rollout's last turn is done: the scheduler process's CPU for it (FIFO), then it is admitted."""
+        cost = self.cfg.control_plane.scheduler_cpu_per_rollout_s
+        if cost > 0:
+            start = max(self.q.now, self.scheduler_free)
+            self.scheduler_free = start + cost
+            self.scheduler_busy += cost
+            self.q.at(start + cost, lambda: self._admitted(group))
+        else:
+            self._admitted(group)
+
+    def _admitted(self, group: SimGroup) -> None:
         self.inflight -= 1
         group.left -= 1
         if group.left == 0:
@@ -304,7 +319,9 @@ class Pipeline:
             "seq": [r.seq_s for r in self.replicas],
             "tokens": [float(r.tokens) for r in self.replicas],
             "trainer": self.trainer_busy_s,
-            "workers": list(self.worker_busy),
+            # CPU done by now: each FIFO server is busy without a gap from now until its queue is served
+            "workers": [b - max(0.0, f - self.q.now) for b, f in zip(self.worker_busy, self.worker_free, strict=True)],
+            "scheduler": self.scheduler_busy - max(0.0, self.scheduler_free - self.q.now),
         }
 
     # ---- run ----

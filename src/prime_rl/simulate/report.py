@@ -20,6 +20,9 @@ from prime_rl.simulate.pipeline import Pipeline
 class PlanResult:
     """The prediction for one deployment (seconds, fractions in [0, 1], tokens, rollouts).
 
+    `control_plane_busy`, `scheduler_busy`: CPU of the busiest control-plane worker and of the scheduler process
+    over the window, as a fraction of one core.
+
     `off_policy_tokens`: lag (versions between the trainer's policy N - 1 and the turn's policy) -> share of the
     trained completion tokens in the window. `max_off_policy`: per step in the window, the orchestrator's metric of
     the same name (the largest lag of a group in the batch)."""
@@ -37,6 +40,7 @@ class PlanResult:
     inference_mean_batch: float
     trainer_idle: float
     control_plane_busy: float
+    scheduler_busy: float
     max_off_policy: list[int]
     off_policy_tokens: dict[int, float]
     dropped_groups: int
@@ -90,6 +94,7 @@ def result(pipe: Pipeline) -> PlanResult:
         inference_mean_batch=float(seq.sum()) / decode_busy if decode_busy > 0 else 0.0,
         trainer_idle=max(0.0, 1.0 - (float(end["trainer"]) - float(start["trainer"])) / window),
         control_plane_busy=float(workers.max()) / window if len(workers) else 0.0,
+        scheduler_busy=(float(end["scheduler"]) - float(start["scheduler"])) / window,
         max_off_policy=[r.max_off_policy for r in steady],
         off_policy_tokens={k: lags[k] / total for k in sorted(lags)},
         dropped_groups=sum(r.dropped_groups for r in steady),
@@ -119,7 +124,8 @@ def format_result(cfg: PlanConfig, res: PlanResult) -> str:
         f"  inference GPUs       idle {100 * res.inference_idle:.1f}%, loading weights "
         f"{100 * res.inference_loading:.1f}%, mean batch {res.inference_mean_batch:.1f} sequences while decoding",
         f"  trainer GPUs         idle {100 * res.trainer_idle:.1f}%",
-        f"  control plane        busiest worker {100 * res.control_plane_busy:.1f}% of one core",
+        f"  control plane        busiest worker {100 * res.control_plane_busy:.1f}% of one core, scheduler "
+        f"{100 * res.scheduler_busy:.1f}% of one core",
         f"  off-policy (tokens)  {lag}",
         f"  max off-policy/step  min {min(mx)}, mean {np.mean(mx):.2f}, max {max(mx)}; dropped groups "
         f"{res.dropped_groups}",
