@@ -4,7 +4,9 @@ the origins named in the recipes' refusals."""
 
 from __future__ import annotations
 
-from prime_rl.config.loader import parse_config, where_set
+import pytest
+
+from prime_rl.config.loader import ConfigError, parse_config, where_set
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.recipes import inert_recipe_settings
 from prime_rl.config.resolved import config_to_toml
@@ -44,3 +46,39 @@ def test_a_resolved_config_reports_only_values_off_their_default(tmp_path):
     changed = OrchestratorConfig(gate={"reject_uniform": False, "max_resample_factor": 3.0})
     resolved.write_text(config_to_toml(changed))
     assert _inert(["@", str(resolved)]) == [["gate.max_resample_factor"]]
+
+
+# ---- the teacher rl starts ----
+def _rl(tmp_path, text: str, *flags: str):
+    from prime_rl.config.rl import RLConfig
+
+    path = tmp_path / "rl.toml"
+    path.write_text('seq_len = 512\n\n[trainer.loss]\ntype = "opd"\n\n[teacher.model]\nname = "teacher"\n\n' + text)
+    return path, parse_config(RLConfig, ["@", str(path), *flags])
+
+
+def test_a_teacher_context_below_seq_len_plus_one_is_refused_naming_both_fields(tmp_path):
+    """The teacher scores samples of up to seq_len tokens plus one generated token: a max_model_len of its own, or
+    one inherited from [inference.vllm], below seq_len + 1 is refused, naming both fields and where they were set."""
+    with pytest.raises(ConfigError) as e:
+        _rl(tmp_path, "[teacher.vllm]\nmax_model_len = 256\n")
+    path = tmp_path / "rl.toml"
+    assert (f"`teacher.vllm.max_model_len = 256` (in {path}) tokens, but it scores whole samples of up to "
+            f"`seq_len = 512` (in {path}) tokens plus one generated token, so it needs 513") in str(e.value)
+    assert "set teacher.vllm.max_model_len = 513 (or more), or lower seq_len" in str(e.value)
+    with pytest.raises(ConfigError, match=r"holds `inference.vllm.max_model_len = 512` \(from "
+                                          r"--inference.vllm.max-model-len\), which teacher.vllm.max_model_len "
+                                          r"inherits \(unset under \[teacher.vllm\]\)"):
+        _rl(tmp_path, "", "--inference.vllm.max-model-len", "512")
+    _, cfg = _rl(tmp_path, "[teacher.vllm]\nmax_model_len = 513\n", "--inference.vllm.max-model-len", "512")
+    assert cfg.teacher.vllm.max_model_len == 513
+    _, cfg = _rl(tmp_path, "", "--inference.vllm.max-model-len", "1024")
+    assert cfg.teacher.vllm.max_model_len == 1024
+
+
+@pytest.mark.parametrize("name", ["tensor_parallel_size", "data_parallel_size"])
+def test_a_teacher_split_over_several_devices_is_refused(tmp_path, name):
+    """rl starts the teacher as one engine on one device beside replica 0: a parallel size above 1 is refused."""
+    with pytest.raises(ConfigError, match=rf"`teacher.vllm.{name} = 2` \(in .*rl.toml\): rl starts the teacher server "
+                                          rf"as one engine.*set teacher.vllm.{name} = 1, or start a teacher split"):
+        _rl(tmp_path, f"[teacher.vllm]\n{name} = 2\n")

@@ -111,3 +111,23 @@ def test_teacher_vllm_inherits_the_unset_fields_of_inference_vllm(tmp_path):
     bare = RLConfig.model_validate({"trainer": {"loss": {"type": "opd"}}, "teacher": {"model": {"name": "t"}},
                                     "inference": {"vllm": {"dtype": "bfloat16", "max_model_len": 4096}}})  # fmt: skip
     assert (bare.teacher.vllm.dtype, bare.teacher.vllm.max_model_len) == ("bfloat16", 4096)
+
+
+def test_preflight_refuses_a_teacher_whose_own_context_cannot_hold_a_sample(tmp_path, tiny):  # noqa: F811
+    """With teacher.vllm.max_model_len unset vLLM serves the teacher's max_position_embeddings: a copy of the tiny
+    teacher holding 2048 tokens cannot score a sample of seq_len = 2048 (the demo's) plus one generated token."""
+    from prime_rl.models.tiny import cached_tiny_model
+
+    short = tmp_path / "short-teacher"
+    shutil.copytree(cached_tiny_model(hidden=64, layers=2, seed=1), short)
+    conf = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**conf, "max_position_embeddings": 2048}))
+    rows_at(tmp_path / "gym-root")
+    args = demo_args(tmp_path, tiny, None, None, *_teacher_args(free_port()))
+    args[args.index("--teacher.model.name") + 1] = str(short)
+    with pytest.raises(PreflightError, match=rf"seq_len = 2048 \(in .*rl.toml\), but the teacher model '{short}' holds "
+                                             r"2048 tokens .* so it needs 2049: lower seq_len to at most 2047"):
+        resolve(cfg_of(args), Layout.single(), probe=lambda url: False, gpus=[])
+    conf["max_position_embeddings"] = 2049
+    (short / "config.json").write_text(json.dumps(conf))
+    resolve(cfg_of(args), Layout.single(), probe=lambda url: False, gpus=[])

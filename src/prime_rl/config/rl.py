@@ -223,7 +223,8 @@ class RLConfig(BaseConfig):
     def _wire_teacher(self) -> RLConfig:
         """`[teacher.vllm]` fields left unset are `[inference.vllm]`'s (`TeacherServerConfig.inherit_vllm`)."""
         if self.teacher is not None:
-            self.teacher.inherit_vllm(self.inference.vllm)
+            inherited = self.teacher.inherit_vllm(self.inference.vllm)
+            check_teacher_server(self, inherited)
         check_teacher(self)
         return self
 
@@ -259,6 +260,38 @@ def check_teacher(cfg: RLConfig) -> None:
     if cfg.orchestrator.teacher is None and _teacher_term(cfg):
         raise ValueError("trainer.loss has a teacher term (type = \"opd\" or teacher_kl_coef > 0) but no teacher "
                          "scores the rollouts: set [teacher.model] name = ... (rl starts it) or [orchestrator.teacher]")  # fmt: skip
+
+
+def check_teacher_server(cfg: RLConfig, inherited: set[str] = frozenset()) -> None:
+    """The teacher server `[teacher]` starts must serve as one engine and hold a whole sample: rl starts it on one
+    device beside inference replica 0 (the first inference GPU, or the CPU), so `teacher.vllm.tensor_parallel_size`
+    and `data_parallel_size` must be 1; it scores samples of up to `seq_len` tokens with one generated token
+    (`prompt_logprobs`, `max_tokens = 1`), so a set `teacher.vllm.max_model_len` must be at least `seq_len + 1`
+    (the orchestrator checks the running server the same way, `inference.scoring.PromptScorer.check`; an unset one
+    is the model's own context, checked by rl's pre-flight). `inherited`: the `teacher.vllm` fields taken from
+    `[inference.vllm]`. Raises ValueError naming the fields (backticked, so the error names where they were set)
+    and the fix."""
+    vllm = cfg.teacher.vllm
+    for name in ("tensor_parallel_size", "data_parallel_size"):
+        size = getattr(vllm, name)
+        if size != 1:
+            raise ValueError(
+                f"`teacher.vllm.{name} = {size}`: rl starts the teacher server as one engine on one device beside "
+                f"inference replica 0 (the first inference GPU, or the CPU); set teacher.vllm.{name} = 1, or start a "
+                f"teacher split over several GPUs yourself (`inference @ teacher.toml`) and point [orchestrator.teacher] "
+                "(name, base_url) at it instead of [teacher]"
+            )
+    seq_len, mml = cfg.orchestrator.seq_len, vllm.max_model_len
+    if mml is None or mml > seq_len:
+        return
+    seq_name = "seq_len" if cfg.seq_len is not None else "orchestrator.seq_len"
+    held = (f"`inference.vllm.max_model_len = {mml}`, which teacher.vllm.max_model_len inherits (unset under "
+            "[teacher.vllm])" if "max_model_len" in inherited else f"`teacher.vllm.max_model_len = {mml}`")
+    raise ValueError(
+        f"the teacher server holds {held} tokens, but it scores whole samples of up to `{seq_name} = {seq_len}` "
+        f"tokens plus one generated token, so it needs {seq_len + 1}: every scoring request past its context would "
+        f"fail; set teacher.vllm.max_model_len = {seq_len + 1} (or more), or lower {seq_name}"
+    )
 
 
 def check_lengths(cfg: RLConfig) -> None:

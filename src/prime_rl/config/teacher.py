@@ -56,16 +56,20 @@ class TeacherServerConfig(BaseConfig):
     vllm: VllmConfig = Field(
         VllmConfig(),
         description="vLLM engine options of the teacher server; a field not set here is [inference.vllm]'s, except "
-        "the parallel sizes, LoRA, weight_update_pause_mode, extra_args and allow_distribution_changes.",
+        "the parallel sizes, LoRA, weight_update_pause_mode, extra_args and allow_distribution_changes. The parallel "
+        "sizes must be 1 (one device); max_model_len must hold seq_len + 1 tokens.",
     )
 
-    def inherit_vllm(self, policy: VllmConfig) -> None:
+    def inherit_vllm(self, policy: VllmConfig) -> set[str]:
         """Fill the `vllm` fields not set under `[teacher.vllm]` from `policy` (`[inference.vllm]`), but for
         `NOT_INHERITED`: the parallel sizes (the teacher runs on one device beside replica 0), LoRA serving and the
         weight-update pause (the teacher is frozen), and `extra_args` / `allow_distribution_changes` (server flags
-        such as the policy server's `--api-key`, which the orchestrator does not send to the teacher)."""
-        inherited = policy.model_dump(exclude=set(NOT_INHERITED)) | self.vllm.model_dump(exclude_unset=True)
-        self.vllm = VllmConfig(**inherited)
+        such as the policy server's `--api-key`, which the orchestrator does not send to the teacher). Returns the
+        names of the fields taken from `policy`."""
+        own = self.vllm.model_dump(exclude_unset=True)
+        taken = policy.model_dump(exclude=set(NOT_INHERITED) | set(own))
+        self.vllm = VllmConfig(**(taken | own))
+        return set(taken)
 
     def inference_config(self, output_dir: Path) -> InferenceConfig:
         """The `inference` config of the teacher server: its vLLM log `<output_dir>/logs/vllm-teacher.log` unless

@@ -1,5 +1,5 @@
-"""`rl`'s pre-flight check of on-policy distillation's teacher (`[teacher]`): its model resolves and its tokenizer is
-the student's. The orchestrator checks the running server again (`prime_rl.orchestrator.teacher`)."""
+"""`rl`'s pre-flight check of on-policy distillation's teacher (`[teacher]`): its model resolves, its tokenizer is
+the student's, and its own context holds a whole sample when `teacher.vllm.max_model_len` is unset. The orchestrator checks the running server again (`prime_rl.orchestrator.teacher`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def check_teacher_model(cfg: RLConfig) -> None:
 
     Raises:
         PreflightError: the teacher model does not resolve, or the tokenizers differ (names both models, how many
-            tokens differ and one example)."""
+            tokens differ and one example), or its own context is too short (`check_teacher_context`)."""
     if cfg.teacher is None:
         return
     from prime_rl.launcher.fields import as_set
@@ -37,4 +37,37 @@ def check_teacher_model(cfg: RLConfig) -> None:
             f"teacher {tv.get(example)}; end-of-sequence id student {student_tok.eos_token_id}, teacher "
             f"{teacher_tok.eos_token_id}); the teacher scores the student's token ids, so both must share one "
             "tokenizer: choose a teacher of the student's model family"
+        )
+    check_teacher_context(cfg)
+
+
+def check_teacher_context(cfg: RLConfig) -> None:
+    """With `[teacher]` and `teacher.vllm.max_model_len` unset (under both `[teacher.vllm]` and `[inference.vllm]`),
+    vLLM serves the teacher model's own context (`max_position_embeddings` of its config.json); the teacher scores
+    samples of up to `seq_len` tokens plus one generated token, so that context must hold `seq_len + 1` (a set
+    max_model_len is checked by the config, `config.rl.check_teacher_server`).
+
+    Raises:
+        PreflightError: the context is shorter (names the model, its config file, seq_len and where it was set)."""
+    import json
+    from pathlib import Path
+
+    from prime_rl.launcher.fields import as_set
+    from prime_rl.models.hub import resolve_model
+
+    if cfg.teacher is None or cfg.teacher.vllm.max_model_len is not None:
+        return
+    cfg_file = Path(resolve_model(cfg.teacher.model.name)) / "config.json"
+    try:
+        ctx = json.loads(cfg_file.read_text()).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return
+    seq_len = cfg.orchestrator.seq_len
+    if isinstance(ctx, int) and ctx <= seq_len:
+        name, where = as_set(cfg, "orchestrator.seq_len")
+        raise PreflightError(
+            f"{name} = {seq_len}{where}, but the teacher model {cfg.teacher.model.name!r} holds {ctx} tokens "
+            f"(max_position_embeddings in {cfg_file}, which vLLM serves when teacher.vllm.max_model_len is unset) "
+            f"and scores whole samples plus one generated token, so it needs {seq_len + 1}: lower {name} to at most "
+            f"{ctx - 1}, or choose a teacher with a longer context"
         )
