@@ -14,7 +14,7 @@ from tests.orchestrator.test_nothing_silent import CycleEnv
 from prime_rl.config.orchestrator import GRPOAdvantageConfig, OrchestratorConfig, RendererConfig, RLOOAdvantageConfig
 from prime_rl.envs.base import Task
 from prime_rl.models.renderer import make_renderer
-from prime_rl.orchestrator.admission import AdmissionError, admit, log_masked
+from prime_rl.orchestrator.admission import AdmissionError, admit, log_masked, max_trained_off_policy
 from prime_rl.orchestrator.main import Orchestrator
 from prime_rl.orchestrator.sources import InProcessSource
 from prime_rl.orchestrator.types import Rollout, Sample
@@ -45,6 +45,24 @@ def test_admit_hand_worked_advantages_filter_and_truncation_mask():
     assert batch.filtered_groups == 1 and batch.step == 1 and batch.max_off_policy == 0
     # pure: the scheduler's rollouts are not written
     assert all(r.advantage == 0.0 and not r.filtered for r in g0 + g1)
+
+
+def test_max_off_policy_counts_only_the_rollouts_trained_on():
+    # step 5 applies policy 4. Group 0 (versions 3, 4: trained) is 1 behind; group 1 (version 1) is 3 behind but
+    # the gate rejects it (a spent budget's filler, out of the loss); a masked rollout of version 0 in group 2 and
+    # a truncated one (mask_truncated) of version 2 are out of the loss too: the metric is 4 - 3 = 1, not 4.
+    g0 = [_r(1.0, gid=0, k=0, versions=(3, 4)), _r(0.0, gid=0, k=1, versions=(4,))]
+    g1 = _group([1.0, 1.0], 1, versions=(1,))
+    g2 = [_r(1.0, gid=2, k=0, versions=(4,)), _r(0.0, gid=2, k=1, versions=(4,)),
+          _r(0.5, gid=2, k=2, masked=True, versions=(0,)), _r(0.5, gid=2, k=3, truncated=True, versions=(2,))]
+    cfg = GRPOAdvantageConfig(mask_truncated=True)
+    batch = admit([g0, g1, g2], cfg, step=5, gate=lambda g, c: "uniform" if len({r.reward for r in g}) == 1 else None)
+    assert [r.filtered for r in batch.rollouts if r.group_id == 1] == [True, True]
+    assert batch.max_off_policy == 1 == max_trained_off_policy(batch.rollouts, 5)
+    # nothing trained on: 0
+    assert max_trained_off_policy(batch.rollouts[2:4], 5) == 0
+    # every rollout trained on: the oldest token counts (version 3 of rollout 0)
+    assert admit([g0], cfg, step=5).max_off_policy == 1 and admit([g0], cfg, step=7).max_off_policy == 3
 
 
 def test_admit_masked_members_leave_the_baseline_and_stay_masked():

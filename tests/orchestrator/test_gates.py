@@ -80,20 +80,25 @@ def test_admit_applies_the_penalty_of_the_rollouts_source_before_advantages():
 
 # ---- refill in the scheduler ----
 class GidClient(ScriptedClient):
-    """Answers by group: `answer(gid, k)` for rollout k of group gid (EchoEnv's reward = the digit / 3)."""
+    """Answers by group: `answer(gid, k)` for rollout k of group gid (EchoEnv's reward = the digit / 3); a rollout of
+    group gid waits 1 ms * (gid % 3) before it is sampled, or with `delay_s` given, `delay_s[gid]` seconds (default 0)
+    after it is sampled (its tokens keep the policy version that sampled them, as a slow environment turn does)."""
 
-    def __init__(self, tok, answer):
+    def __init__(self, tok, answer, delay_s=None):
         super().__init__(tok, lambda p, i: "")
-        self.answer = answer
+        self.answer, self.group_delay_s = answer, delay_s
         self.gids: list[int] = []
 
     async def generate(self, prompt_ids, sampling, *, rollout_id=None, stop_token_ids=None, max_tokens=None):
         gid, k = int(rollout_id.split("/g")[1].split("/")[0]), int(rollout_id.rsplit("/r", 1)[1])
         self.gids.append(gid)
-        await asyncio.sleep(0.001 * (gid % 3))
+        if self.group_delay_s is None:
+            await asyncio.sleep(0.001 * (gid % 3))
         self.script = lambda p, i: self.answer(gid, k)
-        return await super().generate(prompt_ids, sampling, rollout_id=rollout_id, stop_token_ids=stop_token_ids,
-                                      max_tokens=max_tokens)  # fmt: skip
+        out = await super().generate(prompt_ids, sampling, rollout_id=rollout_id, stop_token_ids=stop_token_ids,
+                                     max_tokens=max_tokens)  # fmt: skip
+        await asyncio.sleep((self.group_delay_s or {}).get(gid, 0.0))
+        return out
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +111,9 @@ def alternate(gid: int, k: int) -> str:
     return "r0" if gid % 2 == 0 else f"r{3 * (k % 2)}"
 
 
-async def _steps(renderer, answer, steps, *, async_level=0, check_bound=False, **cfg_kw):
+async def _steps(renderer, answer, steps, *, async_level=0, check_bound=False, delay_s=None, **cfg_kw):
     src = InProcessSource("echo", EchoEnv(64))
-    client = GidClient(renderer._tokenizer, answer)
+    client = GidClient(renderer._tokenizer, answer, delay_s)
     policy = PolicyVersion(0)
     cfg = OrchestratorConfig(**{
         "batch_size": 4, "train": {"group_size": 2, "sampling": {"max_completion_tokens": 8}}, "seq_len": 512,
@@ -179,6 +184,35 @@ async def test_refill_keeps_the_staleness_bound(renderer):
         for step, b in enumerate(batches, start=1):
             assert len(b.rollouts) == 4 and b.gate_rejected_groups >= 1
             assert min(v for r in b.rollouts for v in r.policy_versions) >= step - 1 - level
+
+
+async def test_a_spent_budget_keeps_max_async_level_zero_synchronous(renderer):
+    # max_async_level 0, batch 4 = 2 groups of 2, max_resample_factor 1 (2 groups examined per step). Step 1: g0
+    # (all 0) is rejected at once and g2 is launched to replace it (policy 0); g1 (0.1 s) passes and spends the
+    # budget, so step 1 trains g1 with g0 as its filler while g2 (0.4 s) still runs. Step 2 accepts only policy 1:
+    # g2 (policy 0) is dropped when examined and g3, g4 (policy 1) make the step.
+    answer = lambda gid, k: "r0" if gid == 0 else f"r{3 * (k % 2)}"  # noqa: E731
+    batches, _, sched, _ = await _steps(renderer, answer, 2, delay_s={1: 0.1, 2: 0.4},
+                                        gate={"reject_uniform": True, "max_resample_factor": 1.0})  # fmt: skip
+    assert [(r.group_id, r.filtered) for r in batches[0].rollouts] == [(0, True), (0, True), (1, False), (1, False)]
+    assert batches[0].gate_budget_spent
+    assert sorted({r.group_id for r in batches[1].rollouts}) == [3, 4] and sched.total_carried_dropped == 1
+    for step, b in enumerate(batches, start=1):
+        assert {v for r in b.rollouts for v in r.policy_versions} == {step - 1} and b.max_off_policy == 0
+
+
+async def test_a_spent_budget_keeps_trained_rollouts_within_max_async_level(renderer):
+    # every step with a rejected group spends its budget; whatever order the groups finish in, no rollout of a
+    # step (trained or filler) is older than its bound, and the metric is the trained rollouts' off-policy steps
+    for level in (0, 1, 2):
+        batches, *_ = await _steps(renderer, alternate, 6, async_level=level,
+                                   gate={"reject_uniform": True, "max_resample_factor": 1.0})  # fmt: skip
+        assert sum(b.gate_budget_spent for b in batches) >= 3
+        for step, b in enumerate(batches, start=1):
+            assert len(b.rollouts) == 4
+            trained = [v for r in b.rollouts if not r.filtered for v in r.policy_versions]
+            assert min(v for r in b.rollouts for v in r.policy_versions) >= step - 1 - level
+            assert b.max_off_policy == (step - 1 - min(trained) if trained else 0) <= level
 
 
 async def test_gate_off_keeps_the_first_finished_groups(renderer):

@@ -74,6 +74,15 @@ def off_policy(group: Sequence[Rollout], step: int) -> int:
     return (step - 1) - min(versions) if versions else 0
 
 
+def max_trained_off_policy(rollouts: Sequence[Rollout], step: int) -> int:
+    """The step's `max_off_policy` metric: versions between the policy the trainer applies at `step` (N - 1) and the
+    oldest token's policy, over the rollouts the loss sees (not masked, not `filtered`); 0 when none. Masked and
+    filtered rollouts (a spent gate budget's rejected groups that fill the batch) are left out: they are not trained
+    on."""
+    trained = [v for r in rollouts if not r.masked and not r.filtered for v in r.policy_versions]
+    return (step - 1) - min(trained) if trained else 0
+
+
 def zero_advantage(group: Sequence[Rollout], cfg: AdvantageConfig) -> str | None:
     """`advantage.filter_zero`: a group whose advantages are all 0 carries no learning signal."""
     if all(r.advantage == 0.0 for r in group):
@@ -153,7 +162,7 @@ def admit(
         rollouts=rollouts,
         dropped_stale_groups=dropped_stale_groups,
         filtered_groups=filtered,
-        max_off_policy=max((off_policy(g, step) for g in groups), default=0),
+        max_off_policy=max_trained_off_policy(rollouts, step),
         wait_s=wait_s,
     )
 

@@ -27,7 +27,10 @@
   completion order; a group the gate rejects leaves the outstanding count, so a replacement is launched within the
   same bound. A step examines groups holding at most `resample_budget` rollouts (each group counted with its own
   size); when they are spent it is cut with the groups that passed, filled with rejected ones (out of the loss) to
-  its size, and a warning says so.
+  its size, and a warning says so. The groups still outstanding at such a cut were launched as replacements for
+  the rejected groups that now fill the batch, so they overrun the `max_async_level` window by those groups: each
+  is marked, and dropped when examined if its oldest token is older than the step's bound (N - 1 -
+  `max_async_level`), so trained rollouts keep the bound (`max_async_level = 0` stays synchronous).
 - `token_batch_size`: a step is cut once its groups hold that many prompt+completion tokens, or at `batch_size`
   rollouts, whichever comes first (the bound above still counts `batch_size` rollouts per step).
 - Curriculum (`prime_rl.orchestrator.curriculum`): every examined group's outcomes are recorded in the pool.
@@ -98,6 +101,7 @@ class Group:
     task_pos: int
     size: int = 0
     launch_version: int = 0  # the policy version loaded when the group was launched
+    carried: bool = False  # outstanding when a step was cut with the gate's budget spent (see the module docstring)
     rollouts: list[Rollout] = field(default_factory=list)
     tasks: list[asyncio.Task] = field(default_factory=list)
     collector: asyncio.Task | None = None
@@ -187,6 +191,7 @@ class Scheduler:
         self.passed: list[Group] = []  # examined groups of the step being filled that the gate admitted
         self.rejected: list[Group] = []  # ... that it rejected
         self.total_rejected = 0
+        self.total_carried_dropped = 0  # carried groups dropped as older than the max_async_level bound
         self._drawn: tuple[int, int, Any] | None = None  # a task drawn whose group did not fit max_inflight yet
         self.workers = workers
         if workers is not None:
@@ -278,7 +283,8 @@ class Scheduler:
 
     # ---- cutting ----
     def _drop_stale(self, step: int) -> int:
-        """Drop the finished groups older than `max_off_policy_steps` for `step`; returns how many.
+        """Drop the finished groups older than `max_off_policy_steps` for `step`, and the carried ones (outstanding at
+        a cut with the gate's budget spent) older than `max_async_level`; returns how many.
 
         Raises:
             StaleGroupsError: the run of dropped groups that report versions older than their launch's (no group
@@ -286,7 +292,10 @@ class Scheduler:
         """
         keep, dropped = deque(), 0
         for group in self.ready:
-            if off_policy(group.rollouts, step) > self.max_off_policy_steps:
+            if group.carried and off_policy(group.rollouts, step) > self.max_async_level:
+                dropped += 1  # a spent gate budget's surplus, sampled before the step's max_async_level bound
+                self.total_carried_dropped += 1
+            elif off_policy(group.rollouts, step) > self.max_off_policy_steps:
                 dropped += 1
                 if min(v for r in group.rollouts for v in r.policy_versions) < group.launch_version:
                     self.misreported.append(group)
@@ -362,7 +371,9 @@ class Scheduler:
                 raise self.failure
             stale = self._drop_stale(step)
             if stale:
-                log.info("step %d: dropped %d group(s) older than max_off_policy_steps=%d", step, stale, self.max_off_policy_steps)
+                log.info("step %d: dropped %d group(s) older than max_off_policy_steps=%d (or, carried over a spent "
+                         "gate budget, than max_async_level=%d)", step, stale, self.max_off_policy_steps,
+                         self.max_async_level)  # fmt: skip
                 dropped += stale
                 dropped_since += stale
                 self.total_dropped += stale
@@ -388,6 +399,8 @@ class Scheduler:
                 break
             fill.append(group)
         if spent:
+            for group in [*self.running.values(), *self.ready]:
+                group.carried = True
             log.warning(
                 "step %d: gate refill budget spent (%d groups examined, max_resample_factor=%g): training %d group(s) "
                 "with signal; %d rejected group(s) fill the batch out of the loss", step,

@@ -16,8 +16,9 @@ def step_metrics(batch: CutBatch, step_time_s: float, policy_version: int) -> di
 
     reward: mean over unmasked rollouts; trainable: rollouts that carry loss (unmasked, not filtered, sampled
     tokens, nonzero advantage); turns: mean model turns; error_pct: masked rollouts; truncated_pct: rollouts cut by
-    a token budget; max_off_policy: (N - 1) - oldest policy version in the batch; adv_abs_mean: mean |advantage|
-    over unmasked rollouts; zero_spread_groups_pct: groups whose advantages are all zero (no learning signal);
+    a token budget; max_off_policy: (N - 1) - oldest policy version among the rollouts trained on (not masked, not
+    filtered; `admission.max_trained_off_policy`); adv_abs_mean: mean |advantage| over unmasked rollouts;
+    zero_spread_groups_pct: groups whose advantages are all zero (no learning signal);
     worker_rollouts/<i>: the step's rollouts played by rollout worker i (only with orchestrator.workers.count > 0).
     """
     rollouts = batch.rollouts
