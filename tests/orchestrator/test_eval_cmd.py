@@ -279,3 +279,49 @@ async def test_run_eval_refuses_repeated_greedy_rollouts():
     with pytest.raises(ValueError, match="greedy decoding samples the same rollout 3 times"):
         await run_eval([], None, None, EvalSamplingConfig(temperature=0), AgentLimits(64, 8), num_examples=1,
                        rollouts_per_example=3)  # fmt: skip
+
+
+async def test_num_examples_above_the_eval_split_is_said_once(tmp_path, monkeypatch):
+    """`eval.num_examples = 12` on a source whose eval split holds 10 tasks evaluates the 10 and warns once (not at
+    every eval), naming the field, the file that set it, the source, the split size and the fix."""
+    import logging
+
+    from prime_rl.config.loader import parse_config
+    from prime_rl.orchestrator.eval import capped_num_examples
+
+    monkeypatch.chdir(tmp_path)
+    Path("e.toml").write_text(f'output_dir = "{tmp_path / "out"}"\n[eval]\nnum_examples = 12\n')
+    cfg = parse_config(EvalCommandConfig, ["@", "e.toml"])
+    tok = tiny_tokenizer(tmp_path / "tok")
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("prime_rl.orchestrator.eval")
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        for _ in range(2):
+            _script.seen = {}
+            res = await evaluate(cfg, client=ScriptedClient(tok, _script), renderer=make_renderer(tok, cfg.renderer),
+                                 sources=[InProcessSource("counter", CounterEnv(10))])  # fmt: skip
+            assert res.by_source["counter"]["tasks"] == 10
+    finally:
+        logger.removeHandler(handler)
+    warned = [ln for ln in lines if "num_examples" in ln]
+    assert warned == [
+        "eval.num_examples=12 (in e.toml) is above the 10 tasks in the eval split of source 'counter': it is "
+        "evaluated on all 10; set eval.num_examples to at most 10 (unset: the whole split)"
+    ]
+    # a source's own num_examples is named by its entry; within the split (or unset) nothing is said
+    own = EvalCommandConfig(eval={"num_examples": 3, "source": [{"name": "counter", "num_examples": 11}]})
+    src = InProcessSource("counter", CounterEnv(10))
+    assert capped_num_examples([src], own.eval, prefix="orchestrator.", where=lambda f: " (from --x)") == [
+        "orchestrator.eval.source.0.num_examples=11 (from --x) is above the 10 tasks in the eval split of source "
+        "'counter': it is evaluated on all 10; set orchestrator.eval.source.0.num_examples to at most 10 (unset: the "
+        "whole split)"
+    ]
+    assert capped_num_examples([src], EvalCommandConfig(eval={"num_examples": 10}).eval) == []
+    assert capped_num_examples([src], EvalCommandConfig().eval) == []

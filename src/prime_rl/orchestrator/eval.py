@@ -17,17 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prime_rl.config.orchestrator import EvalSourceSettings, SamplingConfig, repeated_greedy_problem
+from prime_rl.config.orchestrator import EvalConfig, EvalSourceSettings, SamplingConfig, repeated_greedy_problem
 from prime_rl.inference.backend import InferenceBackend
+from prime_rl.monitor.logger import get_logger
 from prime_rl.monitor.progress import Progress
 from prime_rl.orchestrator.admission import log_masked
 from prime_rl.orchestrator.agent import AgentLimits, run_rollout
 from prime_rl.orchestrator.sources import CapacityGate, TaskSource
 from prime_rl.orchestrator.types import Rollout
+
+log = get_logger("orchestrator.eval")
+_WARNED: set[str] = set()  # the capped-num_examples warnings this process logged (each said once)
 
 
 @dataclass
@@ -49,6 +53,39 @@ def eval_tasks(source: TaskSource, num_examples: int | None) -> list:
     """The first `num_examples` tasks of the source's eval split (all when None)."""
     tasks = source.tasks("eval")
     return tasks if num_examples is None else tasks[:num_examples]
+
+
+def capped_num_examples(sources: list[TaskSource], cfg: EvalConfig, *, prefix: str = "",
+                        where: Callable[[str], str] = lambda field: "") -> list[str]:
+    """One line per started eval source whose `num_examples` (its own `eval.source.N.num_examples`, else
+    `eval.num_examples`) is above the size of its eval split, which `eval_tasks` caps it to: the field (`prefix` +
+    its name), where it was set (`where(field)`: ` (in FILE)` / ` (from --flag)`, `config.origin.where_set`), the
+    source, the split size and the fix."""
+    own = {c.name: (i, c) for i, c in enumerate(cfg.source or [])}
+    out = []
+    for src in sources:
+        i, entry = own.get(src.name, (None, None))
+        field = "eval.num_examples"
+        wanted = cfg.num_examples
+        if entry is not None and entry.num_examples is not None:
+            field, wanted = f"eval.source.{i}.num_examples", entry.num_examples
+        size = len(src.tasks("eval"))
+        if wanted is not None and wanted > size:
+            out.append(
+                f"{prefix}{field}={wanted}{where(field)} is above the {size} tasks in the eval split of source "
+                f"{src.name!r}: it is evaluated on all {size}; set {prefix}{field} to at most {size} (unset: the whole split)"
+            )
+    return out
+
+
+def warn_capped_num_examples(sources: list[TaskSource], cfg: EvalConfig, *, prefix: str = "",
+                             where: Callable[[str], str] = lambda field: "") -> None:
+    """Log each line of `capped_num_examples` as a warning, once per process (an eval run every `interval` steps,
+    or by `sft` at each eval step, says it the first time only)."""
+    for line in capped_num_examples(sources, cfg, prefix=prefix, where=where):
+        if line not in _WARNED:
+            _WARNED.add(line)
+            log.warning("%s", line)
 
 
 def summarize(rollouts_by_task: list[list[Rollout]], at_k: int, threshold: float) -> dict[str, float]:

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.config.orchestrator import EvalCommandConfig
+from prime_rl.config.origin import where_set
 from prime_rl.inference.backend import BACKENDS, InferenceBackend, InferenceError, backend_name, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
 from prime_rl.orchestrator.agent import AgentLimits
-from prime_rl.orchestrator.eval import EvalResult, run_eval
+from prime_rl.orchestrator.eval import EvalResult, run_eval, warn_capped_num_examples
 from prime_rl.orchestrator.eval_sweep import (
     NoCheckpoints,
     ResultExists,
@@ -164,6 +165,7 @@ async def evaluate_steps(
     try:
         for source in sources:
             await source.start()
+        warn_capped_num_examples(sources, cfg.eval, where=where_set)
         if ck.run_dir is None:  # one model, stored as step 0; a run's weights/step_N is named by its policy step
             version = policy_step(cfg.model.name)
             what = (f"{store.key} (policy step {version} of {Path(cfg.model.name).parent.parent})"

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.config.origin import where_set
 from prime_rl.inference.backend import InferenceBackend, build_backend
 from prime_rl.monitor.logger import get_logger, setup_logging
 from prime_rl.monitor.metrics import MetricsWriter
@@ -52,7 +53,7 @@ from prime_rl.orchestrator.archive import ArchiveWriter
 from prime_rl.orchestrator.checkpoint import load_orchestrator_checkpoint, save_orchestrator_checkpoint
 from prime_rl.orchestrator.curriculum import DifficultyPool
 from prime_rl.orchestrator.error_streak import ErrorStreakError
-from prime_rl.orchestrator.eval import eval_due, run_eval
+from prime_rl.orchestrator.eval import eval_due, run_eval, warn_capped_num_examples
 from prime_rl.orchestrator.lengths import check_prompt_lengths
 from prime_rl.orchestrator.outcome import (
     ContextTooShort,
@@ -268,6 +269,8 @@ class Orchestrator:
         if self.cfg.eval.scheduled:
             pairs += [(s, "eval") for s in self.eval_sources if self.eval_settings[s.name].interval is not None]
         check_prompt_lengths(pairs, self.renderer, self.cfg.seq_len)
+        warn_capped_num_examples([s for s, split in pairs if split == "eval"], self.cfg.eval, prefix="orchestrator.",
+                                 where=where_set)  # fmt: skip
         tune_gc()
         sched = self.sched = Scheduler(
             self.cfg, sources=self.train_sources, stream=self.stream, client=self.client, renderer=self.renderer,
