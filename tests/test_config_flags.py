@@ -140,3 +140,52 @@ def test_an_indexed_flag_changes_the_list_a_json_flag_gave():
         assert (source.name, source.env.agent.max_turns) == ("mine", 3)  # not the file's `gridsim` item
     msg = _error(["--orchestrator.train.source", json.dumps(items), "--orchestrator.train.source.1.name", "x"])
     assert "has 1 item(s) (from --orchestrator.train.source), counted from 0; index 1 is past the end" in msg
+
+
+@pytest.mark.parametrize("given", [
+    ["--orchestrator.train.source[0].env.agent.max-turns", "3"],
+    ["--orchestrator.train.source[0].env.agent.max-turns=3"],
+    ["--orchestrator.train.source.0.env.agent.max-turns", "3"],
+])  # fmt: skip
+def test_a_list_items_index_in_brackets_is_the_dotted_index(given):
+    # messages print a list item's field as `source[0].x`; the flag spelt so is accepted as `--source.0.x`
+    cfg = parse_config(RLConfig, ["@", RL_TOML, *given])
+    (source,) = cfg.orchestrator.train.source
+    assert (source.name, source.env.agent.max_turns) == ("gridsim", 3)
+
+
+def test_a_bracketed_flags_errors_name_it_as_typed_and_keep_the_index():
+    msg = _error(["--orchestrator.train.source[0].group-sise", "4"])
+    assert ("orchestrator.train.source[0].group_sise: unknown key (got '4') (from "
+            "--orchestrator.train.source[0].group-sise); did you mean `orchestrator.train.source[0].group_size` "
+            "(flag `--orchestrator.train.source.0.group-size`)?") in msg  # fmt: skip
+    msg = _error(["--orchestrator.train.source[2].name", "x"])
+    assert msg.startswith("  --orchestrator.train.source[2].name: `orchestrator.train.source` has 1 item(s)")
+    msg = _error(["--orchestrator.train.source[0].group-size=x"])
+    assert "group_size: Input should be a valid integer" in msg
+    assert "(from --orchestrator.train.source[0].group-size)" in msg
+
+
+def test_an_indexed_flag_reads_its_field_as_the_plain_flag_does(tmp_path):
+    # a list field under a list item takes its values (or one JSON list), a boolean no value or true/false
+    class Item(BaseConfig):
+        name: str = ""
+        tags: list[str] = []
+        on: bool = False
+
+    class Toy(BaseConfig):
+        items: list[Item] = []
+
+    f = tmp_path / "toy.toml"
+    f.write_text('[[items]]\nname = "a"\n[[items]]\nname = "b"\n')
+    cfg = parse_config(Toy, ["@", str(f), "--items[0].tags", "x", "y", "--items.1.on", "--items.1.tags", '["z"]'])
+    assert [(i.name, i.tags, i.on) for i in cfg.items] == [("a", ["x", "y"], False), ("b", ["z"], True)]
+    cfg = parse_config(Toy, ["@", str(f), "--items.0.on", "TRUE", "--items[1].on=false"])
+    assert [i.on for i in cfg.items] == [True, False]
+
+
+def test_a_word_after_a_section_flag_names_the_flag():
+    msg = _error(["--orchestrator.train.source.0.sampling", "hot"])
+    assert msg.startswith("  --orchestrator.train.source.0.sampling is a table: set its fields "
+                          "(--orchestrator.train.source.0.sampling.FIELD VALUE); got 'hot'")  # fmt: skip
+    assert _error(["--orchestrator.train.sampling", "hot"]).startswith("  --orchestrator.train.sampling is a table")

@@ -5,12 +5,15 @@ Two argparse habits are kept for the utilities' older spellings: a command may n
 arguments fill in order (`prime-rl tiny-model OUT` = `--out OUT`), and a list field given twice collects both values
 (`--entry a=x --entry b=y` = `--entry a=x b=y`). A tuple field takes its values after the flag (`--orchestrator.
 reward-range -1 1`) or one JSON list (`'[-1, 1]'`), like a list field; a boolean takes true/false or no value, and a
-word after it that fills no positional field is refused naming the flag.
+word after it that fills no positional field is refused naming the flag. A list item's index may be written in
+brackets, as messages print a field (`--orchestrator.train.source[0].group-size` = `--orchestrator.train.source.0.
+group-size`), and an indexed flag takes its value as the same field's plain flag does.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import types
 import typing
 from typing import Any
@@ -38,7 +41,7 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
     bare: list[str] = []
     lists: dict[str, list[str]] = {}
     as_json: set[int] = set()  # lists inside an optional section or a union variant: the loader reads them as JSON
-    after_bool: dict[int, str] = {}  # index in `bare` -> the boolean flag the word followed
+    after_bool: dict[int, str] = {}  # index in `bare` -> the boolean flag (or section) the word followed
     args = [part for tok in args for part in _split_eq(cls, tok)]
     pos, num_args = 0, len(args)
     while pos < num_args:
@@ -51,7 +54,7 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             (out if tok.startswith(("-", "@")) else bare).append(tok)
             pos += 1
             continue
-        kind = _flag_kind(cls, tok[2:]) if "=" not in tok else "given"
+        kind = flag_kind(cls, tok[2:]) if "=" not in tok else "given"
         pos += 1
         if kind.startswith("tagged:"):  # `--backend transformers` = `--backend.type transformers`
             if pos < num_args and not args[pos].startswith(("-", "@")) and args[pos] != "None":
@@ -68,8 +71,8 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             if tok not in lists:
                 lists[tok] = []
                 out += [tok, lists[tok]]
-                if _in_optional_or_union(cls, tok[2:]):
-                    as_json.add(id(lists[tok]))
+                if _in_optional_or_union(cls, tok[2:]) or any(seg.isdigit() for seg in tok[2:].split(".")):
+                    as_json.add(id(lists[tok]))  # an indexed flag's value goes into a list item as one JSON value
             lists[tok] += args[pos:end]
             pos = end
             continue
@@ -108,10 +111,19 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
         elif kind in ("value", "json") and not nxt.startswith("--"):
             out.append(nxt)
             pos += 1
+        elif kind == "section" and nxt == "None":
+            out.append(nxt)  # `--wandb None`: an optional section off (the loader refuses it for any other)
+            pos += 1
+        elif kind == "section" and not nxt.startswith(("-", "@")):
+            after_bool[len(bare)] = tok  # a positional field's value, or else a wrong value of this section
     for i in range(len(positional), len(bare)):
         if i in after_bool:
             flag = after_bool[i]
-            raise ConfigError(_bool_value_error(flag, bare[i], _flag_kind(cls, flag[2:])))
+            kind = flag_kind(cls, flag[2:])
+            if kind == "section":
+                typed = getattr(flag, "typed", flag)
+                raise ConfigError(f"  {typed} is a table: set its fields ({typed}.FIELD VALUE); got {bare[i]!r}")
+            raise ConfigError(_bool_value_error(flag, bare[i], kind))
     flat: list[str] = []
     for entry in out:
         if isinstance(entry, list) and id(entry) in as_json and not (len(entry) == 1 and entry[0].startswith("[")):
@@ -123,10 +135,18 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
     return flat + bare[len(positional) :]
 
 
+_BRACKET = re.compile(r"\[(\d+)\]")
+
+
 def _split_eq(cls: type[BaseModel], tok: str) -> list[str]:
-    """`--x=v` as `--x`, `v` where `--x` is a boolean, list or tuple field (read like `--x v`); else `[tok]`."""
+    """`--x=v` as `--x`, `v` where `--x` is a boolean, list or tuple field (read like `--x v`); else `[tok]`. A list
+    item's index in brackets (`--a.source[0].b`, as messages print the field) is read as `--a.source.0.b`; the
+    flag remembers the spelling typed (`TypedAs`)."""
     flag, eq, value = tok.partition("=")
-    if tok.startswith("--") and eq and _flag_kind(cls, flag[2:]).startswith(("bool", "list", "tuple:")):
+    if tok.startswith("--") and _BRACKET.search(flag):
+        flag = TypedAs(_BRACKET.sub(r".\1", flag), flag)
+        tok = TypedAs(flag + eq + value, flag.typed)
+    if tok.startswith("--") and eq and flag_kind(cls, flag[2:]).startswith(("bool", "list", "tuple:")):
         return [flag, value]
     return [tok]
 
@@ -145,7 +165,7 @@ def _check_json(cls: type[BaseModel], flat: list[str]) -> None:
     (the loader would stop with a traceback)."""
     for flag, value in zip(flat, flat[1:], strict=False):
         if (flag.startswith("--") and value.startswith(("[", "{"))
-                and _flag_kind(cls, flag[2:]).startswith(("list", "tuple:", "json"))):  # fmt: skip
+                and flag_kind(cls, flag[2:]).startswith(("list", "tuple:", "json"))):  # fmt: skip
             try:
                 json.loads(value)
             except json.JSONDecodeError as e:
@@ -162,26 +182,32 @@ class TypedAs(str):
 
     def __new__(cls, flag: str, typed: str) -> TypedAs:
         out = super().__new__(cls, flag)
-        out.typed = typed
+        out.typed = getattr(typed, "typed", typed)  # a flag rewritten twice names what was typed first
         return out
 
 
-def _flag_kind(cls: type[BaseModel], flag: str) -> str:
+def flag_kind(cls: type[BaseModel], flag: str) -> str:
     """What `--flag` takes: "bool" ("bool|None" where None is allowed), "negated" (`--no-flag` of a bool: no
     value), "list", "tuple:N" (N values; "tuple:" for `tuple[X, ...]`), "json" (a dict: one JSON value),
     "tagged:TAG" (a union of sections told apart by field TAG: a bare value sets it), "section" (a sub-config) or
     "value" (anything else, unknown flags included, as the loader reads them)."""
-    if flag.startswith("no-") and _flag_kind(cls, flag[3:]).startswith("bool"):
+    if flag.startswith("no-") and flag_kind(cls, flag[3:]).startswith("bool"):
         return "negated"
     current: Any = cls
     finfo = None
+    item = False  # the flag names an item of a list (`--a.source.0`)
     for seg in flag.split("."):
+        item = seg.isdigit()
+        if item:  # an index into a list of sections: the item's fields follow
+            continue
         models = models_in(current)
         name = seg.replace("-", "_")
         finfo = next((m.model_fields[name] for m in models if name in m.model_fields), None)
         if finfo is None:
             return "value"
         current = finfo.annotation
+    if finfo is None or item:
+        return "section" if finfo is not None and models_in(current) else "value"
     ann = finfo.annotation
     args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) in (
         typing.Union, types.UnionType) else [ann]  # fmt: skip
@@ -207,6 +233,8 @@ def _in_optional_or_union(cls: type[BaseModel], flag: str) -> bool:
     library reads a value there as one string, or as JSON when it starts with `[` or `{`)."""
     current: Any = cls
     for seg in flag.split(".")[:-1]:
+        if seg.isdigit():  # an index into a list of sections
+            continue
         models = models_in(current)
         name = seg.replace("-", "_")
         finfo = next((m.model_fields[name] for m in models if name in m.model_fields), None)

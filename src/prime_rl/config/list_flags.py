@@ -2,7 +2,8 @@
 
 A list of sections (`[[eval.source]]` tables) is given whole, in an `@` file or as JSON
 (`--eval.source '[{"name": "a", ...}]'`). An indexed flag changes one field of one item an `@` file or that JSON flag
-gave: `--LIST.N.FIELD VALUE`, items counted from 0. `expand_indexed_flags` reads the `@` files as the loader does (or
+gave: `--LIST.N.FIELD VALUE` (or `--LIST[N].FIELD VALUE`, read so by `argv.bind_args`), items counted from 0; a
+list, tuple or dict field takes one JSON value there. `expand_indexed_flags` reads the `@` files as the loader does (or
 the list's JSON flag, which replaces the files' list), applies every indexed flag to a copy of the list and hands the
 loader the whole list as one JSON flag, so precedence stays defaults < files < flags and the model's validators see
 the list as if the file had held the new value.
@@ -14,6 +15,8 @@ import json
 from typing import Any
 
 from pydantic import BaseModel
+
+from prime_rl.config.argv import flag_kind
 
 
 class ListFlagError(ValueError):
@@ -62,6 +65,7 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
             pos += 1
             continue
         flag, eq, value = tok.partition("=")
+        shown = getattr(tok, "typed", flag)  # as typed (`--a.source[0].b`), for messages
         pos += 1
         if not eq:
             if pos < len(args) and not args[pos].startswith("--") and args[pos] != "@":
@@ -73,7 +77,7 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
         list_path = ".".join(segs[:index_at])
         dotted = list_path.replace("-", "_")
         if list_path not in list_paths:
-            raise ListFlagError(f"{flag}: `{dotted}` is not a list of sections, so `.{segs[index_at]}.` cannot index "
+            raise ListFlagError(f"{shown}: `{dotted}` is not a list of sections, so `.{segs[index_at]}.` cannot index "
                                 f"it; {_list_fields_hint(list_paths, segs[:index_at])}")  # fmt: skip
         if list_path not in lists:
             node: Any = merged
@@ -83,7 +87,7 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
             node = node if given is None else given
             if not isinstance(node, list) or not node:
                 raise ListFlagError(
-                    f"{flag}: no @ file gives items of `{dotted}` ({files}), so item {segs[index_at]} does not exist; "
+                    f"{shown}: no @ file gives items of `{dotted}` ({files}), so item {segs[index_at]} does not exist; "
                     f"add them to a file as [[{dotted}]] tables, or give the whole list: --{list_path} '[{{...}}]'"
                 )
             lists[list_path] = json.loads(json.dumps(node, default=str))  # a deep copy, TOML dates as text
@@ -91,9 +95,11 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
         index = int(segs[index_at])
         if index >= len(items):
             given_by = f"--{list_path}" if _json_flag(args, list_path) is not None else files
-            raise ListFlagError(f"{flag}: `{dotted}` has {len(items)} item(s) (from {given_by}), counted from 0; "
+            raise ListFlagError(f"{shown}: `{dotted}` has {len(items)} item(s) (from {given_by}), counted from 0; "
                                 f"index {index} is past the end")  # fmt: skip
-        _set(items, [int(s) if s.isdigit() else s.replace("-", "_") for s in segs[index_at:]], value, flag)
+        if value.startswith(("[", "{")) and flag_kind(cls, flag[2:]).startswith(("list", "tuple:", "json")):
+            value = json.loads(value)  # a list, tuple or dict field's one JSON value (`bind_args` checked it parses)
+        _set(items, [int(s) if s.isdigit() else s.replace("-", "_") for s in segs[index_at:]], value, shown)
     for list_path, items in lists.items():
         out = _without_flag(out, list_path) + [f"--{list_path}", json.dumps(items)]
     return out
@@ -145,7 +151,7 @@ def _list_fields_hint(list_paths: set[str], prefix: list[str]) -> str:
     return "list fields there: " + ", ".join(f"--{p}.N.FIELD" for p in near)
 
 
-def _set(node: Any, path: list[int | str], value: str, flag: str) -> None:
+def _set(node: Any, path: list[int | str], value: Any, flag: str) -> None:
     for j, seg in enumerate(path[:-1]):
         nxt = path[j + 1]
         if isinstance(seg, int):
