@@ -82,3 +82,39 @@ def test_a_teacher_split_over_several_devices_is_refused(tmp_path, name):
     with pytest.raises(ConfigError, match=rf"`teacher.vllm.{name} = 2` \(in .*rl.toml\): rl starts the teacher server "
                                           rf"as one engine.*set teacher.vllm.{name} = 1, or start a teacher split"):
         _rl(tmp_path, f"[teacher.vllm]\n{name} = 2\n")
+
+
+# ---- groups of one rollout ----
+def test_groups_of_one_without_a_teacher_or_kl_term_are_refused(tmp_path):
+    """GRPO, RLOO and MaxRL give a group of one advantage 0: without a teacher or a reference-KL term such a source
+    never trains; refused naming the field, the source, where it was set and the fix (per source too)."""
+    from prime_rl.config.rl import RLConfig
+
+    orch = tmp_path / "orch.toml"
+    orch.write_text("batch_size = 4\n\n[train]\ngroup_size = 1\n")
+    with pytest.raises(ConfigError, match=rf"`train.group_size = 1` \(in {orch}\) \(source 'default'\): a group of "
+                                          r"one rollout has advantage 0 under the 'grpo' estimator.*set "
+                                          r"train.group_size >= 2, or train on a signal beyond the advantage"):
+        parse_config(OrchestratorConfig, ["@", str(orch)])
+    ok = parse_config(OrchestratorConfig, ["@", str(orch), "--gate.keep-for-kl"])  # the trainer has a KL term
+    assert ok.train.group_sizes == [1]
+    assert parse_config(OrchestratorConfig, ["@", str(orch), "--teacher.name", "t"]).teacher.name == "t"
+    custom = OrchestratorConfig(batch_size=4, train={"group_size": 1},
+                                advantage={"type": "custom", "import_path": "m:f"})  # its own baseline  # fmt: skip
+    assert custom.train.group_size == 1
+    two = [{"name": "a", "env": {"id": "digit-bandit"}},
+           {"name": "b", "env": {"id": "digit-bandit"}, "group_size": 1, "advantage": {"type": "rloo"}}]  # fmt: skip
+    with pytest.raises(ValueError, match=r"`train.source.1.group_size = 1` \(source 'b'\).*under the 'rloo' "
+                                         r"estimator.*set train.source.1.group_size >= 2"):
+        OrchestratorConfig(batch_size=4, train={"group_size": 2, "source": two})
+    rl = tmp_path / "rl.toml"
+    rl.write_text("[orchestrator]\nbatch_size = 4\n\n[[orchestrator.train.source]]\nname = \"a\"\nenv.id = "
+                  "\"digit-bandit\"\ngroup_size = 1\n")  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"`orchestrator.train.source.0.group_size = 1` \(in {rl}\) \(source 'a'\)"
+                                          r".*a teacher \(\[teacher.model\] name = ..., with \[trainer.loss\] type = \"opd\"\) "
+                                          r"or a reference-KL term \(trainer.loss.ref_kl_coef > 0\)"):
+        parse_config(RLConfig, ["@", str(rl)])
+    kl = parse_config(RLConfig, ["@", str(rl), "--trainer.loss.ref-kl-coef", "0.1"])
+    assert kl.orchestrator.gate.keep_for_kl and kl.orchestrator.train.group_sizes == [1]
+    opd = parse_config(RLConfig, ["@", str(rl), "--trainer.loss.type", "opd", "--teacher.model.name", "t"])
+    assert opd.orchestrator.teacher.name == "t"

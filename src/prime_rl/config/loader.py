@@ -183,7 +183,7 @@ def _resolve(cls: type[BaseModel], loc: tuple, dotted: str) -> tuple:
     """The full path of `dotted` (`client.base_url`), named in the message of a validator of the section at `loc`:
     as is where the root has its first key, else under the nearest section at or above `loc` that has it
     (`orchestrator.client.base_url` for the orchestrator's validator under `rl`), else as is."""
-    keys = tuple(dotted.split("."))
+    keys = tuple(int(k) if k.isdigit() else k for k in dotted.split("."))  # a list entry: `source.0.group_size`
     if keys[0] in _field_names_at(cls, ()):
         return keys
     for i in range(len(loc), 0, -1):

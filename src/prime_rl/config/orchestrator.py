@@ -29,7 +29,14 @@ from prime_rl.config.orchestrator_backend import (
     backend_from_name,
     client_problem,
 )
-from prime_rl.config.recipes import CurriculumConfig, GateConfig, LengthPenaltyConfig, recipe_problem
+from prime_rl.config.recipes import (
+    SIGNAL_DECIDED_BY_RL,
+    CurriculumConfig,
+    GateConfig,
+    LengthPenaltyConfig,
+    lone_group_problem,
+    recipe_problem,
+)
 from prime_rl.config.rollout_transport import RolloutTransportConfig
 from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
     AgentConfig,
@@ -411,6 +418,19 @@ class OrchestratorConfig(BaseConfig):
     @model_validator(mode="after")
     def _recipes_take_effect(self) -> OrchestratorConfig:
         if (problem := recipe_problem(self)) is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _groups_with_signal(self) -> OrchestratorConfig:
+        """Groups of one rollout train only with a teacher or a reference-KL term (`lone_group_problem`); under
+        `rl` the whole config decides (`config.rl.RLConfig`)."""
+        if SIGNAL_DECIDED_BY_RL.get():
+            return self
+        problem = lone_group_problem(self, self.teacher is not None or self.gate.keep_for_kl, fix=(
+            "a teacher ([teacher] name and base_url; the trainer's loss.type = \"opd\"), or the trainer's "
+            "reference-KL term (its loss.ref_kl_coef > 0) with gate.keep_for_kl = true"))  # fmt: skip
+        if problem is not None:
             raise ValueError(problem)
         return self
 

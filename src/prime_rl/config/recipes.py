@@ -4,6 +4,7 @@ difficulty-pool curriculum (`[orchestrator.curriculum]`) and the length penalty 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -191,6 +192,34 @@ def length_penalty_problem(orch: Any) -> str | None:
                 f"this source samples at most env.agent.max_turns ({turns}) x {cap} = {most}; lower "
                 f"length_penalty.max_tokens below {most + pen.cache_tokens} (the full penalty at max_tokens), or "
                 "remove length_penalty")
+    return None
+
+
+SIGNAL_DECIDED_BY_RL: ContextVar[bool] = ContextVar("prime_rl_signal_decided_by_rl", default=False)
+"""True while an `rl` config validates its sections (`config.rl.RLConfig`): whether the loss has a term beyond the
+advantage (a teacher, a reference KL) is known only from the whole config, so `lone_group_problem` runs there."""
+
+
+def lone_group_problem(orch: Any, signal: bool, prefix: str = "", fix: str = "") -> str | None:
+    """None unless a train source of the orchestrator config `orch` plays groups of one rollout with a built-in
+    advantage estimator while the loss has no term beyond the advantage (`signal` false: no teacher, no reference
+    KL); else the refusal, naming the source, the field (under `prefix`) and the fix (`fix`: how to add a teacher
+    or a KL term in this command).
+
+    GRPO, RLOO and MaxRL give every member of a group of one advantage 0 (`orchestrator.advantages`): such groups
+    never train, and a run of them only ends at `max_empty_steps`. A custom estimator may use another baseline."""
+    if signal:
+        return None
+    train = orch.train
+    for i, src in enumerate(train.source):
+        adv = src.advantage or orch.advantage
+        if train.group_size_of(src) != 1 or adv.type == "custom":
+            continue
+        field = f"train.source.{i}.group_size" if src.group_size is not None else "train.group_size"
+        return (f"`{prefix}{field} = 1` (source {src.name!r}): a group of one rollout has advantage 0 under the "
+                f"{adv.type!r} estimator (its reward minus the mean of a group of one), so this source's rollouts "
+                f"never train and a run of such groups only stops at max_empty_steps; set {prefix}{field} >= 2, "
+                f"or train on a signal beyond the advantage: {fix or 'a teacher or a reference-KL term'}")
     return None
 
 

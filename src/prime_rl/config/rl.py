@@ -17,6 +17,7 @@ from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelC
 from prime_rl.config.deployment import PORT_WEIGHTS, DeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.inference import SAMPLES_FOR_TRAINING, InferenceConfig, distribution_flags, flag_name
 from prime_rl.config.orchestrator import OrchestratorConfig
+from prime_rl.config.recipes import SIGNAL_DECIDED_BY_RL, lone_group_problem
 from prime_rl.config.rollout_transport import ENV_TOKEN, RolloutTransportConfig
 from prime_rl.config.teacher import TeacherConfig, TeacherServerConfig
 from prime_rl.config.trainer import TrainerConfig
@@ -150,11 +151,13 @@ class RLConfig(BaseConfig):
     def _sections_sample_for_training(cls, data: Any, handler: Any) -> Any:
         """While the sections validate, `inference.vllm` knows its server samples training rollouts
         (`config.inference.SAMPLES_FOR_TRAINING`): a distribution-changing `extra_args` option is refused with rl's
-        fix."""
-        token = SAMPLES_FOR_TRAINING.set(True)
+        fix; and the orchestrator leaves the groups-of-one check to `_groups_with_signal`
+        (`config.recipes.SIGNAL_DECIDED_BY_RL`)."""
+        token, signal = SAMPLES_FOR_TRAINING.set(True), SIGNAL_DECIDED_BY_RL.set(True)
         try:
             return handler(data)
         finally:
+            SIGNAL_DECIDED_BY_RL.reset(signal)
             SAMPLES_FOR_TRAINING.reset(token)
 
     @model_validator(mode="before")
@@ -226,6 +229,18 @@ class RLConfig(BaseConfig):
             inherited = self.teacher.inherit_vllm(self.inference.vllm)
             check_teacher_server(self, inherited)
         check_teacher(self)
+        return self
+
+    @model_validator(mode="after")
+    def _groups_with_signal(self) -> RLConfig:
+        """Groups of one rollout train only with a teacher or a reference-KL term in the loss
+        (`config.recipes.lone_group_problem`)."""
+        signal = _teacher_term(self) or float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0
+        problem = lone_group_problem(self.orchestrator, signal, prefix="orchestrator.", fix=(
+            "a teacher ([teacher.model] name = ..., with [trainer.loss] type = \"opd\") or a reference-KL term "
+            "(trainer.loss.ref_kl_coef > 0)"))  # fmt: skip
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
 
