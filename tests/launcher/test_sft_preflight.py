@@ -14,6 +14,7 @@ import pytest
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.launcher.errors import PreflightError
 from prime_rl.launcher.sft_preflight import check_sft, data_files
+from prime_rl.ports import free_port
 
 ROW = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
 
@@ -61,15 +62,17 @@ def test_dry_run_refuses_a_missing_data_file_and_an_unknown_env_and_reports_the_
     eval_args = ["--eval.interval", "2", "--eval.source", json.dumps([{"name": "rt", "env": {"id": "revers-text"}}])]
     r = _sft(["@", str(cfg), "--output-dir", str(tmp_path / "run"), *eval_args, "--dry-run"], tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert "eval.source.0.env.id (source 'rt') = 'revers-text': unknown environment" in r.stderr
+    assert "eval.source.0.env.id (source 'rt') (from --eval.source) = 'revers-text': unknown environment" in r.stderr
     eval_args[-1] = eval_args[-1].replace("revers-text", "reverse-text")
+    eval_args += ["--inference.server.port", str(free_port())]
     r = _sft(["@", str(cfg), "--output-dir", str(tmp_path / "run"), *eval_args, "--dry-run"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.splitlines()[:3] == [
+    assert r.stdout.splitlines()[:4] == [
         "checked (no model loaded, nothing started):",
         "  ok  data: every local data file (data.path, [[data.source]] path, val.data.path) exists",
         "  ok  eval environments: every [[eval.source]] env.id is a registered environment or an import path that "
         "imports",
+        "  ok  eval server port: the port of the inference server [eval] starts (inference.server.port) is free",
     ]
     assert (tmp_path / "run" / "configs" / "sft.toml").is_file()
 
@@ -82,4 +85,48 @@ def test_a_run_refuses_an_unknown_env_before_it_loads_the_model(tmp_path):
               "--output-dir", str(tmp_path / "run"), "--eval.interval", "1",
               "--eval.source", json.dumps([{"name": "x", "env": {"id": "no-such-env"}}])], tmp_path)  # fmt: skip
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert "sft: error: eval.source.0.env.id (source 'x') = 'no-such-env': unknown environment" in r.stderr
+    assert "sft: error: eval.source.0.env.id (source 'x') (from --eval.source) = 'no-such-env': unknown environment" in r.stderr
+
+
+def test_dry_run_refuses_a_taken_eval_server_port(tmp_path):
+    """`sft --dry-run` with [eval] checks the port of the inference server it would start, as `rl --dry-run` does:
+    taken, it exits 2 naming the port, the field, the flag that set it and the holder."""
+    import socket
+
+    _rows(tmp_path / "d.jsonl")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        args = ["--data.path", "d.jsonl", "--output-dir", str(tmp_path / "run"), "--inference.server.port", str(port)]
+        evals = json.dumps([{"name": "rt", "env": {"id": "reverse-text"}}])
+        r = _sft([*args, "--eval.interval", "2", "--eval.source", evals, "--dry-run"], tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert r.stderr.startswith(f"sft: error: port {port} (inference.server.port (from --inference.server.port), "
+                                   "the inference server [eval] starts) is already in use by ")  # fmt: skip
+        assert not (tmp_path / "run").exists()
+
+
+def test_evals_dry_run_refuses_an_unknown_env_and_reports_the_check(tmp_path):
+    """`evals --dry-run` runs the same environment check (`check_eval_envs`) on its [[eval.source]]: an unknown
+    env.id exits 2 with one line (field, source, file, value, the registered names) and writes nothing; a known one
+    prints the check and writes the resolved config."""
+    cfg = tmp_path / "ev.toml"
+    cfg.write_text('[[eval.source]]\nname = "x"\nenv.id = "revers-text"\n')
+    args = ["@", str(cfg), "--output-dir", str(tmp_path / "out"), "--dry-run"]
+    r = subprocess.run([sys.executable, "-m", "prime_rl.cli.evals", *args], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.startswith(f"evals: error: eval.source.0.env.id (source 'x') (in {cfg}) = 'revers-text': unknown "
+                               "environment; choose one of: ")  # fmt: skip
+    assert "reverse-text" in r.stderr and not (tmp_path / "out").exists()
+    cfg.write_text('[[eval.source]]\nname = "x"\nenv.id = "reverse-text"\n')
+    r = subprocess.run([sys.executable, "-m", "prime_rl.cli.evals", *args], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[:2] == [
+        "checked (no model loaded, nothing started):",
+        "  ok  eval environments: every [[eval.source]] env.id is a registered environment or an import path that "
+        "imports",
+    ]
+    assert (tmp_path / "out" / "configs" / "evals.toml").is_file()

@@ -1,20 +1,27 @@
 """`sft`'s checks that load no model and start nothing, run by `sft --dry-run` (which prints them) and before a run
 loads its model: every local data file exists, and every `[[eval.source]]` names a registered environment (an
-unknown one would otherwise fail at the first eval, after `eval.interval` steps of training). A loss mask with no
-role on (`data.loss_mask`) is refused when the config is read (`config.sft.LossMaskConfig`).
+unknown one would otherwise fail at the first eval, after `eval.interval` steps of training). `sft --dry-run`
+also checks that the port of the inference server `[eval]` starts (`inference.server.port`) is free now. A loss
+mask with no role on (`data.loss_mask`) is refused when the config is read (`config.sft.LossMaskConfig`).
+`evals --dry-run` runs the environment check on its own `[[eval.source]]` (`check_eval_envs`).
 
 Each failure raises `PreflightError` (exit 2) naming the field, where it was set and the fix."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.launcher.errors import PreflightError
 
+if TYPE_CHECKING:
+    from prime_rl.config.orchestrator import EvalCommandConfig
+
 CHECK_TEXT = {
     "data": "every local data file (data.path, [[data.source]] path, val.data.path) exists",
     "eval environments": "every [[eval.source]] env.id is a registered environment or an import path that imports",
+    "eval server port": "the port of the inference server [eval] starts (inference.server.port) is free",
 }
 """What each check looks at, for the dry run's report."""
 
@@ -61,12 +68,14 @@ def check_data_files(cfg: SFTConfig) -> None:
             )
 
 
-def check_eval_envs(cfg: SFTConfig) -> None:
-    """Every `[[eval.source]]` with an `env.id` names a registered environment or an import path that imports
-    (`envs.base.ENVS`; nothing is built).
+def check_eval_envs(cfg: SFTConfig | EvalCommandConfig) -> None:
+    """Every `[[eval.source]]` of `cfg` (`sft`'s or `evals`') with an `env.id` names a registered environment or an
+    import path that imports (`envs.base.ENVS`; nothing is built).
 
     Raises:
-        PreflightError: the registry's message (the field, the value, the registered names), with the source's name."""
+        PreflightError: the registry's message (the field, where it was set, the value, the registered names), with
+            the source's name."""
+    from prime_rl.config.loader import where_set
     from prime_rl.envs.base import ENVS
     from prime_rl.registry import RegistryError
 
@@ -75,18 +84,39 @@ def check_eval_envs(cfg: SFTConfig) -> None:
             continue
         field = f"eval.source.{i}.env.id"
         try:
-            ENVS.get(src.env.id, field=f"{field} (source {src.name!r})")
+            ENVS.get(src.env.id, field=f"{field} (source {src.name!r}){where_set(field)}")
         except RegistryError as e:
             raise PreflightError(str(e)) from None
 
 
+def check_eval_server_port(cfg: SFTConfig) -> None:
+    """The port the inference server of `[eval]` binds (`inference.server.host`/`port`, `sft_eval.inference_config`)
+    is free now (`launcher.preflight.check_free`, as `rl --dry-run` checks its servers' ports).
+
+    Raises:
+        PreflightError: the port is taken (names it, the field, its holder and the fix)."""
+    from prime_rl.config.loader import where_set
+    from prime_rl.launcher.preflight import check_free
+    from prime_rl.launcher.sft_eval import inference_config
+
+    server = inference_config(cfg).server
+    field = "inference.server.port"
+    if server.port == 0:  # any free port
+        return
+    check_free([(server.host, server.port, f"{field}{where_set(field)}, the inference server [eval] starts")])
+
+
 def dry_run_checks(cfg: SFTConfig, name: str = "sft") -> None:
-    """`sft --dry-run`'s part before the resolved config is written: run `check_sft` and print what was checked;
-    a failed check prints `NAME: error: ...` and exits 2 (no traceback)."""
+    """`sft --dry-run`'s part before the resolved config is written: run `check_sft` (and, with `[eval]`,
+    `check_eval_server_port`) and print what was checked; a failed check prints `NAME: error: ...` and exits 2 (no
+    traceback)."""
     import sys
 
     try:
         ran = check_sft(cfg)
+        if cfg.eval is not None:
+            check_eval_server_port(cfg)
+            ran.append("eval server port")
     except PreflightError as e:
         print(f"{name}: error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
