@@ -187,5 +187,50 @@ def test_an_indexed_flag_reads_its_field_as_the_plain_flag_does(tmp_path):
 def test_a_word_after_a_section_flag_names_the_flag():
     msg = _error(["--orchestrator.train.source.0.sampling", "hot"])
     assert msg.startswith("  --orchestrator.train.source.0.sampling is a table: set its fields "
-                          "(--orchestrator.train.source.0.sampling.FIELD VALUE); got 'hot'")  # fmt: skip
+                          "(--orchestrator.train.source.0.sampling.FIELD VALUE), or give it one JSON object "
+                          "(--orchestrator.train.source.0.sampling '{\"FIELD\": VALUE}'); got 'hot'")  # fmt: skip
     assert _error(["--orchestrator.train.sampling", "hot"]).startswith("  --orchestrator.train.sampling is a table")
+
+
+@pytest.mark.parametrize("table,dotted", [
+    (["--orchestrator.train.source.0.sampling", '{"temperature": 0.7}'],
+     ["--orchestrator.train.source.0.sampling.temperature", "0.7"]),
+    (["--orchestrator.train.source[0]", '{"group_size": 2, "env": {"agent": {"max_turns": 2}}}'],
+     ["--orchestrator.train.source.0.group-size", "2", "--orchestrator.train.source.0.env.agent.max-turns", "2"]),
+    (["--orchestrator.train.sampling", '{"temperature": 0.5, "max_completion_tokens": 32}'],
+     ["--orchestrator.train.sampling.temperature", "0.5", "--orchestrator.train.sampling.max-completion-tokens", "32"]),
+    (["--wandb", '{"offline": true, "name": "-x"}'], ["--wandb.offline", "--wandb.name", "-x"]),
+    (["--wandb", "{}"], ["--wandb"]),
+])  # fmt: skip
+def test_a_json_object_for_a_table_is_its_dotted_flags(table, dotted):
+    # merged into the table the file gives, as the dotted flags are
+    got, want = (parse_config(RLConfig, ["@", RL_TOML, *args]) for args in (table, dotted))
+    assert got.model_dump() == want.model_dump()
+    assert got.model_dump() != parse_config(RLConfig, ["@", RL_TOML]).model_dump()
+
+
+def test_a_json_object_for_sfts_validation_data():
+    from prime_rl.config.trainer import SFTConfig
+
+    sft = str(REPO / "examples/reverse_text/sft.toml")
+    cfg = parse_config(SFTConfig, ["@", sft, "--val.data", '{"path": "val.jsonl", "split": "test"}'])
+    assert (cfg.val.data.path, cfg.val.data.split, cfg.val.interval) == (Path("val.jsonl"), "test", 50)
+    cfg = parse_config(SFTConfig, ["@", sft, "--val", '{"data": {"path": "v.jsonl"}, "interval": 5}'])
+    assert (cfg.val.data.path, cfg.val.interval) == (Path("v.jsonl"), 5)
+
+
+@pytest.mark.parametrize("args,want", [
+    (["--orchestrator.train.source.0.sampling", '{"temprature": 0.7}'],
+     "  orchestrator.train.source[0].sampling.temprature: unknown key (got '0.7') (from "
+     "--orchestrator.train.source.0.sampling); did you mean `orchestrator.train.source[0].sampling.temperature`"),
+    (["--orchestrator.train.source[0].sampling", '{"temperature": "hot"}'],
+     "sampling.temperature: Input should be a valid number, unable to parse string as a number (got 'hot') "
+     "(from --orchestrator.train.source[0].sampling)"),
+    (["--orchestrator.train.source.0.sampling", '{"temperature": 0.7'],
+     "  --orchestrator.train.source.0.sampling: not valid JSON (Expecting ',' delimiter at character 20); a table "
+     "takes one JSON object in single quotes for the shell, with its texts in double quotes "
+     "(--orchestrator.train.source.0.sampling '{\"FIELD\": VALUE}'), or set each field: "
+     "--orchestrator.train.source.0.sampling.FIELD VALUE"),
+])  # fmt: skip
+def test_a_json_object_for_a_table_names_the_flag_in_its_errors(args, want):
+    assert want in _error(args)

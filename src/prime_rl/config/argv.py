@@ -7,7 +7,9 @@ arguments fill in order (`prime-rl tiny-model OUT` = `--out OUT`), and a list fi
 reward-range -1 1`) or one JSON list (`'[-1, 1]'`), like a list field; a boolean takes true/false or no value, and a
 word after it that fills no positional field is refused naming the flag. A list item's index may be written in
 brackets, as messages print a field (`--orchestrator.train.source[0].group-size` = `--orchestrator.train.source.0.
-group-size`), and an indexed flag takes its value as the same field's plain flag does.
+group-size`), and an indexed flag takes its value as the same field's plain flag does. A section (a table) takes
+its fields as flags or one JSON object (`--orchestrator.train.source.0.sampling '{"temperature": 0.7}'` =
+`--orchestrator.train.source.0.sampling.temperature 0.7`), merged into the table the files give.
 """
 
 from __future__ import annotations
@@ -56,6 +58,13 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             continue
         kind = flag_kind(cls, tok[2:]) if "=" not in tok else "given"
         pos += 1
+        if kind.startswith(("section", "tagged:")) and pos < num_args and args[pos].lstrip().startswith("{"):
+            args[pos - 1 : pos + 1] = table = _table_flags(cls, tok, args[pos])  # `--x '{"a": 1}'` = `--x.a 1`
+            num_args, pos = len(args), pos - 1
+            if table == [tok, "{}"]:  # an empty table of a list item: the item's section, merged as given
+                out += table
+                pos += 2
+            continue
         if kind.startswith("tagged:"):  # `--backend transformers` = `--backend.type transformers`
             if pos < num_args and not args[pos].startswith(("-", "@")) and args[pos] != "None":
                 out += [TypedAs(f"{tok}.{kind[7:]}", tok), args[pos]]
@@ -122,7 +131,8 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             kind = flag_kind(cls, flag[2:])
             if kind == "section":
                 typed = getattr(flag, "typed", flag)
-                raise ConfigError(f"  {typed} is a table: set its fields ({typed}.FIELD VALUE); got {bare[i]!r}")
+                raise ConfigError(f"  {typed} is a table: set its fields ({typed}.FIELD VALUE), or give it one JSON "
+                                  f"object ({typed} '{{\"FIELD\": VALUE}}'); got {bare[i]!r}")  # fmt: skip
             raise ConfigError(_bool_value_error(flag, bare[i], kind))
     flat: list[str] = []
     for entry in out:
@@ -149,6 +159,43 @@ def _split_eq(cls: type[BaseModel], tok: str) -> list[str]:
     if tok.startswith("--") and eq and flag_kind(cls, flag[2:]).startswith(("bool", "list", "tuple:")):
         return [flag, value]
     return [tok]
+
+
+def _table_flags(cls: type[BaseModel], flag: str, text: str) -> list[str]:
+    """The flags that set a section's fields one by one from the JSON object `text` given for the section `flag`
+    (`--x.sampling '{"temperature": 0.7}'` -> `--x.sampling.temperature 0.7`: merged into the table the files give,
+    as the dotted flags are); a nested object becomes its own section flag and JSON value, read the same way. Each
+    flag remembers `flag` as the one typed. An empty object turns an optional section on with its defaults (`--x`;
+    `--x {}` for an item of a list, merged by `list_flags`) and sets nothing in any other section.
+
+    Raises:
+        ConfigError: `text` is not valid JSON or not an object (the message names the flag and the dotted form).
+    """
+    typed = getattr(flag, "typed", flag)
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError as e:
+        table = e
+    if not isinstance(table, dict):
+        why = f"not valid JSON ({table.msg} at character {table.pos + 1})" if isinstance(table, Exception) else (
+            f"a JSON {type(table).__name__}, not an object")  # fmt: skip
+        raise ConfigError(f"  {typed}: {why}; a table takes one JSON object in single quotes for the shell, with its "
+                          f"texts in double quotes ({typed} '{{\"FIELD\": VALUE}}'), or set each field: "
+                          f"{typed}.FIELD VALUE; got {text!r}")  # fmt: skip
+    if not table:
+        if any(seg.isdigit() for seg in flag[2:].split(".")):
+            return [flag, "{}"]
+        return [flag] if _admits_none(_field(cls, flag[2:])) else []
+    out: list[str] = []
+    for key, value in table.items():
+        sub = TypedAs(f"{flag}.{str(key).replace('_', '-')}", typed)
+        if isinstance(value, str) and value.startswith("--"):
+            out.append(TypedAs(f"{sub}={value}", typed))  # a text such as "--x" is not read as a flag
+        elif isinstance(value, str):
+            out += [sub, value]
+        else:
+            out += [sub, "None" if value is None else json.dumps(value)]  # true/false, numbers, JSON lists, objects
+    return out
 
 
 def _bool_value_error(flag: str, value: str, kind: str) -> str:
@@ -184,6 +231,25 @@ class TypedAs(str):
         out = super().__new__(cls, flag)
         out.typed = getattr(typed, "typed", typed)  # a flag rewritten twice names what was typed first
         return out
+
+
+def _field(cls: type[BaseModel], flag: str) -> Any:
+    """The annotation of the field `--flag` names (list indices skipped), or None when no field has that path."""
+    current: Any = cls
+    for seg in flag.split("."):
+        if seg.isdigit():
+            continue
+        name = seg.replace("-", "_")
+        finfo = next((m.model_fields[name] for m in models_in(current) if name in m.model_fields), None)
+        if finfo is None:
+            return None
+        current = finfo.annotation
+    return current
+
+
+def _admits_none(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
+        annotation)  # fmt: skip
 
 
 def flag_kind(cls: type[BaseModel], flag: str) -> str:

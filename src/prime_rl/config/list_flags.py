@@ -97,8 +97,8 @@ def expand_indexed_flags(cls: type[BaseModel], args: list[str]) -> list[str]:
             given_by = f"--{list_path}" if _json_flag(args, list_path) is not None else files
             raise ListFlagError(f"{shown}: `{dotted}` has {len(items)} item(s) (from {given_by}), counted from 0; "
                                 f"index {index} is past the end")  # fmt: skip
-        if value.startswith(("[", "{")) and flag_kind(cls, flag[2:]).startswith(("list", "tuple:", "json")):
-            value = json.loads(value)  # a list, tuple or dict field's one JSON value (`bind_args` checked it parses)
+        if value.startswith(("[", "{")) and flag_kind(cls, flag[2:]).startswith(("list", "tuple:", "json", "section")):
+            value = json.loads(value)  # a list, tuple or dict field's one JSON value, or a section's `{}` (`bind_args`)
         _set(items, [int(s) if s.isdigit() else s.replace("-", "_") for s in segs[index_at:]], value, shown)
     for list_path, items in lists.items():
         out = _without_flag(out, list_path) + [f"--{list_path}", json.dumps(items)]
@@ -166,7 +166,10 @@ def _set(node: Any, path: list[int | str], value: Any, flag: str) -> None:
     if isinstance(last, int):
         if not isinstance(node, list) or last >= len(node):
             raise ListFlagError(f"{flag}: no item {last} there in the @ files")
-        node[last] = value
+        if value != {}:  # `--list.N '{}'` keeps the item as the files give it
+            node[last] = value
+    elif isinstance(node, dict) and value == {} and isinstance(node.get(last), dict):
+        pass  # an empty table merged into the section the files give
     elif isinstance(node, dict):
         node[last] = value
     else:
