@@ -129,3 +129,27 @@ async def test_final_version_is_evaluated_off_interval(tmp_path, tok):
     cfg = _cfg(tmp_path, max_steps=3, max_async_level=0)  # interval 2: versions 0, 2 and the final 3
     await _run(cfg, tok, [1, 2, 3])
     assert sorted(p.name for p in (cfg.output_dir / "eval").iterdir()) == ["step_0.jsonl", "step_2.jsonl", "step_3.jsonl"]
+
+
+async def test_collective_weights_wait_for_the_final_version_without_an_eval(tmp_path, tok):
+    # weights over a collective: trainer rank 0's broadcast of version N blocks until the servers receive it, which
+    # they do only when the orchestrator asks them; run() must not return before the final version is loaded, even
+    # with no eval of it due (the fake trainer publishes version 4 a moment after reading step 4's batch)
+    cfg = _cfg(tmp_path, eval={}, weight_transport={"type": "collective", "inference_workers": 1})
+    client = ScriptedClient(tok, _script)
+    orch = Orchestrator(cfg, client=client, renderer=make_renderer(tok, cfg.renderer),
+                        train_sources=[InProcessSource("counter", CounterEnv(12))], poll_s=0.005)  # fmt: skip
+
+    async def trainer():
+        for n in (1, 2, 3, 4):
+            path = cfg.output_dir / "rollouts" / f"step_{n}" / "rank_0.bin"
+            while not path.exists():
+                await asyncio.sleep(0.005)
+            if n == 4:
+                await asyncio.sleep(0.5)
+            atomic_write_dir(cfg.output_dir / "weights" / f"step_{n}", lambda d: (d / "transport.json").write_text("{}"))
+
+    fake = asyncio.create_task(trainer())
+    await asyncio.wait_for(orch.run(), 60)
+    await fake
+    assert [v for _, v in client.updates][-1] == 4

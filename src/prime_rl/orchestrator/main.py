@@ -344,12 +344,21 @@ class Orchestrator:
         return out
 
     async def _final_eval(self) -> None:
-        """Wait for the final policy (`max_steps`) to load and be evaluated, when an eval of it is due."""
+        """Wait for the final policy (`max_steps`) to load and be evaluated, when an eval of it is due. With weights
+        over a collective it is awaited in any case: trainer rank 0's broadcast of a version blocks until the inference
+        workers receive it, which they do only when this process asks them (`/update_weights`), so leaving earlier
+        would leave the trainer waiting `weight_transport.timeout_s` and then failing.
+
+        Raises:
+            TimeoutError: the final version did not load within `weights_timeout_s`.
+        """
         final = self.cfg.max_steps
-        if final is None or not self._eval_due(final):
+        due = final is not None and self._eval_due(final)
+        if final is None or not (due or self.cfg.weight_transport.type == "collective"):
             return
         await self.policy.wait_for(final, self.cfg.weights_timeout_s)
-        await self.final_evaluated.wait()
+        if due:
+            await self.final_evaluated.wait()
 
 
 def tune_gc(young: int = 10_000) -> None:
