@@ -26,6 +26,8 @@ sets a field that admits None to None (a text field that does not keeps "None" a
 (`configs/*.toml`) leave out a None whose default is None and list a section's other None fields under `_null`
 (`_null = ["max_norm"]` in `[optim]`). `prime-rl eval` takes the same flags as `evals`, `prime-rl dashboard` as
 `dashboard`; `gridsim X` is `prime-rl gridsim X`.
+Layered files (`@ a.toml @ b.toml`) merge tables key by key, but a list is one value: a later file's list (`[[X]]`
+tables included) replaces an earlier file's whole, and the command warns once per list, naming it and both files.
 For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands. A list of
 sections (`X.N`, e.g. `eval.source.N`) is given as `[[X]]` tables in a file, or whole as JSON (`--X '[{...}]'`);
 `--X.N.FIELD VALUE` changes one field of item N (counted from 0) of the list a file or that JSON flag gave. A

@@ -49,6 +49,7 @@ def parse_config(
 
     from prime_rl.config.fast_help import install
     from prime_rl.config.help import render_help, wants_help
+    from prime_rl.config.layers import replaced_lists
     from prime_rl.config.list_flags import ListFlagError, expand_indexed_flags
     from prime_rl.config.upstream import install_json_paths
 
@@ -84,7 +85,10 @@ def parse_config(
     PARSED.update(argv=bound, positional=from_bare)
     try:
         expanded = expand_indexed_flags(cls, bound)
-        return _fill_secrets(cli(cls, args=expanded, prog=prog, description=description), bound)
+        parsed = _fill_secrets(cli(cls, args=expanded, prog=prog, description=description), bound)
+        for line in replaced_lists(bound):  # a later @ file's list replaces an earlier one's whole: say so
+            print(f"{prog or 'prime-rl'}: warning: {line}", file=sys.stderr)
+        return parsed
     except ConfigError as e:
         if from_argv:
             print(f"{prog or 'prime-rl'}: config error\n{e}", file=sys.stderr)
