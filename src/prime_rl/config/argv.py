@@ -100,7 +100,10 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             continue
         out.append(tok)
         nxt = args[pos] if pos < num_args else "--"
-        if kind.startswith("bool") and nxt.lower() in ("true", "false", "1", "0"):
+        if kind == "negated" and any(seg.isdigit() for seg in tok.split(".")):
+            out[-1:] = [TypedAs("--" + tok[5:], tok), "false"]  # `--no-a.0.x` -> `--a.0.x false` (list_flags)
+            nxt = "--" if nxt.startswith("@") else nxt
+        if kind.startswith("bool") and nxt.lower() in ("true", "false"):  # not 1/0, yes/no (refused below)
             out.append(nxt.lower())
             pos += 1
         elif kind == "bool|None" and nxt == "None":

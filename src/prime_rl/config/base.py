@@ -34,10 +34,12 @@ has no null): `_null = ["max_norm"]` in `[optim]`. No field can be named so (pyd
 class BaseConfig(_LibBaseConfig):
     """Base of every prime-rl config: unknown keys are errors. A field that admits None is set to None by the text
     `"None"` (files and flags written by hand) or by naming it in its section's `_null` list (resolved configs,
-    `loader.config_to_toml`); any other field keeps the text `"None"` as text.
+    `loader.config_to_toml`); any other field keeps the text `"None"` as text. A boolean field takes a boolean (or
+    the text true/false a flag gives), not other text or a number (`not_a_bool`).
 
     Raises:
-        ValueError: `_null` is not a list of field names of this section that admit None.
+        ValueError: `_null` is not a list of field names of this section that admit None; a boolean field is given
+            text or a number.
     """
 
     @model_validator(mode="before")
@@ -60,12 +62,38 @@ class BaseConfig(_LibBaseConfig):
         for name, finfo in cls.model_fields.items():
             if out.get(name) == NONE_TEXT and _admits_none(finfo.annotation):
                 out[name] = None
+            if name in out and not_a_bool(finfo.annotation, out[name]):
+                raise ValueError(f"{name} = {out[name]!r}: not a boolean; write {name} = true or {name} = false "
+                                 "(a TOML boolean, without quotes; a flag takes true or false)")  # fmt: skip
         return out
 
 
 def _admits_none(annotation: Any) -> bool:
     origin = typing.get_origin(annotation)
     return (origin is typing.Union or origin is types.UnionType) and type(None) in typing.get_args(annotation)
+
+
+def bool_field(annotation: Any) -> tuple[bool, bool]:
+    """(whether `annotation` is `bool` or `bool | None`, whether it admits None)."""
+    if annotation is bool:
+        return True, False
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return inner == [bool], len(inner) < len(typing.get_args(annotation))
+    return False, False
+
+
+def not_a_bool(annotation: Any, value: Any) -> bool:
+    """Whether `value`, given for a field of type `annotation`, is something other than a boolean where a boolean is
+    wanted: a number, or text other than true/false in any case (as flags reach some fields; `config.bools`
+    refuses those too where a TOML file holds them) and `"None"` where None is allowed. False for a field that is
+    not a boolean. pydantic's lax mode would read `"yes"`, `"on"`, `1` as true."""
+    is_bool, optional = bool_field(annotation)
+    if not is_bool or isinstance(value, bool) or (value is None and optional):
+        return False
+    if isinstance(value, str):
+        return value.lower() not in ("true", "false") and not (optional and value == NONE_TEXT)
+    return True
 
 
 class LoRAConfig(BaseConfig):

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from prime_rl.config.argv import ConfigError, TypedAs, bind_args  # noqa: F401  (callers import them from here)
 from prime_rl.config.argv import models_in as _models_in
+from prime_rl.config.bools import file_bool_problems
 from prime_rl.config.list_flags import config_files
 from prime_rl.config.origin import PARSED, where_set  # noqa: F401  (callers import where_set from here)
 from prime_rl.config.origin import fields_origin as _fields_origin
@@ -73,6 +74,7 @@ def parse_config(
     bound: list[str] = []
     try:
         bound = bind_args(cls, argv, positional) if msg is None else bound
+        msg = msg or "\n".join(file_bool_problems(cls, bound)) or None  # `offline = "yes"`: refused, not read as true
     except ConfigError as e:
         msg = str(e)
     if msg is not None:
