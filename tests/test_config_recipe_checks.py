@@ -118,3 +118,48 @@ def test_groups_of_one_without_a_teacher_or_kl_term_are_refused(tmp_path):
     assert kl.orchestrator.gate.keep_for_kl and kl.orchestrator.train.group_sizes == [1]
     opd = parse_config(RLConfig, ["@", str(rl), "--trainer.loss.type", "opd", "--teacher.model.name", "t"])
     assert opd.orchestrator.teacher.name == "t"
+
+
+# ---- origins in the refusals ----
+@pytest.mark.parametrize("text, flags, named", [
+    ('[teacher.model]\nname = "t"\n', [], "`teacher.model.name = 't'` (in {path}) sets a teacher"),
+    ("", ["--orchestrator.teacher.name", "u"], "`orchestrator.teacher.name = 'u'` (from --orchestrator.teacher.name) "
+                                               "sets a teacher"),
+    ("", ["--trainer.loss.type", "opd"], "`trainer.loss.type = 'opd'` (from --trainer.loss.type) puts a teacher term"),
+    ('[teacher.model]\nname = "t"\n', ["--trainer.loss.type", "opd", "--orchestrator.teacher.name", "u"],
+     "`teacher.model.name = 't'` (in {path}) at http://127.0.0.1:8001, but [orchestrator.teacher] names "
+     "`orchestrator.teacher.name = 'u'` (from --orchestrator.teacher.name)"),
+])  # fmt: skip
+def test_teacher_refusals_name_where_the_teacher_and_the_loss_term_were_set(tmp_path, text, flags, named):
+    from prime_rl.config.rl import RLConfig
+
+    path = tmp_path / "rl.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", str(path), *flags])
+    assert named.format(path=path) in str(e.value)
+
+
+def test_sft_and_length_penalty_refusals_name_where_each_field_was_set(tmp_path):
+    """SFT's [val] without data or fraction names where [val] was set; eval.interval against publish_interval and
+    length_penalty's cache_tokens against max_tokens name where each of the two was set."""
+    from prime_rl.config.trainer import SFTConfig
+
+    sft = tmp_path / "sft.toml"
+    sft.write_text('[val]\ninterval = 10\n\n[eval]\ninterval = 10\n\n[[eval.source]]\nenv.id = "reverse-text"\n')
+    with pytest.raises(ConfigError, match=rf"val: \[val\] sets neither val.data nor val.fraction: set exactly one.* "
+                                          rf"\(in {sft}\)$"):
+        parse_config(SFTConfig, ["@", str(sft)])
+    with pytest.raises(ConfigError, match=r"val: \[val\] sets neither .* \(from --val.interval\)$"):
+        parse_config(SFTConfig, ["--val.interval", "10"])
+    with pytest.raises(ConfigError, match=rf"`eval.interval = 10` \(in {sft}\) must be a multiple of "
+                                          r"`publish_interval = 3` \(from --publish-interval\).*set publish_interval "
+                                          r"to a divisor of 10"):
+        parse_config(SFTConfig, ["@", str(sft), "--val.fraction", "0.1", "--publish-interval", "3"])
+    orch = tmp_path / "orch.toml"
+    orch.write_text('[[train.source]]\nenv.id = "digit-bandit"\nlength_penalty = { max_tokens = 8, cache_tokens = 4 }\n')
+    with pytest.raises(ConfigError, match=rf"cache_tokens \(4\) is above length_penalty.max_tokens \(2\).*lower "
+                                          rf"cache_tokens to at most 2, or raise max_tokens \(train.source\[0\]."
+                                          rf"length_penalty.cache_tokens in {orch}, train.source\[0\].length_penalty."
+                                          r"max_tokens from --train.source.0.length-penalty.max-tokens\)"):
+        parse_config(OrchestratorConfig, ["@", str(orch), "--train.source.0.length-penalty.max-tokens", "2"])

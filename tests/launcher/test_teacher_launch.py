@@ -61,7 +61,8 @@ def test_preflight_refuses_a_teacher_with_another_tokenizer(tmp_path, tiny):  # 
     rows_at(tmp_path / "gym-root")
     args = demo_args(tmp_path, tiny, None, None, *_teacher_args(free_port()))
     args[args.index("--teacher.model.name") + 1] = str(other)
-    with pytest.raises(PreflightError, match=rf"teacher.model.name = '{other}' and model.name = .* map 2 token"):
+    with pytest.raises(PreflightError, match=rf"teacher.model.name = '{other}' \(from --teacher.model.name\) and "
+                                             rf"model.name = '{tiny}' \(from --model.name\) map 2 token"):
         resolve(cfg_of(args), Layout.single(), probe=lambda url: False, gpus=[])
 
 

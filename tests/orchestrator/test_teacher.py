@@ -131,15 +131,42 @@ async def test_check_refuses_another_tokenizer_model_or_short_context():
         await Teacher(TeacherConfig(name="teacher-model", base_url=[url])).check(tok, "student-model", 2048)
         with pytest.raises(TeacherMismatch, match=r"holds 4096 tokens.*seq_len \+ 1"):
             await Teacher(TeacherConfig(name="teacher-model", base_url=[url])).check(tok, "student-model", 4096)
-        with pytest.raises(TeacherMismatch, match="orchestrator.teacher: model.name = 'other'"):
+        with pytest.raises(TeacherMismatch, match=r"serves \['teacher-model'\], not 'other' \(teacher.name"):
             await Teacher(TeacherConfig(name="other", base_url=[url])).check(tok, "student-model", 2048)
     finally:
         await same.close()
     shifted = FakeTeacher(tokenize=lambda text: [t + 1 for t in tok.encode(text, add_special_tokens=False)])
     url = await shifted.start()
     try:
-        with pytest.raises(TeacherMismatch, match=r"student 'student-model' \(model.name\).*teacher 'teacher-model'"):
+        with pytest.raises(TeacherMismatch, match=r"student 'student-model' \(model.name.*teacher 'teacher-model'"):
             await Teacher(TeacherConfig(name="teacher-model", base_url=[url])).check(tok, "student-model", 2048)
+    finally:
+        await shifted.close()
+
+
+async def test_start_check_refusals_name_where_the_teacher_and_model_were_set(tmp_path):
+    """The orchestrator's start checks name where its command line set model.name, teacher.name, teacher.base_url
+    and seq_len (a file or a flag)."""
+    from prime_rl.config.loader import parse_config
+    from prime_rl.config.orchestrator import OrchestratorConfig
+
+    tok = byte_tokenizer()
+    shifted = FakeTeacher(tokenize=lambda text: [t + 1 for t in tok.encode(text, add_special_tokens=False)])
+    url = await shifted.start()
+    path = tmp_path / "orch.toml"
+    path.write_text(f'model.name = "student-model"\n\n[teacher]\nname = "teacher-model"\nbase_url = ["{url}"]\n')
+    try:
+        cfg = parse_config(OrchestratorConfig, ["@", str(path), "--seq-len", "4096"])
+        with pytest.raises(TeacherMismatch, match=rf"student 'student-model' \(model.name, in {path}\) and .* for the "
+                                                  rf"teacher 'teacher-model' \(teacher.name, in {path}\)"):
+            await Teacher(cfg.teacher).check(tok, cfg.model.name, 2048)
+        with pytest.raises(TeacherMismatch, match=r"seq_len = 4096 tokens \(seq_len, from --seq-len\) needs"):
+            await Teacher(cfg.teacher).check(tok, cfg.model.name, cfg.seq_len)
+        cfg = parse_config(OrchestratorConfig, ["@", str(path), "--teacher.name", "other"])
+        with pytest.raises(TeacherMismatch, match=rf"at {url} \(teacher.base_url, in {path}\) serves "
+                                                  r"\['teacher-model'\], not 'other' \(teacher.name, from "
+                                                  r"--teacher.name\)"):
+            await Teacher(cfg.teacher).check(tok, cfg.model.name, 2048)
     finally:
         await shifted.close()
 

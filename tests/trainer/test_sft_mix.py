@@ -71,7 +71,7 @@ def test_config_checks(tmp_path):
         SFTConfig(data={"source": [{"path": "x/a.jsonl"}, {"path": "y/a.jsonl"}]})
     with pytest.raises(ValueError, match="exactly one of path"):
         SFTConfig(data={"source": [{"weight": 1}]})
-    with pytest.raises(ValueError, match="exactly one of val.data"):
+    with pytest.raises(ValueError, match="sets neither val.data nor val.fraction: set exactly one"):
         SFTConfig(val={"interval": 5})
     with pytest.raises(ValueError, match="weight"):
         SFTConfig(data={"source": [{"path": "a.jsonl", "weight": 0}]})

@@ -25,7 +25,7 @@ def test_eval_config_checks():
         SFTConfig(eval={"source": SRC})
     with pytest.raises(ValueError, match="eval.source"):
         SFTConfig(eval={"interval": 2})
-    with pytest.raises(ValueError, match="multiple of publish_interval"):
+    with pytest.raises(ValueError, match="multiple of `publish_interval = 2`"):
         SFTConfig(eval={"interval": 5, "source": SRC}, publish_interval=2)
     with pytest.raises(ValueError, match=r"\[inference\] is the server sft starts"):
         SFTConfig(inference={})

@@ -139,8 +139,8 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
         else:
             msg = str(error.get("msg", "")).removeprefix("Value error, ")
             named = _named_fields(cls, loc, msg)
-            if argv and named:
-                where = _fields_origin(loc, named, argv, positional)
+            if argv and named:  # where the named fields were set; all defaults: where the section was
+                where = _fields_origin(loc, named, argv, positional) or where
             msg = _BRACKETED.sub(lambda m, at=loc: _dotted(_resolve(cls, at, m.group(0))), msg)
             if argv:
                 said = len(msg)

@@ -130,7 +130,9 @@ class LengthPenaltyConfig(BaseConfig):
     def _cache_within_max(self) -> LengthPenaltyConfig:
         if self.cache_tokens > self.max_tokens:
             raise ValueError(
-                f"length_penalty.cache_tokens ({self.cache_tokens}) is above max_tokens ({self.max_tokens})"
+                f"length_penalty.cache_tokens ({self.cache_tokens}) is above length_penalty.max_tokens "
+                f"({self.max_tokens}): the linear zone lies below max_tokens; lower cache_tokens to at most "
+                f"{self.max_tokens}, or raise max_tokens"
             )
         return self
 

@@ -261,20 +261,26 @@ def check_teacher(cfg: RLConfig) -> None:
         wired = TeacherConfig(name=teacher.model.name, base_url=[teacher.url])
         if cfg.orchestrator.teacher is not None and (cfg.orchestrator.teacher.name, cfg.orchestrator.teacher.base_url) \
                 != (wired.name, wired.base_url):
-            raise ValueError(f"[teacher] starts {teacher.model.name!r} at {teacher.url}, but [orchestrator.teacher] "
-                             f"names {cfg.orchestrator.teacher.name!r} at {cfg.orchestrator.teacher.base_url}: set one "
-                             "of them")  # fmt: skip
+            raise ValueError(f"[teacher] starts `teacher.model.name = {teacher.model.name!r}` at {teacher.url}, but "
+                             f"[orchestrator.teacher] names `orchestrator.teacher.name = {cfg.orchestrator.teacher.name!r}`"
+                             f" at `orchestrator.teacher.base_url = {cfg.orchestrator.teacher.base_url}`: set one of "
+                             "them (rl points [orchestrator.teacher] at the server [teacher] starts)")  # fmt: skip
         if cfg.orchestrator.teacher is None:
             cfg.orchestrator.teacher = wired
         if teacher.server.port == cfg.inference.server.port:
             raise ValueError(f"teacher.server.port = {teacher.server.port} is inference.server.port too: give the "
                              "teacher server its own port")  # fmt: skip
     if cfg.orchestrator.teacher is not None and not _teacher_term(cfg):
-        raise ValueError("a teacher is set ([teacher] or [orchestrator.teacher]) but trainer.loss has no teacher term, "
-                         "so its logprobs would be ignored: set [trainer.loss] type = \"opd\" (or teacher_kl_coef > 0)")  # fmt: skip
+        named = (f"`teacher.model.name = {teacher.model.name!r}`" if teacher is not None else
+                 f"`orchestrator.teacher.name = {cfg.orchestrator.teacher.name!r}`")  # fmt: skip
+        raise ValueError(f"{named} sets a teacher, but trainer.loss has no teacher term, so its logprobs would be "
+                         "ignored: set [trainer.loss] type = \"opd\" (or teacher_kl_coef > 0)")  # fmt: skip
     if cfg.orchestrator.teacher is None and _teacher_term(cfg):
-        raise ValueError("trainer.loss has a teacher term (type = \"opd\" or teacher_kl_coef > 0) but no teacher "
-                         "scores the rollouts: set [teacher.model] name = ... (rl starts it) or [orchestrator.teacher]")  # fmt: skip
+        loss = cfg.trainer.loss
+        term = (f"`trainer.loss.type = {loss.type!r}`" if loss.type == "opd" else
+                f"`trainer.loss.teacher_kl_coef = {loss.teacher_kl_coef:g}`")  # fmt: skip
+        raise ValueError(f"{term} puts a teacher term in trainer.loss, but no teacher scores the rollouts: set "
+                         "[teacher.model] name = ... (rl starts it) or [orchestrator.teacher]")  # fmt: skip
 
 
 def check_teacher_server(cfg: RLConfig, inherited: set[str] = frozenset()) -> None:

@@ -83,7 +83,10 @@ class SFTValConfig(BaseConfig):
     @model_validator(mode="after")
     def _one_split(self) -> SFTValConfig:
         if (self.data is None) == (self.fraction is None):
-            raise ValueError("[val] needs exactly one of val.data (a path or name) or val.fraction (held-out share)")
+            sets = "neither val.data nor" if self.data is None else "both val.data and"
+            raise ValueError(f"[val] sets {sets} val.fraction: set exactly one, val.data (held-out rows: a path or a "
+                             "dataset name) or val.fraction (a held-out share of the training rows)")  # fmt: skip
         if self.data is not None and (self.data.path is None) == (self.data.name is None):
-            raise ValueError("val.data needs exactly one of path (a local file) or name (a Hugging Face dataset)")
+            raise ValueError("val.data needs exactly one of val.data.path (a local file) or val.data.name (a Hugging "
+                             "Face dataset)")  # fmt: skip
         return self

@@ -361,8 +361,10 @@ class SFTConfig(BaseConfig):
         if self.publish_interval is None:
             self.publish_interval = self.eval.interval
         elif self.eval.interval % self.publish_interval:
-            raise ValueError(f"eval.interval ({self.eval.interval}) must be a multiple of publish_interval "
-                             f"({self.publish_interval}): an eval step scores that step's published weights")  # fmt: skip
+            raise ValueError(f"`eval.interval = {self.eval.interval}` must be a multiple of `publish_interval = "
+                             f"{self.publish_interval}`: an eval step scores that step's published weights; set "
+                             f"publish_interval to a divisor of {self.eval.interval}, or leave it unset (then "
+                             "eval.interval)")  # fmt: skip
         if self.slurm is not None or self.deployment.num_nodes > 1:
             raise ValueError("[eval] in sft runs on one node (the inference server starts next to rank 0); remove "
                              "[slurm] / deployment.num_nodes or score the checkpoints with evals ([checkpoints])")  # fmt: skip

@@ -66,16 +66,26 @@ def probe_text(tokenizer: Any) -> str:
     return PROBE_TEXT + " " + " ".join(special[:MAX_PROBE_SPECIAL])
 
 
+def named(field: str) -> str:
+    """The orchestrator config's field `field` with where this process's command line set it (`model.name, in
+    FILE`; `config.origin.where_set`), or the field alone (a default, or nothing parsed)."""
+    from prime_rl.config.origin import where_set
+
+    where = where_set(field).strip()
+    return f"{field}, {where[1:-1]}" if where else field
+
+
 def check_same_tokens(student_ids: list[int], teacher_ids: list[int], student: str, teacher: str) -> None:
-    """Raise TeacherMismatch, naming both models and the first differing position, unless the ids are equal."""
+    """Raise TeacherMismatch, naming both models (with where they were set) and the first differing position,
+    unless the ids are equal."""
     if student_ids == teacher_ids:
         return
     first = next((i for i, (a, b) in enumerate(zip(student_ids, teacher_ids, strict=False)) if a != b),
              min(len(student_ids), len(teacher_ids)))  # fmt: skip
     raise TeacherMismatch(
         f"the teacher's tokenizer differs from the student's: the probe text is {len(student_ids)} tokens for the "
-        f"student {student!r} (model.name) and {len(teacher_ids)} for the teacher {teacher!r} "
-        f"(orchestrator.teacher.name), first different at token {first} (student "
+        f"student {student!r} ({named('model.name')}) and {len(teacher_ids)} for the teacher {teacher!r} "
+        f"({named('teacher.name')}), first different at token {first} (student "
         f"{student_ids[first:first + 5]}, teacher {teacher_ids[first:first + 5]}); the teacher scores the student's "
         "token ids, so both must share one tokenizer: choose a teacher of the student's model family"
     )
@@ -97,16 +107,21 @@ class PromptScorer:
             TeacherMismatch: a server serves another model, holds fewer than `seq_len + 1` tokens, or tokenizes the
                 probe text to other ids than the student's tokenizer (names both models)."""
         await admin.wait_healthy(self.router, self.cfg.health_timeout_s)
-        try:
-            admin.check_served_model(self.cfg.name, await admin.served_models(self.router))
-        except ValueError as e:
-            raise TeacherMismatch(f"orchestrator.teacher: {e}") from None
+        for url, ids in (await admin.served_models(self.router)).items():
+            try:
+                admin.check_served_model(self.cfg.name, {url: ids})
+            except ValueError:
+                raise TeacherMismatch(
+                    f"the teacher server at {url} ({named('teacher.base_url')}) serves {ids}, not {self.cfg.name!r} "
+                    f"({named('teacher.name')}): set teacher.name to the model it serves, or point teacher.base_url "
+                    f"at a server of {self.cfg.name!r}"
+                ) from None
         ctx = await admin.context_length(self.router)
         if ctx is not None and ctx < seq_len + 1:
             raise TeacherMismatch(
-                f"the teacher {self.cfg.name!r} holds {ctx} tokens (max_model_len), but scoring a sample of up to "
-                f"seq_len = {seq_len} tokens needs seq_len + 1: start the teacher with --vllm.max-model-len "
-                f"{seq_len + 1} (rl: teacher.vllm.max_model_len) or lower seq_len"
+                f"the teacher {self.cfg.name!r} ({named('teacher.name')}) holds {ctx} tokens (max_model_len), but "
+                f"scoring a sample of up to seq_len = {seq_len} tokens ({named('seq_len')}) needs seq_len + 1: start "
+                f"the teacher with --vllm.max-model-len {seq_len + 1} (rl: teacher.vllm.max_model_len) or lower seq_len"
             )
         text = probe_text(tokenizer)
         mine = list(tokenizer.encode(text, add_special_tokens=False))

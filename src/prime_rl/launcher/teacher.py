@@ -31,9 +31,10 @@ def check_teacher_model(cfg: RLConfig) -> None:
     differ = sorted(k for k in sv.keys() | tv.keys() if sv.get(k) != tv.get(k))
     if differ or student_tok.eos_token_id != teacher_tok.eos_token_id:
         example = differ[0] if differ else student_tok.eos_token
+        (t_name, t_where), (s_name, s_where) = as_set(cfg, "teacher.model.name"), as_set(cfg, "orchestrator.model.name")
         raise PreflightError(
-            f"the teacher's tokenizer differs from the student's: teacher.model.name = {teacher!r} and model.name = "
-            f"{student!r} map {len(differ)} token(s) to other ids (e.g. {example!r}: student {sv.get(example)}, "
+            f"the teacher's tokenizer differs from the student's: {t_name} = {teacher!r}{t_where} and {s_name} = "
+            f"{student!r}{s_where} map {len(differ)} token(s) to other ids (e.g. {example!r}: student {sv.get(example)}, "
             f"teacher {tv.get(example)}; end-of-sequence id student {student_tok.eos_token_id}, teacher "
             f"{teacher_tok.eos_token_id}); the teacher scores the student's token ids, so both must share one "
             "tokenizer: choose a teacher of the student's model family"
