@@ -163,3 +163,26 @@ def test_sft_and_length_penalty_refusals_name_where_each_field_was_set(tmp_path)
                                           rf"length_penalty.cache_tokens in {orch}, train.source\[0\].length_penalty."
                                           r"max_tokens from --train.source.0.length-penalty.max-tokens\)"):
         parse_config(OrchestratorConfig, ["@", str(orch), "--train.source.0.length-penalty.max-tokens", "2"])
+
+
+# ---- eval sources have no train-only settings ----
+def test_eval_sources_have_no_length_penalty_advantage_or_group_size(tmp_path):
+    """An eval source's schema holds no train-only setting (so docs, --help and "did you mean" never offer one); one
+    set anyway is refused with why and where it was set."""
+    from prime_rl.config.orchestrator import EvalSourceConfig, SourceConfig
+    from prime_rl.config.rl import RLConfig
+
+    train_only = {"length_penalty", "advantage", "group_size"}
+    assert train_only <= set(SourceConfig.model_fields) and not train_only & set(EvalSourceConfig.model_fields)
+    path = tmp_path / "rl.toml"
+    path.write_text('[[orchestrator.eval.source]]\nname = "e"\nenv.id = "digit-bandit"\n'
+                    "length_penalty = { max_tokens = 8, cache_tokens = 4 }\n")  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"orchestrator.eval.source: entry 0 sets length_penalty, a train-source "
+                                          rf"setting: eval reports the environment's rewards unshaped; set "
+                                          rf"length_penalty on the \[\[orchestrator.train.source\]\] entry instead "
+                                          rf"\(in {path}\)"):
+        parse_config(RLConfig, ["@", str(path)])
+    path.write_text('[[orchestrator.eval.source]]\nname = "e"\nenv.id = "digit-bandit"\nlenght_penalty = 1\n')
+    with pytest.raises(ConfigError) as e:  # a misspelling is not steered to a setting eval sources lack
+        parse_config(RLConfig, ["@", str(path)])
+    assert "unknown key" in str(e.value) and "length_penalty" not in str(e.value)

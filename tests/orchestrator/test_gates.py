@@ -268,7 +268,7 @@ def test_rl_keeps_zero_advantage_groups_when_the_loss_has_a_kl_term():
 def test_eval_sources_refuse_a_length_penalty():
     from prime_rl.config.orchestrator import EvalConfig
 
-    with pytest.raises(ValueError, match=r"eval.source.0.length_penalty is set"):
+    with pytest.raises(ValueError, match=r"entry 0 sets length_penalty, a train-source setting: eval reports"):
         EvalConfig(source=[{"env": {"id": "digit-bandit"}, "length_penalty": {"max_tokens": 8, "cache_tokens": 4}}])
 
 
@@ -322,7 +322,7 @@ def test_admit_uses_the_advantage_settings_of_the_groups_source():
 def test_eval_sources_refuse_an_advantage():
     from prime_rl.config.orchestrator import EvalConfig
 
-    with pytest.raises(ValueError, match=r"eval.source.0.advantage is set"):
+    with pytest.raises(ValueError, match=r"entry 0 sets advantage, a train-source setting"):
         EvalConfig(source=[{"env": {"id": "digit-bandit"}, "advantage": {"type": "rloo"}}])
 
 

@@ -75,11 +75,22 @@ class EvalSamplingConfig(SamplingConfig):
     )
 
 
-class SourceConfig(BaseConfig):
-    """One source of tasks: an environment and its share of the stream."""
+class TaskSourceConfig(BaseConfig):
+    """What every source of tasks has, train or eval: a name, its share of the stream, an environment."""
 
     name: str = Field("default", description="Name in metrics, traces and eval results.")
     ratio: float = Field(1.0, gt=0, description="Relative share of this source's tasks in the train stream.")
+    env: EnvConfig = Field(BuiltinEnvConfig(id="gridsim"), description="The environment.")
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_kind(cls, value: Any) -> Any:
+        return env_kind(value)
+
+
+class SourceConfig(TaskSourceConfig):
+    """One train source of tasks: an environment, its share of the stream, and the settings of its own groups."""
+
     length_penalty: LengthPenaltyConfig | None = Field(
         None, description="DAPO's overlong penalty on this source's train rewards, before advantages; None = off."
     )
@@ -94,12 +105,6 @@ class SourceConfig(BaseConfig):
     group_size: int | None = Field(
         None, gt=0, description="Rollouts per task of this source's groups; None = train.group_size. Train sources only."
     )
-    env: EnvConfig = Field(BuiltinEnvConfig(id="gridsim"), description="The environment.")
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_kind(cls, value: Any) -> Any:
-        return env_kind(value)
 
 
 def unique_source_names(sources: list[SourceConfig] | None) -> list[SourceConfig] | None:
@@ -115,9 +120,19 @@ def unique_source_names(sources: list[SourceConfig] | None) -> list[SourceConfig
     return sources
 
 
-class EvalSourceConfig(SourceConfig):
+TRAIN_ONLY = {
+    "length_penalty": "eval reports the environment's rewards unshaped; set length_penalty on the "
+                      "[[orchestrator.train.source]] entry instead",
+    "advantage": "eval computes no advantages",
+    "group_size": "eval plays rollouts_per_example rollouts per task (the source's, or eval.rollouts_per_example); "
+                  "set that instead",
+}
+"""Train-source settings an eval source does not have, with why and the fix (`EvalConfig._train_only_keys`)."""
+
+
+class EvalSourceConfig(TaskSourceConfig):
     """One eval source: an environment's eval split, with its own eval settings (unset: the `[orchestrator.eval]`
-    values)."""
+    values). Train-only settings (`TRAIN_ONLY`) are refused with their reason."""
 
     interval: int | None = Field(
         None, gt=0, description="Evaluate this source every N policy versions (and the final one); None = eval.interval."
@@ -219,22 +234,16 @@ class EvalConfig(BaseConfig):
             rollouts_per_example=own("rollouts_per_example"), sampling=own("sampling"),
         )  # fmt: skip
 
-    @model_validator(mode="after")
-    def _no_length_penalty(self) -> EvalConfig:
-        for i, src in enumerate(self.source or []):
-            if src.length_penalty is not None:
-                raise ValueError(
-                    f"eval.source.{i}.length_penalty is set: eval reports the environment's rewards unshaped; set "
-                    "length_penalty on the [[orchestrator.train.source]] entry instead"
-                )
-            if src.advantage is not None:
-                raise ValueError(f"eval.source.{i}.advantage is set: eval computes no advantages")
-            if src.group_size is not None:
-                raise ValueError(
-                    f"eval.source.{i}.group_size is set: eval plays eval.source.{i}.rollouts_per_example rollouts per "
-                    "task (or eval.rollouts_per_example); set that instead"
-                )
-        return self
+    @field_validator("source", mode="before")
+    @classmethod
+    def _train_only_keys(cls, value: Any) -> Any:
+        """A train-only setting (`TRAIN_ONLY`) on an eval source: refused with why and the fix, rather than as an
+        unknown key."""
+        for i, src in enumerate(value if isinstance(value, list) else []):
+            key = next((k for k in TRAIN_ONLY if isinstance(src, dict) and src.get(k) is not None), None)
+            if key is not None:
+                raise ValueError(f"entry {i} sets {key}, a train-source setting: {TRAIN_ONLY[key]}")
+        return value
 
     @model_validator(mode="after")
     def _no_repeated_greedy_rollouts(self) -> EvalConfig:
