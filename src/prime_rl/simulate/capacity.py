@@ -98,9 +98,11 @@ def balanced_split(gpus: int, inputs: CapacityInputs) -> int:
 
 
 def plan_config(gpus: int, n_inf: int, level: int, workers: int, inputs: CapacityInputs, *,
-                transport: str = "broadcast", seed: int = 0, steps: int = 12,
-                warmup: int = 4) -> PlanConfig:  # fmt: skip
-    """The simulator config of one layout."""
+                transport: str = "broadcast", seed: int = 0, steps: int = 16,
+                warmup: int = 8) -> PlanConfig:  # fmt: skip
+    """The simulator config of one layout. The averages cover steps `warmup + 1 .. steps`: a scheduler-bound
+    layout first cuts a few batches back to back (its queue interleaves many groups) and the trainer drains them
+    over the next steps, so the window starts well after that."""
     batch = inputs.rollouts_per_gpu_per_step * gpus
     gb = inputs.broadcast_gb_per_s if transport == "broadcast" else inputs.filesystem_gb_per_s
     move = inputs.weight_gb / gb
