@@ -80,3 +80,61 @@ def test_a_close_spelling_beside_the_key_and_the_name_elsewhere_are_both_named()
     msg = _error(["--trainer.batch-size", "4"])
     assert ("did you mean `trainer.micro_batch_size` (flag `--trainer.micro-batch-size`) or "
             "`orchestrator.batch_size` (flag `--orchestrator.batch-size`)?") in msg  # fmt: skip
+
+
+@pytest.mark.parametrize("args,want", [
+    (["--orchestrator.algo", "grpo"], "orchestrator.algo: unknown key (got 'grpo') (from --orchestrator.algo); the "
+     "reference prime-rl's `orchestrator.algo` (`type` grpo, opd, ...) is two settings here: the advantage estimator "
+     "`orchestrator.advantage.type` (grpo, rloo, maxrl; per source `orchestrator.train.source[N].advantage`) and the "
+     "trainer's loss `trainer.loss.type` (opd: on-policy distillation, scored by `[orchestrator.teacher]`)"),
+    (["--orchestrator.algo.teacher.name", "m"], "the reference prime-rl's `orchestrator.algo.teacher` is "
+     "`orchestrator.teacher` here (`name`, `base_url`; under `rl`, `[teacher] model.name` also starts the teacher "
+     "server): did you mean `orchestrator.teacher.name` (flag `--orchestrator.teacher.name`)?"),
+    (["--resume.step", "3"], "resume: Input should be a valid boolean (from --resume.step); the reference "
+     "prime-rl's `resume.step` is `ckpt.resume_step` here (-1 = the newest complete checkpoint; `rl` also takes "
+     "`resume = true` for it): did you mean `ckpt.resume_step` (flag `--ckpt.resume-step`)?"),
+    (["--resume.dir", "x/step_5"], "the reference prime-rl's `resume.dir` is `ckpt.resume_dir` here: did you mean "
+     "`ckpt.resume_dir` (flag `--ckpt.resume-dir`)?"),
+    (["--gates", "{}"], "gates: unknown key (got '{}') (from --gates); the reference prime-rl's "
+     "`orchestrator.train.source[N].curriculum.gates` is `orchestrator.gate` here (one gate for the run: "
+     "`reject_uniform`, `advantage_range = [low, high]`): did you mean `orchestrator.gate` (flag `--orchestrator.gate`)?"),
+    (["--orchestrator.group-size", "8"], "the reference prime-rl's `orchestrator.group_size` is "
+     "`orchestrator.train.group_size` here"),
+    (["--orchestrator.train.filter-zero-advantages", "false"], "the reference prime-rl's "
+     "`orchestrator.train.filter_zero_advantages` is `orchestrator.advantage.filter_zero` here"),
+    (["--monitors.wandb.project", "p"], "monitors: unknown key (from --monitors.wandb.project); the reference "
+     "prime-rl's `monitors.wandb` is `wandb` here: did you mean `wandb.project` (flag `--wandb.project`)?"),
+    (["--weight-broadcast.type", "filesystem"], "the reference prime-rl's `weight_broadcast` is `weight_transport` "
+     "here (`type = \"filesystem\"`, or \"collective\" for an NCCL broadcast): did you mean `weight_transport.type`"),
+])  # fmt: skip
+def test_a_reference_name_says_which_field_does_it_here(args, want):
+    assert want in _error(args)
+
+
+def test_reference_sections_in_a_file_name_the_fields_here_once_each(tmp_path):
+    f = tmp_path / "ref.toml"
+    f.write_text('[orchestrator.algo]\ntype = "opd"\n\n[orchestrator.algo.teacher]\nname = "t"\nbase_url = "u"\n\n'
+                 '[[orchestrator.train.source]]\nname = "g"\nenv.id = "gridsim"\n\n'
+                 '[orchestrator.train.source.curriculum.gates.signal]\ntype = "advantage_range"\n')
+    msg = _error(["@", str(f)])
+    assert msg.count("the reference prime-rl's `orchestrator.algo` (`type` grpo, opd, ...) is two settings") == 1
+    assert msg.count("the reference prime-rl's `orchestrator.algo.teacher` is `orchestrator.teacher` here") == 1
+    assert f"orchestrator.train.source[0].curriculum: unknown key (in {f}); the reference prime-rl's " \
+           "`orchestrator.train.source[N].curriculum.gates` is `orchestrator.gate` here" in msg
+
+
+def test_a_reference_name_in_another_command_names_that_commands_field(tmp_path):
+    from prime_rl.config.orchestrator import OrchestratorConfig
+    from prime_rl.config.trainer import SFTConfig
+
+    f = tmp_path / "resume.toml"
+    f.write_text("[resume]\nstep = 15\n\n[data]\nseq_len = 1024\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(SFTConfig, ["@", str(f)])
+    assert f"resume: unknown key (in {f}); the reference prime-rl's `resume.step` is `ckpt.resume_step` here" in str(
+        e.value)  # fmt: skip
+    assert "the reference prime-rl's `data.seq_len` is `seq_len` here: did you mean `seq_len`" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        parse_config(OrchestratorConfig, ["--algo.teacher.name", "t"])
+    assert "`orchestrator.algo.teacher` is `teacher` here" in str(e.value)
+    assert "did you mean `teacher.name` (flag `--teacher.name`)?" in str(e.value)

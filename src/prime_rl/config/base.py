@@ -93,7 +93,7 @@ def not_a_bool(annotation: Any, value: Any) -> bool:
         return False
     if isinstance(value, str):
         return value.lower() not in ("true", "false") and not (optional and value == NONE_TEXT)
-    return True
+    return isinstance(value, int | float)  # a table or list is left to pydantic ("Input should be a valid boolean")
 
 
 class LoRAConfig(BaseConfig):

@@ -27,7 +27,7 @@ from prime_rl.config.origin import PARSED, where_set  # noqa: F401  (callers imp
 from prime_rl.config.origin import fields_origin as _fields_origin
 from prime_rl.config.origin import origin as _origin
 from prime_rl.config.resolved import config_to_toml, write_config  # noqa: F401  (callers import them from here)
-from prime_rl.config.suggest import Item, field_paths, unknown_key_hint
+from prime_rl.config.suggest import Item, field_paths, spelling_hint, unknown_key_hint
 from prime_rl.config.suggest import dotted as _dotted
 from prime_rl.config.suggest import flag as _flag
 
@@ -149,7 +149,9 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
                 where = "" if len(msg) > said else where  # the message names where its fields were set
             head = f"{path}: " if loc else ""
             got = "" if not loc or repr(value) in msg else got  # a message that quotes the value says it once
-            lines.append(f"  {head}{msg}{got}{where}")
+            spelt = spelling_hint(loc, value, lambda at: _field_names_at(cls, at), field_paths(cls)) if isinstance(
+                value, dict) else ""  # a table for a field that is not one: the reference's section (`[resume]`)?
+            lines.append(f"  {head}{msg}{got}{where}{spelt}")
     return "\n".join(lines)
 
 

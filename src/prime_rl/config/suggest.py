@@ -17,16 +17,43 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
-REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, ...]] = {
-    ("orchestrator", "sampling"): ("orchestrator", "train", "sampling"),
-}
-"""Paths of the reference prime-rl's config -> the same setting here."""
+REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, str]] = {
+    ("orchestrator", "sampling"): ("orchestrator.sampling", ("orchestrator", "train", "sampling"), ""),
+    ("orchestrator", "group_size"): ("orchestrator.group_size", ("orchestrator", "train", "group_size"),
+                                     " (per source: `orchestrator.train.source[N].group_size`)"),
+    ("algo", "teacher"): ("orchestrator.algo.teacher", ("teacher",), " (`name`, `base_url`; under `rl`, "
+                          "`[teacher] model.name` also starts the teacher server)"),
+    ("algo",): ("orchestrator.algo", None, " (`type` grpo, opd, ...) is two settings here: the advantage estimator "
+                "`orchestrator.advantage.type` (grpo, rloo, maxrl; per source `orchestrator.train.source[N].advantage`)"
+                " and the trainer's loss `trainer.loss.type` (opd: on-policy distillation, scored by "
+                "`[orchestrator.teacher]`)"),
+    ("curriculum", "gates"): ("orchestrator.train.source[N].curriculum.gates", ("gate",),
+                              " (one gate for the run: `reject_uniform`, `advantage_range = [low, high]`)"),
+    ("gates",): ("orchestrator.train.source[N].curriculum.gates", ("gate",),
+                 " (one gate for the run: `reject_uniform`, `advantage_range = [low, high]`)"),
+    ("source", "curriculum"): ("orchestrator.train.source[N].curriculum", ("curriculum",),
+                               ' (one for the run: `sampler = "difficulty_pool"`)'),
+    ("train", "filter_zero_advantages"): ("orchestrator.train.filter_zero_advantages", ("advantage", "filter_zero"),
+                                          ""),
+    ("resume", "step"): ("resume.step", ("ckpt", "resume_step"), " (-1 = the newest complete checkpoint; `rl` also takes `resume = true` for it)"),
+    ("resume", "dir"): ("resume.dir", ("ckpt", "resume_dir"), ""),
+    ("resume",): ("resume", ("ckpt", "resume_step"), " (-1 = the newest complete checkpoint; `rl` also takes `resume = true` for it)"),
+    ("monitors", "wandb"): ("monitors.wandb", ("wandb",), ""),
+    ("weight_broadcast",): ("weight_broadcast", ("weight_transport",), ' (`type = "filesystem"`, or "collective" '
+                            "for an NCCL broadcast)"),
+    ("data", "seq_len"): ("data.seq_len", ("seq_len",), ""),
+}  # fmt: skip
+"""The reference prime-rl's names that differ here (its v0.8 configs): the end of a key's path as written, list
+indices left out -> (the reference's name, the path here from where that end starts, or None where the setting is
+split, and a note). Where the path here does not exist from there (a per-source setting that is one for the run
+here), the config's own path ending with it is named."""
 
-FRAMEWORK_SPELLINGS: dict[tuple[str, ...], tuple[str, ...]] = {
-    ("optim", "learning_rate"): ("optim", "lr"),
+FRAMEWORK_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, str]] = {
+    ("optim", "learning_rate"): ("optim.learning_rate", ("optim", "lr"), ""),
 }
 """Paths (the end of a key's path) that other training frameworks use (Hugging Face `TrainingArguments`, ...) -> the
-same setting here. Names close in spelling (`max_grad_norm` for `max_norm`) get the plain "did you mean"."""
+same setting here, as `REFERENCE_SPELLINGS`. Names close in spelling (`max_grad_norm` for `max_norm`) get the plain
+"did you mean"."""
 
 
 class Item(str):
@@ -142,6 +169,79 @@ def misplaced(loc: tuple, paths: Iterable[tuple]) -> list[tuple]:
     return [_placed(p, loc) for p in ranked[:2]]
 
 
+def _leaf_paths(value: Any) -> list[tuple[str, ...]]:
+    """Every path below a nested dict to a non-dict value, in order; [()] for a non-dict or an empty dict."""
+    if not isinstance(value, dict) or not value:
+        return [()]
+    return [(str(key),) + rest for key, sub in value.items() for rest in _leaf_paths(sub)]
+
+
+def _resolve(ours: tuple, start: tuple, loc: tuple, names_at: Callable[[tuple], list[str]],
+             paths: Iterable[tuple]) -> tuple:  # fmt: skip
+    """The path here of a spelling's setting `ours`, given from `start` (the section the reference's name starts
+    in): `start + ours` where that exists, else the config's path ending with the longest tail of `ours`, nearest
+    to `loc`; `ours` when none does."""
+    if ours[-1] in names_at(start + ours[:-1]):
+        return start + ours
+    for k in range(len(ours), 0, -1):
+        found = [p for p in paths if p[-k:] == ours[-k:]]
+        if found:
+            return _placed(min(found, key=lambda p: (-_shared(p, loc), len(p))), loc)
+    return ours
+
+
+def spelling_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]], paths: Iterable[tuple] = ()) -> str:
+    """`; the reference prime-rl's `X` is `Y` here: did you mean ...?` (or other frameworks') for the key at `loc`
+    given `value` (its table, where it is one), or "" when no spelling of `REFERENCE_SPELLINGS` or
+    `FRAMEWORK_SPELLINGS` matches. A spelling matches where its keys run, in order, through the key's path and a
+    path into its value, the key itself included; the longest matching spelling of each such path is named, each
+    once."""
+    keys = tuple(str(s) for s in loc if not isinstance(s, int))
+    at = len(keys) - 1  # the key's own position in `keys`
+    hints: dict[tuple[str, ...], str] = {}  # spelling -> its hint, the first path into the value it matches
+    paths = tuple(paths)
+    for leaf in _leaf_paths(value):
+        full = keys + leaf
+        for whose, table in (("the reference prime-rl's", REFERENCE_SPELLINGS),
+                             ("other frameworks'", FRAMEWORK_SPELLINGS)):  # fmt: skip
+            matches = [(ref, i) for ref in table for i in range(max(0, at - len(ref) + 1), at + 1)
+                       if full[i : i + len(ref)] == ref]  # fmt: skip
+            if not matches:
+                continue
+            ref, i = max(matches, key=lambda m: len(m[0]))
+            name, ours, note = table[ref]
+            if ours is None:
+                hint = f"; {whose} `{name}`{note}"
+            else:
+                here = _resolve(ours, loc[: _position(loc, i)], loc, names_at, paths)
+                fixed = _under(here, _nested(leaf[i + len(ref) - at - 1 :]), names_at)  # the rest of the path
+                shown = dotted(here if table is REFERENCE_SPELLINGS else ours)  # as the name is given: whole, or an end
+                hint = (f"; {whose} `{name}` is `{shown}` here{note}: did you mean `{dotted(fixed)}` (flag "
+                        f"`{flag(fixed)}`)?")  # fmt: skip
+            hints.setdefault(ref, hint)
+            break
+    return "".join(hints.values())
+
+
+def _position(loc: tuple, i: int) -> int:
+    """The index in `loc` (list indices counted) of its `i`-th key (list indices not counted)."""
+    seen = -1
+    for pos, seg in enumerate(loc):
+        if not isinstance(seg, int):
+            seen += 1
+            if seen == i:
+                return pos
+    return len(loc)
+
+
+def _nested(path: tuple[str, ...]) -> Any:
+    """A nested dict holding one value at `path` (the rest of a path into a key's value, for `_under`)."""
+    value: Any = ""
+    for key in reversed(path):
+        value = {key: value}
+    return value
+
+
 def unknown_key_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]],
                      paths: Iterable[tuple] = ()) -> str:  # fmt: skip
     """`; did you mean ...?` for the unknown key at `loc` (given `value`), or "" when nothing is close.
@@ -149,16 +249,13 @@ def unknown_key_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[st
     `names_at(loc)` gives the field names of the section at a path; `paths`: every field path of the config
     (`field_paths`), to find the key's name elsewhere. The hint names the full path and flag of the first setting
     given under the key, so a misspelt section suggests a flag, not a section. Order: a spelling the reference
-    prime-rl or other frameworks use; the key's name below its section; a close spelling beside it and the name
-    elsewhere in the config.
+    prime-rl or other frameworks use (`spelling_hint`); the key's name below its section; a close spelling beside
+    it and the name elsewhere in the config.
     """
-    keys = tuple(str(s) for s in loc if not isinstance(s, int))
-    for whose, table in (("the reference prime-rl's", REFERENCE_SPELLINGS), ("other frameworks'", FRAMEWORK_SPELLINGS)):
-        for ref, ours in table.items():
-            if keys[-len(ref):] == ref and ours[-1] in names_at(loc[: len(loc) - len(ref)] + ours[:-1]):
-                fixed = _under(loc[: len(loc) - len(ref)] + ours, value, names_at)
-                return (f"; {whose} `{dotted(ref)}` is `{dotted(ours)}` here: did you mean "
-                        f"`{dotted(fixed)}` (flag `{flag(fixed)}`)?")  # fmt: skip
+    paths = tuple(paths)
+    spelt = spelling_hint(loc, value, names_at, paths)
+    if spelt:
+        return spelt
     found = misplaced(loc, paths)
     if not found or len(found[0]) <= len(loc) or _shared(found[0], loc[:-1]) < len(loc) - 1:  # not below: also near
         close = difflib.get_close_matches(str(loc[-1]), names_at(loc[:-1]), n=1, cutoff=0.5)
