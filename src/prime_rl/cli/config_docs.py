@@ -30,10 +30,16 @@ Layered files (`@ a.toml @ b.toml`) merge tables key by key, but a list is one v
 tables included) replaces an earlier file's whole, and the command warns once per list, naming it and both files.
 For `rl`, the `trainer.*`, `orchestrator.*` and `inference.*` sections take the fields of those commands. A list of
 sections (`X.N`, e.g. `eval.source.N`) is given as `[[X]]` tables in a file, or whole as JSON (`--X '[{...}]'`);
-`--X.N.FIELD VALUE` changes one field of item N (counted from 0) of the list a file or that JSON flag gave. A
-boolean flag is `--x` (or `--x true`/`--x false`) or `--no-x`. A list or tuple field takes its values after the flag
-(`--trainer.model.lora.target-modules q_proj v_proj`, `--orchestrator.gate.advantage-range 0.1 0.9`; a tuple takes
-exactly as many as it holds) or one JSON list (`--orchestrator.gate.advantage-range '[0.1, 0.9]'`). Each command's
+`--X.N.FIELD VALUE` (or `--X[N].FIELD VALUE`, as errors print the field) changes one field of item N (counted from
+0) of the list a file or that JSON flag gave. A section (a table) takes its fields one by one or one JSON object,
+merged into the table the files give (`--orchestrator.train.source.0.sampling '{"temperature": 0.7}'` =
+`--orchestrator.train.source.0.sampling.temperature 0.7`; `--wandb '{}'` turns an optional section on). A boolean
+flag is `--x` (or `--x true`/`--x false`, any case; 1/0 and yes/no are refused) or `--no-x`; in a file a boolean is
+written unquoted (`offline = true`: `"true"`, `"yes"` or `1` are refused). A list or tuple field takes its values
+after the flag (`--trainer.model.lora.target-modules q_proj v_proj`, `--orchestrator.gate.advantage-range 0.1 0.9`;
+a tuple takes exactly as many as it holds) or one JSON list (`--orchestrator.gate.advantage-range '[0.1, 0.9]'`).
+The reference prime-rl's names that differ here (`orchestrator.algo`, `resume.step`, `monitors.wandb`, ...) are
+refused with the field that does the same here. Each command's
 `--help` shows one screen of plain text (top-level options, most used flags, sections; a command with at most 30
 flags lists them all), `--help-all` every field.
 """
