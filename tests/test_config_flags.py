@@ -201,6 +201,7 @@ def test_a_word_after_a_section_flag_names_the_flag():
      ["--orchestrator.train.sampling.temperature", "0.5", "--orchestrator.train.sampling.max-completion-tokens", "32"]),
     (["--wandb", '{"offline": true, "name": "-x"}'], ["--wandb.offline", "--wandb.name", "-x"]),
     (["--wandb", "{}"], ["--wandb"]),
+    (['--orchestrator.train.sampling={"temperature": 0.3}'], ["--orchestrator.train.sampling.temperature", "0.3"]),
 ])  # fmt: skip
 def test_a_json_object_for_a_table_is_its_dotted_flags(table, dotted):
     # merged into the table the file gives, as the dotted flags are

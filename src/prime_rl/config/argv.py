@@ -152,14 +152,16 @@ _BRACKET = re.compile(r"\[(\d+)\]")
 
 
 def _split_eq(cls: type[BaseModel], tok: str) -> list[str]:
-    """`--x=v` as `--x`, `v` where `--x` is a boolean, list or tuple field (read like `--x v`); else `[tok]`. A list
+    """`--x=v` as `--x`, `v` where `--x` is a boolean, list or tuple field, or a section given a JSON object (read
+    like `--x v`); else `[tok]`. A list
     item's index in brackets (`--a.source[0].b`, as messages print the field) is read as `--a.source.0.b`; the
     flag remembers the spelling typed (`TypedAs`)."""
     flag, eq, value = tok.partition("=")
     if tok.startswith("--") and _BRACKET.search(flag):
         flag = TypedAs(_BRACKET.sub(r".\1", flag), flag)
         tok = TypedAs(flag + eq + value, flag.typed)
-    if tok.startswith("--") and eq and flag_kind(cls, flag[2:]).startswith(("bool", "list", "tuple:")):
+    kind = flag_kind(cls, flag[2:]) if tok.startswith("--") and eq else ""
+    if kind.startswith(("bool", "list", "tuple:")) or (kind.startswith(("section", "tagged:")) and value.startswith("{")):
         return [flag, value]
     return [tok]
 
