@@ -205,3 +205,31 @@ async def test_a_step_that_only_drops_stale_groups_times_out(renderer):
     assert msg.startswith("step 9: no rollout group kept and no new policy version for 0.5 s (orchestrator.weights")
     assert "were dropped as stale (older than policy version 8 = step - 1 - orchestrator.max_off_policy_steps=0" in msg
     assert sched.misreported == [] and sched.total_dropped >= 1
+
+
+@pytest.mark.parametrize("max_off", [8, 2])
+def test_a_late_group_trains_past_max_async_level_within_max_off_policy_steps(renderer, tmp_path, monkeypatch, max_off):
+    """max_async_level 1 with a fast trainer: group 3 is sampled by policy 0, then its environment turn lasts until
+    policy 4 is loaded, so later-launched groups fill the steps in between. Cut in completion order, it trains several versions behind
+    (beyond max_async_level, the step's Max Off-Policy saying so) while max_off_policy_steps allows it, and is
+    dropped as stale when it does not (docs/orchestrator.md, "Staleness")."""
+    sample = DelayClient.generate
+
+    async def slow_env_turn(self, prompt_ids, sampling, *, rollout_id=None, **kw):
+        out = await sample(self, prompt_ids, sampling, rollout_id=rollout_id, **kw)
+        while "/g3/" in rollout_id and self.version < 4:
+            await asyncio.sleep(0.005)
+        return out
+
+    monkeypatch.setattr(DelayClient, "generate", slow_env_turn)
+    cuts, sched, *_ = asyncio.run(
+        _run(renderer, tmp_path, async_level=1, max_off=max_off, steps=10, train_s=0.01, delay_fn=lambda r: 0.01)
+    )
+    late = [(step, b) for step, _, b in cuts if any(r.group_id == 3 for r in b.rollouts)]
+    for step, _, b in cuts:
+        assert b.max_off_policy == max((step - 1) - min(r.policy_versions) for r in b.rollouts) <= max_off
+    if max_off == 8:
+        ((step, b),) = late
+        assert b.max_off_policy == step - 1 >= 4  # policy 0's tokens, trained once policy 4 is loaded
+    else:
+        assert late == [] and sched.total_dropped >= 1

@@ -3,11 +3,13 @@
 - Up to `max_inflight` rollouts run at once (the scheduler's semaphore, shared with eval; lowered to what the
   sources admit together); a group of one task's rollouts (its source's group size: the source's `group_size`,
   else `train.group_size`) is launched as a unit.
-- Asynchrony: step N's batch may only use policy versions >= N - 1 - max_async_level (docs/design.md, "Policy versions").
-  With the latest loaded version v, steps up to S = v + 1 + max_async_level may be produced, so groups are launched
-  only while the outstanding ones (running or finished but not yet cut) hold fewer than (S - N + 1) * batch_size
-  rollouts while step N is being filled. `max_async_level = 0` is the synchronous baseline: one step's groups, all sampled
-  with version N - 1.
+- Asynchrony: step N's batch is cut only once policy version N - 1 - max_async_level is loaded (docs/design.md,
+  "Policy versions"). With the latest loaded version v, steps up to S = v + 1 + max_async_level may be produced, so
+  groups are launched only while the outstanding ones (running or finished but not yet cut) hold fewer than
+  (S - N + 1) * batch_size rollouts while step N is being filled. `max_async_level = 0` is the synchronous baseline:
+  one step's groups, all sampled with version N - 1. With more, a group that finishes after later-launched ones
+  (cut in completion order) can train in a later step, older than N - 1 - max_async_level; `max_off_policy_steps`
+  bounds it (next item).
 - Staleness: when step N's batch is cut, a group whose oldest token came from a version older than
   N - 1 - max_off_policy_steps is dropped whole and replaced. A group whose rollouts report a version older than
   the one loaded when it was launched points at a backend that does not record the version it samples with; once
