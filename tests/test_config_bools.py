@@ -76,7 +76,8 @@ def test_text_for_a_boolean_in_a_json_flag_is_refused():
     items = [{"name": "g", "env": {"id": "gridsim"}, "advantage": {"type": "grpo", "filter_zero": "yes"}}]
     msg = _error(["--orchestrator.train.source", json.dumps(items)])
     assert ("orchestrator.train.source[0].advantage: filter_zero = 'yes': not a boolean; write filter_zero = true or "
-            "filter_zero = false") in msg and "(from --orchestrator.train.source)" in msg  # fmt: skip
+            "filter_zero = false (TOML and JSON booleans are unquoted") in msg  # fmt: skip
+    assert "(from --orchestrator.train.source)" in msg
 
 
 def test_the_command_exits_2_without_traceback(tmp_path, capsys, monkeypatch):

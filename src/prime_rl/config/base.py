@@ -64,7 +64,7 @@ class BaseConfig(_LibBaseConfig):
                 out[name] = None
             if name in out and not_a_bool(finfo.annotation, out[name]):
                 raise ValueError(f"{name} = {out[name]!r}: not a boolean; write {name} = true or {name} = false "
-                                 "(a TOML boolean, without quotes; a flag takes true or false)")  # fmt: skip
+                                 "(TOML and JSON booleans are unquoted; a flag takes true or false)")  # fmt: skip
         return out
 
 
