@@ -33,11 +33,19 @@ from prime_rl.config.recipes import (
     SIGNAL_DECIDED_BY_RL,
     CurriculumConfig,
     GateConfig,
-    LengthPenaltyConfig,
     lone_group_problem,
     recipe_problem,
 )
 from prime_rl.config.rollout_transport import RolloutTransportConfig
+from prime_rl.config.sources import (  # noqa: F401 - the source configs, importable from here too
+    TRAIN_ONLY,
+    EvalSamplingConfig,
+    EvalSourceConfig,
+    SamplingConfig,
+    SourceConfig,
+    TaskSourceConfig,
+    unique_source_names,
+)
 from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
     AgentConfig,
     BuiltinEnvConfig,
@@ -55,97 +63,6 @@ from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, i
 from prime_rl.config.teacher import TeacherConfig
 from prime_rl.config.weight_transport import WeightTransportConfig
 from prime_rl.config.workers import ConcurrencyConfig, WorkersConfig
-
-
-class SamplingConfig(BaseConfig):
-    """How rollouts are sampled (the trainer's loss uses the same temperature's logprobs)."""
-
-    temperature: float = Field(1.0, gt=0, description="Softmax temperature of sampling (> 0 for training).")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of tokens of this mass.")
-    top_k: int = Field(-1, description="-1 disables top-k.")
-    max_completion_tokens: int = Field(512, gt=0, description="Per model turn.")
-    seed: int | None = Field(None, description="Base of a reproducible per-(rollout, turn) seed; None = unseeded.")
-
-
-class EvalSamplingConfig(SamplingConfig):
-    """Sampling of eval rollouts (temperature 0 allowed)."""
-
-    temperature: float = Field(
-        1.0, ge=0, description="0 = greedy decoding (argmax): a deterministic eval, as verl's validation default."
-    )
-
-
-class TaskSourceConfig(BaseConfig):
-    """What every source of tasks has, train or eval: a name, its share of the stream, an environment."""
-
-    name: str = Field("default", description="Name in metrics, traces and eval results.")
-    ratio: float = Field(1.0, gt=0, description="Relative share of this source's tasks in the train stream.")
-    env: EnvConfig = Field(BuiltinEnvConfig(id="gridsim"), description="The environment.")
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_kind(cls, value: Any) -> Any:
-        return env_kind(value)
-
-
-class SourceConfig(TaskSourceConfig):
-    """One train source of tasks: an environment, its share of the stream, and the settings of its own groups."""
-
-    length_penalty: LengthPenaltyConfig | None = Field(
-        None, description="DAPO's overlong penalty on this source's train rewards, before advantages; None = off."
-    )
-    sampling: SamplingConfig | None = Field(
-        None,
-        description="Sampling of this source's train rollouts: the fields set here replace those of train.sampling; "
-        "None = train.sampling. Train sources only.",
-    )
-    advantage: AdvantageConfig | None = Field(
-        None, description="Advantage estimator of this source's groups; None = orchestrator.advantage. Train sources only."
-    )
-    group_size: int | None = Field(
-        None, gt=0, description="Rollouts per task of this source's groups; None = train.group_size. Train sources only."
-    )
-
-
-def unique_source_names(sources: list[SourceConfig] | None) -> list[SourceConfig] | None:
-    """Refuse two sources with one `name`: metrics, eval rows and caches are keyed by it (docs/design.md invariant 8)."""
-    seen: dict[str, int] = {}
-    for i, src in enumerate(sources or []):
-        if src.name in seen:
-            raise ValueError(
-                f"entries {seen[src.name]} and {i} are both named {src.name!r}: per-source metrics, eval results and "
-                "caches are keyed by the source's name, so they would mix; give each source its own `name`"
-            )
-        seen[src.name] = i
-    return sources
-
-
-TRAIN_ONLY = {
-    "length_penalty": "eval reports the environment's rewards unshaped; set length_penalty on the "
-                      "[[orchestrator.train.source]] entry instead",
-    "advantage": "eval computes no advantages",
-    "group_size": "eval plays rollouts_per_example rollouts per task (the source's, or eval.rollouts_per_example); "
-                  "set that instead",
-}
-"""Train-source settings an eval source does not have, with why and the fix (`EvalConfig._train_only_keys`)."""
-
-
-class EvalSourceConfig(TaskSourceConfig):
-    """One eval source: an environment's eval split, with its own eval settings (unset: the `[orchestrator.eval]`
-    values). Train-only settings (`TRAIN_ONLY`) are refused with their reason."""
-
-    interval: int | None = Field(
-        None, gt=0, description="Evaluate this source every N policy versions (and the final one); None = eval.interval."
-    )
-    num_examples: int | None = Field(None, gt=0, description="Eval tasks of this source; None = eval.num_examples.")
-    rollouts_per_example: int | None = Field(
-        None, gt=0, description="Rollouts per eval task of this source; None = eval.rollouts_per_example."
-    )
-    sampling: EvalSamplingConfig | None = Field(
-        None,
-        description="Sampling of this source's eval rollouts: the fields set here replace those of eval.sampling; "
-        "None = eval.sampling.",
-    )
 
 
 class TrainSamplingConfig(BaseConfig):

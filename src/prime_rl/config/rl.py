@@ -19,7 +19,7 @@ from prime_rl.config.inference import SAMPLES_FOR_TRAINING, InferenceConfig, dis
 from prime_rl.config.orchestrator import OrchestratorConfig
 from prime_rl.config.recipes import SIGNAL_DECIDED_BY_RL, lone_group_problem
 from prime_rl.config.rollout_transport import ENV_TOKEN, RolloutTransportConfig
-from prime_rl.config.teacher import TeacherConfig, TeacherServerConfig
+from prime_rl.config.teacher import TeacherServerConfig, check_teacher, check_teacher_server, teacher_term
 from prime_rl.config.trainer import TrainerConfig
 from prime_rl.config.weight_transport import WeightTransportConfig
 
@@ -218,7 +218,7 @@ class RLConfig(BaseConfig):
         """With a reference-KL or teacher term in the loss (`trainer.loss.ref_kl_coef > 0`, `teacher_kl_coef > 0`) a
         group whose advantages are all 0 still has a gradient: the orchestrator's signal gate admits it
         (`orchestrator.gate.keep_for_kl`)."""
-        if float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0 or _teacher_term(self):
+        if float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0 or teacher_term(self):
             self.orchestrator.gate.keep_for_kl = True
         return self
 
@@ -235,84 +235,13 @@ class RLConfig(BaseConfig):
     def _groups_with_signal(self) -> RLConfig:
         """Groups of one rollout train only with a teacher or a reference-KL term in the loss
         (`config.recipes.lone_group_problem`)."""
-        signal = _teacher_term(self) or float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0
+        signal = teacher_term(self) or float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0
         problem = lone_group_problem(self.orchestrator, signal, prefix="orchestrator.", fix=(
             "a teacher ([teacher.model] name = ..., with [trainer.loss] type = \"opd\") or a reference-KL term "
             "(trainer.loss.ref_kl_coef > 0)"))  # fmt: skip
         if problem is not None:
             raise ValueError(problem)
         return self
-
-
-def _teacher_term(cfg: RLConfig) -> bool:
-    return float(getattr(cfg.trainer.loss, "teacher_kl_coef", 0.0)) > 0
-
-
-def check_teacher(cfg: RLConfig) -> None:
-    """On-policy distillation's three parts must come together: `[teacher]` (the server rl starts; single-node)
-    sets `orchestrator.teacher` to it (name and URL); a teacher (either way) needs a teacher term in the loss
-    (`trainer.loss.type = "opd"` or `teacher_kl_coef > 0`), and that term needs a teacher. Raises ValueError
-    naming the fields."""
-    teacher = cfg.teacher
-    if teacher is not None:
-        if cfg.deployment.type == "multi-node":
-            raise ValueError("[teacher] starts the teacher server on a single-node run only; on several nodes start "
-                             "one yourself (`inference @ teacher.toml`) and set [orchestrator.teacher] name and base_url")  # fmt: skip
-        wired = TeacherConfig(name=teacher.model.name, base_url=[teacher.url])
-        if cfg.orchestrator.teacher is not None and (cfg.orchestrator.teacher.name, cfg.orchestrator.teacher.base_url) \
-                != (wired.name, wired.base_url):
-            raise ValueError(f"[teacher] starts `teacher.model.name = {teacher.model.name!r}` at {teacher.url}, but "
-                             f"[orchestrator.teacher] names `orchestrator.teacher.name = {cfg.orchestrator.teacher.name!r}`"
-                             f" at `orchestrator.teacher.base_url = {cfg.orchestrator.teacher.base_url}`: set one of "
-                             "them (rl points [orchestrator.teacher] at the server [teacher] starts)")  # fmt: skip
-        if cfg.orchestrator.teacher is None:
-            cfg.orchestrator.teacher = wired
-        if teacher.server.port == cfg.inference.server.port:
-            raise ValueError(f"teacher.server.port = {teacher.server.port} is inference.server.port too: give the "
-                             "teacher server its own port")  # fmt: skip
-    if cfg.orchestrator.teacher is not None and not _teacher_term(cfg):
-        named = (f"`teacher.model.name = {teacher.model.name!r}`" if teacher is not None else
-                 f"`orchestrator.teacher.name = {cfg.orchestrator.teacher.name!r}`")  # fmt: skip
-        raise ValueError(f"{named} sets a teacher, but trainer.loss has no teacher term, so its logprobs would be "
-                         "ignored: set [trainer.loss] type = \"opd\" (or teacher_kl_coef > 0)")  # fmt: skip
-    if cfg.orchestrator.teacher is None and _teacher_term(cfg):
-        loss = cfg.trainer.loss
-        term = (f"`trainer.loss.type = {loss.type!r}`" if loss.type == "opd" else
-                f"`trainer.loss.teacher_kl_coef = {loss.teacher_kl_coef:g}`")  # fmt: skip
-        raise ValueError(f"{term} puts a teacher term in trainer.loss, but no teacher scores the rollouts: set "
-                         "[teacher.model] name = ... (rl starts it) or [orchestrator.teacher]")  # fmt: skip
-
-
-def check_teacher_server(cfg: RLConfig, inherited: set[str] = frozenset()) -> None:
-    """The teacher server `[teacher]` starts must serve as one engine and hold a whole sample: rl starts it on one
-    device beside inference replica 0 (the first inference GPU, or the CPU), so `teacher.vllm.tensor_parallel_size`
-    and `data_parallel_size` must be 1; it scores samples of up to `seq_len` tokens with one generated token
-    (`prompt_logprobs`, `max_tokens = 1`), so a set `teacher.vllm.max_model_len` must be at least `seq_len + 1`
-    (the orchestrator checks the running server the same way, `inference.scoring.PromptScorer.check`; an unset one
-    is the model's own context, checked by rl's pre-flight). `inherited`: the `teacher.vllm` fields taken from
-    `[inference.vllm]`. Raises ValueError naming the fields (backticked, so the error names where they were set)
-    and the fix."""
-    vllm = cfg.teacher.vllm
-    for name in ("tensor_parallel_size", "data_parallel_size"):
-        size = getattr(vllm, name)
-        if size != 1:
-            raise ValueError(
-                f"`teacher.vllm.{name} = {size}`: rl starts the teacher server as one engine on one device beside "
-                f"inference replica 0 (the first inference GPU, or the CPU); set teacher.vllm.{name} = 1, or start a "
-                f"teacher split over several GPUs yourself (`inference @ teacher.toml`) and point [orchestrator.teacher] "
-                "(name, base_url) at it instead of [teacher]"
-            )
-    seq_len, mml = cfg.orchestrator.seq_len, vllm.max_model_len
-    if mml is None or mml > seq_len:
-        return
-    seq_name = "seq_len" if cfg.seq_len is not None else "orchestrator.seq_len"
-    held = (f"`inference.vllm.max_model_len = {mml}`, which teacher.vllm.max_model_len inherits (unset under "
-            "[teacher.vllm])" if "max_model_len" in inherited else f"`teacher.vllm.max_model_len = {mml}`")
-    raise ValueError(
-        f"the teacher server holds {held} tokens, but it scores whole samples of up to `{seq_name} = {seq_len}` "
-        f"tokens plus one generated token, so it needs {seq_len + 1}: every scoring request past its context would "
-        f"fail; set teacher.vllm.max_model_len = {seq_len + 1} (or more), or lower {seq_name}"
-    )
 
 
 def check_lengths(cfg: RLConfig) -> None:

@@ -1,10 +1,11 @@
 """Configuration of on-policy distillation's teacher: the frozen model whose logprobs score the student's rollouts
-(`[orchestrator.teacher]`), and the teacher inference server `rl` starts (`[teacher]`)."""
+(`[orchestrator.teacher]`), the teacher inference server `rl` starts (`[teacher]`), and `rl`'s checks that the two
+and the trainer's teacher term fit together (`check_teacher`, `check_teacher_server`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -84,3 +85,76 @@ class TeacherServerConfig(BaseConfig):
         """The teacher server's base URL as the orchestrator reaches it."""
         host = "127.0.0.1" if self.server.host in ("0.0.0.0", "::") else self.server.host
         return f"http://{host}:{self.server.port}"
+
+
+def teacher_term(cfg: Any) -> bool:
+    """Whether the `rl` config `cfg`'s trainer loss has a teacher term (`trainer.loss.teacher_kl_coef > 0`; `type =
+    "opd"` sets it)."""
+    return float(getattr(cfg.trainer.loss, "teacher_kl_coef", 0.0)) > 0
+
+
+def check_teacher(cfg: Any) -> None:
+    """On-policy distillation's three parts must come together: `[teacher]` (the server rl starts; single-node)
+    sets `orchestrator.teacher` to it (name and URL); a teacher (either way) needs a teacher term in the loss
+    (`trainer.loss.type = "opd"` or `teacher_kl_coef > 0`), and that term needs a teacher. Raises ValueError
+    naming the fields."""
+    teacher = cfg.teacher
+    if teacher is not None:
+        if cfg.deployment.type == "multi-node":
+            raise ValueError("[teacher] starts the teacher server on a single-node run only; on several nodes start "
+                             "one yourself (`inference @ teacher.toml`) and set [orchestrator.teacher] name and base_url")  # fmt: skip
+        wired = TeacherConfig(name=teacher.model.name, base_url=[teacher.url])
+        if cfg.orchestrator.teacher is not None and (cfg.orchestrator.teacher.name, cfg.orchestrator.teacher.base_url) \
+                != (wired.name, wired.base_url):
+            raise ValueError(f"[teacher] starts `teacher.model.name = {teacher.model.name!r}` at {teacher.url}, but "
+                             f"[orchestrator.teacher] names `orchestrator.teacher.name = {cfg.orchestrator.teacher.name!r}`"
+                             f" at `orchestrator.teacher.base_url = {cfg.orchestrator.teacher.base_url}`: set one of "
+                             "them (rl points [orchestrator.teacher] at the server [teacher] starts)")  # fmt: skip
+        if cfg.orchestrator.teacher is None:
+            cfg.orchestrator.teacher = wired
+        if teacher.server.port == cfg.inference.server.port:
+            raise ValueError(f"teacher.server.port = {teacher.server.port} is inference.server.port too: give the "
+                             "teacher server its own port")  # fmt: skip
+    if cfg.orchestrator.teacher is not None and not teacher_term(cfg):
+        named = (f"`teacher.model.name = {teacher.model.name!r}`" if teacher is not None else
+                 f"`orchestrator.teacher.name = {cfg.orchestrator.teacher.name!r}`")  # fmt: skip
+        raise ValueError(f"{named} sets a teacher, but trainer.loss has no teacher term, so its logprobs would be "
+                         "ignored: set [trainer.loss] type = \"opd\" (or teacher_kl_coef > 0)")  # fmt: skip
+    if cfg.orchestrator.teacher is None and teacher_term(cfg):
+        loss = cfg.trainer.loss
+        term = (f"`trainer.loss.type = {loss.type!r}`" if loss.type == "opd" else
+                f"`trainer.loss.teacher_kl_coef = {loss.teacher_kl_coef:g}`")  # fmt: skip
+        raise ValueError(f"{term} puts a teacher term in trainer.loss, but no teacher scores the rollouts: set "
+                         "[teacher.model] name = ... (rl starts it) or [orchestrator.teacher]")  # fmt: skip
+
+
+def check_teacher_server(cfg: Any, inherited: set[str] = frozenset()) -> None:
+    """The teacher server `[teacher]` starts must serve as one engine and hold a whole sample: rl starts it on one
+    device beside inference replica 0 (the first inference GPU, or the CPU), so `teacher.vllm.tensor_parallel_size`
+    and `data_parallel_size` must be 1; it scores samples of up to `seq_len` tokens with one generated token
+    (`prompt_logprobs`, `max_tokens = 1`), so a set `teacher.vllm.max_model_len` must be at least `seq_len + 1`
+    (the orchestrator checks the running server the same way, `inference.scoring.PromptScorer.check`; an unset one
+    is the model's own context, checked by rl's pre-flight). `inherited`: the `teacher.vllm` fields taken from
+    `[inference.vllm]`. Raises ValueError naming the fields (backticked, so the error names where they were set)
+    and the fix."""
+    vllm = cfg.teacher.vllm
+    for name in ("tensor_parallel_size", "data_parallel_size"):
+        size = getattr(vllm, name)
+        if size != 1:
+            raise ValueError(
+                f"`teacher.vllm.{name} = {size}`: rl starts the teacher server as one engine on one device beside "
+                f"inference replica 0 (the first inference GPU, or the CPU); set teacher.vllm.{name} = 1, or start a "
+                f"teacher split over several GPUs yourself (`inference @ teacher.toml`) and point [orchestrator.teacher] "
+                "(name, base_url) at it instead of [teacher]"
+            )
+    seq_len, mml = cfg.orchestrator.seq_len, vllm.max_model_len
+    if mml is None or mml > seq_len:
+        return
+    seq_name = "seq_len" if cfg.seq_len is not None else "orchestrator.seq_len"
+    held = (f"`inference.vllm.max_model_len = {mml}`, which teacher.vllm.max_model_len inherits (unset under "
+            "[teacher.vllm])" if "max_model_len" in inherited else f"`teacher.vllm.max_model_len = {mml}`")
+    raise ValueError(
+        f"the teacher server holds {held} tokens, but it scores whole samples of up to `{seq_name} = {seq_len}` "
+        f"tokens plus one generated token, so it needs {seq_len + 1}: every scoring request past its context would "
+        f"fail; set teacher.vllm.max_model_len = {seq_len + 1} (or more), or lower {seq_name}"
+    )

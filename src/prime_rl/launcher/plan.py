@@ -326,7 +326,7 @@ def processes(cfg: RLConfig, run: RunDir, nodes: list[NodeRoles], replicas: list
     node_of = {r: n.index for n in nodes for r in n.replicas}
     out += [ProcessPlan(name=r.name, role="inference", nodes=[node_of[r.index]], config=run.configs / f"{r.name}.toml",
                         health_url=r.health_url, ports=[r.port]) for r in replicas]  # fmt: skip
-    if cfg.teacher is not None:  # single-node only (config.rl.check_teacher)
+    if cfg.teacher is not None:  # single-node only (config.teacher.check_teacher)
         out.append(ProcessPlan(name="teacher", role="inference", nodes=[0], config=run.configs / "teacher.toml",
                                health_url=cfg.teacher.url + "/health", ports=[cfg.teacher.server.port]))  # fmt: skip
     wt = cfg.trainer.weight_transport

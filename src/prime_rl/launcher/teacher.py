@@ -46,7 +46,7 @@ def check_teacher_context(cfg: RLConfig) -> None:
     """With `[teacher]` and `teacher.vllm.max_model_len` unset (under both `[teacher.vllm]` and `[inference.vllm]`),
     vLLM serves the teacher model's own context (`max_position_embeddings` of its config.json); the teacher scores
     samples of up to `seq_len` tokens plus one generated token, so that context must hold `seq_len + 1` (a set
-    max_model_len is checked by the config, `config.rl.check_teacher_server`).
+    max_model_len is checked by the config, `config.teacher.check_teacher_server`).
 
     Raises:
         PreflightError: the context is shorter (names the model, its config file, seq_len and where it was set)."""
