@@ -32,12 +32,14 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
     value, nor an `@ file`) fill the `positional` fields in order as `--field value`, and a list field's repeated
     flag is merged into one (`--x a --x b` -> `--x a b`). Which flag takes a value is read off `cls` (a bool takes
     none unless `true`/`false` follows, a list takes every value up to the next `--flag` or `@`, a tuple as many,
-    handed on as one JSON list, a section none). Bare arguments beyond `positional` are left in place, for the
-    loader to report.
+    handed on as one JSON list, a section none or one JSON object, read as its dotted flags: `_table_flags`). A
+    list item's index in brackets (`--a.source[0].b`) is read as `--a.source.0.b`. Bare arguments beyond
+    `positional` are left in place, for the loader to report.
 
     Raises:
-        ConfigError: a word after a boolean flag that is not true/false and fills no positional field, or a JSON
-            value (`[...]`, `{...}`) of a list, tuple or dict field that does not parse; the message names the flag.
+        ConfigError: a word after a boolean flag that is not true/false (1/0 and yes/no included) or after a
+            section flag, that fills no positional field; a JSON value (`[...]`, `{...}`) of a list, tuple or dict
+            field that does not parse, or a section's that is not one JSON object; the message names the flag.
     """
     out: list[str | list[str]] = []  # a list field's values stay one (growing) entry until the end
     bare: list[str] = []
