@@ -166,13 +166,13 @@ def test_sft_and_length_penalty_refusals_name_where_each_field_was_set(tmp_path)
 
 
 # ---- eval sources have no train-only settings ----
-def test_eval_sources_have_no_length_penalty_advantage_or_group_size(tmp_path):
+def test_eval_sources_have_no_length_penalty_advantage_group_size_or_ratio(tmp_path):
     """An eval source's schema holds no train-only setting (so docs, --help and "did you mean" never offer one); one
     set anyway is refused with why and where it was set."""
     from prime_rl.config.orchestrator import EvalSourceConfig, SourceConfig
     from prime_rl.config.rl import RLConfig
 
-    train_only = {"length_penalty", "advantage", "group_size"}
+    train_only = {"length_penalty", "advantage", "group_size", "ratio"}
     assert train_only <= set(SourceConfig.model_fields) and not train_only & set(EvalSourceConfig.model_fields)
     path = tmp_path / "rl.toml"
     path.write_text('[[orchestrator.eval.source]]\nname = "e"\nenv.id = "digit-bandit"\n'
@@ -181,6 +181,10 @@ def test_eval_sources_have_no_length_penalty_advantage_or_group_size(tmp_path):
                                           rf"setting: eval reports the environment's rewards unshaped; set "
                                           rf"length_penalty on the \[\[orchestrator.train.source\]\] entry instead "
                                           rf"\(in {path}\)"):
+        parse_config(RLConfig, ["@", str(path)])
+    path.write_text('[[orchestrator.eval.source]]\nname = "e"\nenv.id = "digit-bandit"\nratio = 2.0\n')
+    with pytest.raises(ConfigError, match=r"entry 0 sets ratio, a train-source setting: every eval source plays its "
+                                          r"own eval split"):
         parse_config(RLConfig, ["@", str(path)])
     path.write_text('[[orchestrator.eval.source]]\nname = "e"\nenv.id = "digit-bandit"\nlenght_penalty = 1\n')
     with pytest.raises(ConfigError) as e:  # a misspelling is not steered to a setting eval sources lack

@@ -33,10 +33,9 @@ class EvalSamplingConfig(SamplingConfig):
 
 
 class TaskSourceConfig(BaseConfig):
-    """What every source of tasks has, train or eval: a name, its share of the stream, an environment."""
+    """What every source of tasks has, train or eval: a name and an environment."""
 
     name: str = Field("default", description="Name in metrics, traces and eval results.")
-    ratio: float = Field(1.0, gt=0, description="Relative share of this source's tasks in the train stream.")
     env: EnvConfig = Field(BuiltinEnvConfig(id="gridsim"), description="The environment.")
 
     @field_validator("env", mode="before")
@@ -48,6 +47,7 @@ class TaskSourceConfig(BaseConfig):
 class SourceConfig(TaskSourceConfig):
     """One train source of tasks: an environment, its share of the stream, and the settings of its own groups."""
 
+    ratio: float = Field(1.0, gt=0, description="Relative share of this source's tasks in the train stream.")
     length_penalty: LengthPenaltyConfig | None = Field(
         None, description="DAPO's overlong penalty on this source's train rewards, before advantages; None = off."
     )
@@ -78,6 +78,7 @@ def unique_source_names(sources: list[SourceConfig] | None) -> list[SourceConfig
 
 
 TRAIN_ONLY = {
+    "ratio": "every eval source plays its own eval split on its own schedule; ratio shares the train stream only",
     "length_penalty": "eval reports the environment's rewards unshaped; set length_penalty on the "
                       "[[orchestrator.train.source]] entry instead",
     "advantage": "eval computes no advantages",

@@ -23,17 +23,19 @@ __all__ = [
 
 
 def build_source(cfg: SourceConfig) -> TaskSource:
-    """The source a `[[...source]]` entry names: a built-in environment, NeMo Gym rows or a verifiers taskset."""
+    """The source a `[[...source]]` entry names: a built-in environment, NeMo Gym rows or a verifiers taskset (an
+    eval source has no `ratio`: 1)."""
     env: EnvConfig = cfg.env
+    ratio = getattr(cfg, "ratio", 1.0)
     source: TaskSource
     if env.id is not None:
-        source = InProcessSource(cfg.name, load_env(env.id, **env.args), ratio=cfg.ratio)
+        source = InProcessSource(cfg.name, load_env(env.id, **env.args), ratio=ratio)
     elif env.taskset.id == "nemo-gym":
-        source = NemoGymSource(cfg.name, env.taskset, ratio=cfg.ratio)
+        source = NemoGymSource(cfg.name, env.taskset, ratio=ratio)
     else:
         from prime_rl.orchestrator.sources.verifiers_taskset import VerifiersSource
 
         ts = env.taskset
-        source = VerifiersSource(cfg.name, ts.id, ts.args, ts.eval_args, ratio=cfg.ratio)
+        source = VerifiersSource(cfg.name, ts.id, ts.args, ts.eval_args, ratio=ratio)
     source.max_turns = env.agent.max_turns
     return source
