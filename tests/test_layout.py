@@ -22,7 +22,7 @@ FORBIDDEN = {
 }
 HEAVY = {"torch", "vllm", "transformers", "peft"}
 # shared top-level modules (src/prime_rl/<name>.py) that every part may use; they use no part themselves
-SHARED = {"registry", "ports", "process"}
+SHARED = {"registry", "ports", "process", "dates"}
 # thin entry points: parse a config, then hand over by import path (prime_rl.cli.command.load_impl)
 CLI_MAY_IMPORT = {"config", "cli", "registry"}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prime_rl.cli.command import Command
+from prime_rl.cli.command import Command, load_impl
 from prime_rl.cli.command import dry_run as write_dry_run
 
 if TYPE_CHECKING:
@@ -17,21 +17,10 @@ if TYPE_CHECKING:
 
 def dry_run(cfg: EvalCommandConfig, name: str = "evals") -> None:
     """`evals --dry-run`: check that every `[[eval.source]]` env.id names a registered environment or an import path
-    that imports (`launcher.sft_preflight.check_eval_envs`, as `rl --dry-run` and `sft --dry-run` do; a failure
-    prints `evals: error: ...` and exits 2, no traceback), print what was checked, write the resolved config, exit
-    0. Nothing is started and no server is contacted."""
-    import sys
-
-    from prime_rl.launcher.errors import PreflightError
-    from prime_rl.launcher.sft_preflight import CHECK_TEXT, check_eval_envs
-
-    try:
-        check_eval_envs(cfg)
-    except PreflightError as e:
-        print(f"{name}: error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
-    print("checked (no model loaded, nothing started):")
-    print(f"  ok  eval environments: {CHECK_TEXT['eval environments']}")
+    that imports (`launcher.sft_preflight.evals_dry_run_checks`, as `rl --dry-run` and `sft --dry-run` do; a
+    failure prints `evals: error: ...` and exits 2, no traceback), print what was checked, write the resolved
+    config, exit 0. Nothing is started and no server is contacted."""
+    load_impl("prime_rl.launcher.sft_preflight:evals_dry_run_checks")(cfg, name)
     write_dry_run(cfg, name)
 
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig
-from prime_rl.envs.gridsim.dates import iso_date
+from prime_rl.dates import iso_date
 
 Split = Literal["train", "eval", "forward"]
 

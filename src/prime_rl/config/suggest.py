@@ -183,8 +183,8 @@ def _resolve(ours: tuple, start: tuple, loc: tuple, names_at: Callable[[tuple], 
     to `loc`; `ours` when none does."""
     if ours[-1] in names_at(start + ours[:-1]):
         return start + ours
-    for k in range(len(ours), 0, -1):
-        found = [p for p in paths if p[-k:] == ours[-k:]]
+    for tail in range(len(ours), 0, -1):
+        found = [p for p in paths if p[-tail:] == ours[-tail:]]
         if found:
             return _placed(min(found, key=lambda p: (-_shared(p, loc), len(p))), loc)
     return ours
@@ -208,13 +208,13 @@ def spelling_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]]
                        if full[i : i + len(ref)] == ref]  # fmt: skip
             if not matches:
                 continue
-            ref, i = max(matches, key=lambda m: len(m[0]))
+            ref, start = max(matches, key=lambda m: len(m[0]))
             name, ours, note = table[ref]
             if ours is None:
                 hint = f"; {whose} `{name}`{note}"
             else:
-                here = _resolve(ours, loc[: _position(loc, i)], loc, names_at, paths)
-                fixed = _under(here, _nested(leaf[i + len(ref) - at - 1 :]), names_at)  # the rest of the path
+                here = _resolve(ours, loc[: _position(loc, start)], loc, names_at, paths)
+                fixed = _under(here, _nested(leaf[start + len(ref) - at - 1 :]), names_at)  # the rest of the path
                 shown = dotted(here if table is REFERENCE_SPELLINGS else ours)  # as the name is given: whole, or an end
                 hint = (f"; {whose} `{name}` is `{shown}` here{note}: did you mean `{dotted(fixed)}` (flag "
                         f"`{flag(fixed)}`)?")  # fmt: skip
@@ -223,13 +223,13 @@ def spelling_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]]
     return "".join(hints.values())
 
 
-def _position(loc: tuple, i: int) -> int:
-    """The index in `loc` (list indices counted) of its `i`-th key (list indices not counted)."""
+def _position(loc: tuple, nth: int) -> int:
+    """The index in `loc` (list indices counted) of its `nth` key (list indices not counted)."""
     seen = -1
     for pos, seg in enumerate(loc):
         if not isinstance(seg, int):
             seen += 1
-            if seen == i:
+            if seen == nth:
                 return pos
     return len(loc)
 

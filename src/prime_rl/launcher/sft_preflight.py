@@ -123,3 +123,18 @@ def dry_run_checks(cfg: SFTConfig, name: str = "sft") -> None:
     print("checked (no model loaded, nothing started):")
     for check in ran:
         print(f"  ok  {check}: {CHECK_TEXT[check]}")
+
+
+def evals_dry_run_checks(cfg: EvalCommandConfig, name: str = "evals") -> None:
+    """`evals --dry-run`'s part before the resolved config is written: `check_eval_envs` (every `[[eval.source]]`
+    env.id names a registered environment or an import path that imports), then print what was checked; a failure
+    prints `NAME: error: ...` and exits 2 (no traceback)."""
+    import sys
+
+    try:
+        check_eval_envs(cfg)
+    except PreflightError as e:
+        print(f"{name}: error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+    print("checked (no model loaded, nothing started):")
+    print(f"  ok  eval environments: {CHECK_TEXT['eval environments']}")

@@ -61,14 +61,14 @@ def capped_num_examples(sources: list[TaskSource], cfg: EvalConfig, *, prefix: s
     `eval.num_examples`) is above the size of its eval split, which `eval_tasks` caps it to: the field (`prefix` +
     its name), where it was set (`where(field)`: ` (in FILE)` / ` (from --flag)`, `config.origin.where_set`), the
     source, the split size and the fix."""
-    own = {c.name: (i, c) for i, c in enumerate(cfg.source or [])}
+    own = {c.name: (index, c) for index, c in enumerate(cfg.source or [])}
     out = []
     for src in sources:
-        i, entry = own.get(src.name, (None, None))
+        index, entry = own.get(src.name, (None, None))
         field = "eval.num_examples"
         wanted = cfg.num_examples
         if entry is not None and entry.num_examples is not None:
-            field, wanted = f"eval.source.{i}.num_examples", entry.num_examples
+            field, wanted = f"eval.source.{index}.num_examples", entry.num_examples
         size = len(src.tasks("eval"))
         if wanted is not None and wanted > size:
             out.append(

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from prime_rl.dates import iso_date
 from prime_rl.envs.base import Environment, Episode, Task, VerifyResult
 from prime_rl.envs.gridsim import prompts
 from prime_rl.envs.gridsim.battery import HOURS, optimal_profits, optimal_schedule, score, simulate, validate_schedule
 from prime_rl.envs.gridsim.data import HUBS, PACKAGED_YEARS, PriceTable, load_ercot, load_packaged
-from prime_rl.envs.gridsim.dates import iso_date
 from prime_rl.envs.gridsim.synthetic import synthetic_days
 from prime_rl.monitor.logger import get_logger
 

@@ -1,5 +1,5 @@
-"""GridSim date options read as ISO dates (`YYYY-MM-DD`). Standard library only: the environment imports it
-where prime-rl's config stack is not installed (a peer's venv serving GridSim)."""
+"""Date options read as ISO dates (`YYYY-MM-DD`), shared by config/ and envs/. Standard library only: GridSim
+imports it where prime-rl's config stack is not installed (a peer's venv serving GridSim)."""
 
 from __future__ import annotations
 
