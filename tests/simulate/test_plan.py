@@ -207,3 +207,14 @@ def test_cli_prints_prediction_and_json(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "prime_rl.cli.prime_rl", "plan", "--inference.peak-tokens-per-s",
                           "1e9"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "peak_tokens_per_s" in bad.stderr
+
+
+def test_the_report_writes_large_rates_as_whole_numbers():
+    from prime_rl.simulate.report import format_result, rate
+
+    assert [rate(x) for x in (26.04, 3457.2, 9999.4, 10_000.0, 12_090.4)] == ["26.04", "3457", "9999", "10,000", "12,090"]
+    cfg = PlanConfig(inference={"replicas": 4}, pipeline={"max_async_level": 2})  # bound by the 10,000 tokens/s trainer
+    res = simulate(cfg)
+    assert res.trained_tokens_per_s >= 10_000
+    line = next(ln for ln in format_result(cfg, res).splitlines() if "trained tokens/s" in ln)
+    assert f"{res.trained_tokens_per_s:,.0f} trained tokens/s" in line and "e+" not in line

@@ -108,6 +108,12 @@ def simulate(cfg: PlanConfig) -> PlanResult:
     return result(Pipeline(cfg).run())
 
 
+def rate(value: float) -> str:
+    """A rate for the console report: 4 significant digits below 10,000, whole numbers with thousands separators
+    from there (`12,090`, never `1.209e+04`)."""
+    return f"{value:,.0f}" if abs(value) >= 10_000 else f"{value:.4g}"
+
+
 def format_result(cfg: PlanConfig, res: PlanResult) -> str:
     """The console report of one simulated deployment."""
     lag = ", ".join(f"{k}: {100 * v:.1f}%" for k, v in res.off_policy_tokens.items())
@@ -119,8 +125,8 @@ def format_result(cfg: PlanConfig, res: PlanResult) -> str:
         f"{cfg.pipeline.max_async_level}, weights by {cfg.weights.transport}",
         f"steps {cfg.warmup_steps + 1}..{cfg.steps} (after {cfg.warmup_steps} warm-up steps):",
         f"  step time            {res.step_time_s:.4g} s (orchestrator, cut to cut: {res.orchestrator_step_time_s:.4g} s)",
-        f"  throughput           {res.rollouts_per_s:.4g} rollouts/s, {res.trained_tokens_per_s:.4g} trained tokens/s, "
-        f"{res.sampled_tokens_per_s:.4g} sampled tokens/s",
+        f"  throughput           {rate(res.rollouts_per_s)} rollouts/s, {rate(res.trained_tokens_per_s)} trained tokens/s, "
+        f"{rate(res.sampled_tokens_per_s)} sampled tokens/s",
         f"  inference GPUs       idle {100 * res.inference_idle:.1f}%, loading weights "
         f"{100 * res.inference_loading:.1f}%, mean batch {res.inference_mean_batch:.1f} sequences while decoding",
         f"  trainer GPUs         idle {100 * res.trainer_idle:.1f}%",
