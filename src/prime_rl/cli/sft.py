@@ -42,7 +42,8 @@ main = Command("sft", "prime_rl.config.trainer:SFTConfig", "prime_rl.cli.sft:run
                             "prime_rl.trainer.sft_data:SFTDataError",  # a missing file, a bad row, no hub
                             "prime_rl.monitor.wandb_log:WandbStartError",
                             "prime_rl.orchestrator.eval_sweep:ResultExists",  # [eval]: other settings, same folder
-                            "prime_rl.launcher.errors:PreflightError"),  # a missing data file, an unknown env.id
+                            "prime_rl.launcher.errors:PreflightError",  # a missing data file, an unknown env.id
+                            "prime_rl.trainer.ckpt:CheckpointNotFound"),  # ckpt.resume_step names no checkpoint
                failures=("prime_rl.trainer.engine:TrainingDiverged", "prime_rl.trainer.ckpt:CheckpointError",
                          "prime_rl.trainer.publish:NonFiniteWeights",
                          "prime_rl.launcher.errors:LaunchError",  # [eval]: the inference server died or never started

@@ -18,7 +18,8 @@ def run(cfg: TrainerConfig) -> None:
 
 main = Command("trainer", "prime_rl.config.trainer:TrainerConfig", "prime_rl.cli.trainer:run", "the RL trainer (run under torchrun)",
                user_errors=("prime_rl.monitor.wandb_log:WandbStartError", "prime_rl.trainer.model:ModelLoadError",
-                            "prime_rl.transport.rollouts:RolloutTransportError"),
+                            "prime_rl.transport.rollouts:RolloutTransportError",
+                            "prime_rl.trainer.ckpt:CheckpointNotFound"),
                failures=("prime_rl.trainer.engine:TrainingDiverged", "prime_rl.trainer.ckpt:CheckpointError",
                          "prime_rl.trainer.publish:NonFiniteWeights"),
                common=("model.name", "optim.lr", "loss.type", "model.lora.rank", "ckpt.interval"))

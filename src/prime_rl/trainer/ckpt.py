@@ -162,21 +162,26 @@ def save_checkpoint(
     return final
 
 
+class CheckpointNotFound(FileNotFoundError):
+    """The checkpoint a resume names is not there or not complete: the user's `ckpt.resume_step` / `resume_dir`
+    (the `trainer` and `sft` commands report it in one line, exit 2)."""
+
+
 def find_checkpoint(ckpt_root: Path, step: int) -> Path:
     """`ckpt_root/step_N/trainer` for `step` >= 0, or the newest complete one for `step == -1`.
 
     Raises:
-        FileNotFoundError: no complete checkpoint (names the folder searched and the step asked for).
+        CheckpointNotFound: no complete checkpoint (names the folder searched and the step asked for).
     """
     complete = [(n, p / SUBDIR) for n, p in step_dirs(Path(ckpt_root)) if (p / SUBDIR / STABLE).is_file()]
     if step == -1:
         if not complete:
-            raise FileNotFoundError(f"ckpt.resume_step = -1 but no complete trainer checkpoint under {ckpt_root}")
+            raise CheckpointNotFound(f"ckpt.resume_step = -1 but no complete trainer checkpoint under {ckpt_root}")
         return complete[-1][1]
     for step_no, step_dir in complete:
         if step_no == step:
             return step_dir
-    raise FileNotFoundError(
+    raise CheckpointNotFound(
         f"ckpt.resume_step = {step}: no complete checkpoint {Path(ckpt_root) / f'step_{step}' / SUBDIR} "
         f"(complete ones: {[n for n, _ in complete]})"
     )
