@@ -284,6 +284,13 @@ def flag_kind(cls: type[BaseModel], flag: str) -> str:
     ann = finfo.annotation
     args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) in (
         typing.Union, types.UnionType) else [ann]  # fmt: skip
+    discriminator = finfo.discriminator
+    if len(args) == 1 and typing.get_origin(args[0]) is typing.Annotated:
+        # an optional tagged union (`AdvantageConfig | None`): the tag is in the Annotated metadata, not the field's
+        inner, *meta = typing.get_args(args[0])
+        discriminator = next((m.discriminator for m in meta if isinstance(getattr(m, "discriminator", None), str)),
+                             discriminator)  # fmt: skip
+        args = list(typing.get_args(inner)) if typing.get_origin(inner) in (typing.Union, types.UnionType) else [inner]
     if args == [bool]:
         return "bool|None" if args != [ann] else "bool"
     if any(typing.get_origin(a) is list for a in args):
@@ -294,8 +301,8 @@ def flag_kind(cls: type[BaseModel], flag: str) -> str:
     if any(typing.get_origin(a) is dict for a in args):
         return "json"
     models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-    if len(models) > 1 and isinstance(finfo.discriminator, str):
-        return f"tagged:{finfo.discriminator}"
+    if len(models) > 1 and isinstance(discriminator, str):
+        return f"tagged:{discriminator}"
     if models:
         return "section"
     return "value"
