@@ -138,3 +138,28 @@ def test_a_reference_name_in_another_command_names_that_commands_field(tmp_path)
         parse_config(OrchestratorConfig, ["--algo.teacher.name", "t"])
     assert "`orchestrator.algo.teacher` is `teacher` here" in str(e.value)
     assert "did you mean `teacher.name` (flag `--teacher.name`)?" in str(e.value)
+
+
+def test_the_references_newer_run_and_sft_spellings_name_the_fields_here(tmp_path):
+    from prime_rl.config.trainer import SFTConfig
+
+    f = tmp_path / "rl.toml"
+    f.write_text('[[orchestrator.train.env]]\nname = "r"\ntaskset = { id = "reverse-text" }\n')
+    msg = _error(["@", str(f)])
+    assert f"orchestrator.train.env: unknown key (in {f}); the reference prime-rl's `orchestrator.train.env` is " \
+           "`orchestrator.train.source` here (an entry's `taskset` and `harness` are `env.taskset` and " \
+           "`env.agent.harness` there)" in msg
+    f = tmp_path / "sft.toml"
+    f.write_text('[[data.source]]\ndataset = "org/ds"\n\n[eval.select]\nlimit = 32\n')
+    with pytest.raises(ConfigError) as e:
+        parse_config(SFTConfig, ["@", str(f)])
+    assert "data.source[0].dataset: unknown key (got 'org/ds') (in " in str(e.value)
+    assert "the reference prime-rl's `data.source[N].dataset` is `name` of the `[[data.source]]` entry here" in str(
+        e.value)  # fmt: skip
+    assert "the reference prime-rl's `eval.select.limit` is `eval.num_examples` here: did you mean " \
+           "`eval.num_examples` (flag `--eval.num-examples`)?" in str(e.value)
+    for name in ("probabilities", "subsets", "splits"):
+        with pytest.raises(ConfigError) as e:
+            parse_config(SFTConfig, [f"--data.{name}", '["a"]'])
+        assert f"the reference prime-rl's `data.{name}` is `data.source` here (one `[[data.source]]` per dataset" in \
+            str(e.value)

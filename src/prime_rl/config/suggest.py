@@ -42,6 +42,17 @@ REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, st
     ("weight_broadcast",): ("weight_broadcast", ("weight_transport",), ' (`type = "filesystem"`, or "collective" '
                             "for an NCCL broadcast)"),
     ("data", "seq_len"): ("data.seq_len", ("seq_len",), ""),
+    ("train", "env"): ("orchestrator.train.env", ("train", "source"), " (an entry's `taskset` and `harness` are "
+                       "`env.taskset` and `env.agent.harness` there)"),
+    ("data", "source", "dataset"): ("data.source[N].dataset", None, " is `name` of the `[[data.source]]` entry "
+                                    "here (a hub id or a saved dataset folder; a local file is `path`)"),
+    ("data", "subsets"): ("data.subsets", ("data", "source"), " (one `[[data.source]]` per dataset: `name` or "
+                          "`path`, `subset`, `split`, `weight`)"),
+    ("data", "splits"): ("data.splits", ("data", "source"), " (one `[[data.source]]` per dataset: `name` or "
+                         "`path`, `subset`, `split`, `weight`)"),
+    ("data", "probabilities"): ("data.probabilities", ("data", "source"), " (one `[[data.source]]` per dataset, "
+                                "its share of the samples in `weight`)"),
+    ("select", "limit"): ("eval.select.limit", ("num_examples",), ""),
 }  # fmt: skip
 """The reference prime-rl's names that differ here (its v0.8 configs): the end of a key's path as written, list
 indices left out -> (the reference's name, the path here from where that end starts, or None where the setting is
