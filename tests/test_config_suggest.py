@@ -163,3 +163,14 @@ def test_the_references_newer_run_and_sft_spellings_name_the_fields_here(tmp_pat
             parse_config(SFTConfig, [f"--data.{name}", '["a"]'])
         assert f"the reference prime-rl's `data.{name}` is `data.source` here (one `[[data.source]]` per dataset" in \
             str(e.value)
+
+
+@pytest.mark.parametrize("args,where", [
+    (["--orchestrator.eval.num-examples", "-1"], "orchestrator.eval.num_examples"),
+    (["--orchestrator.eval.source", '[{"name": "d", "env": {"id": "digit-bandit"}, "num_examples": -1}]'],
+     "orchestrator.eval.source[0].num_examples"),
+])  # fmt: skip
+def test_the_references_all_examples_minus_one_says_leave_it_unset(args, where):
+    msg = _error(["@", RL_TOML, *args])
+    assert f"{where}: num_examples = -1 is the reference prime-rl's 'every eval task'; here leave num_examples unset " \
+           "(None) to evaluate the whole eval split" in msg

@@ -44,6 +44,7 @@ from prime_rl.config.sources import (  # noqa: F401 - the source configs, import
     SamplingConfig,
     SourceConfig,
     TaskSourceConfig,
+    refuse_all_examples_spelling,
     unique_source_names,
 )
 from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
@@ -128,6 +129,7 @@ class EvalConfig(BaseConfig):
     )
 
     _unique_names = field_validator("source")(unique_source_names)
+    _all_examples = field_validator("num_examples", mode="before")(refuse_all_examples_spelling)
 
     @model_validator(mode="after")
     def _merge_source_sampling(self) -> EvalConfig:

@@ -104,3 +104,19 @@ class EvalSourceConfig(TaskSourceConfig):
         description="Sampling of this source's eval rollouts: the fields set here replace those of eval.sampling; "
         "None = eval.sampling.",
     )
+
+    @field_validator("num_examples", mode="before")
+    @classmethod
+    def _all_examples(cls, value: Any) -> Any:
+        return refuse_all_examples_spelling(value)
+
+
+def refuse_all_examples_spelling(value: Any) -> Any:
+    """`num_examples` as given, unless it is -1 (the reference prime-rl's "every eval task").
+
+    Raises:
+        ValueError: -1, naming the spelling here (leave num_examples unset)."""
+    if isinstance(value, int | str) and str(value).strip() == "-1":
+        raise ValueError("num_examples = -1 is the reference prime-rl's 'every eval task'; here leave num_examples "
+                         "unset (None) to evaluate the whole eval split, or give a count > 0")
+    return value
