@@ -214,8 +214,14 @@ def test_greedy_with_several_rollouts_is_refused_per_source():
 
 
 def test_eval_command_refuses_a_source_interval():
-    with pytest.raises(ValueError, match=r"eval.source.0.interval is set: evals evaluates every source"):
+    with pytest.raises(ValueError, match=r"eval.source.0.interval is set: evals evaluates every source once per model"):
         EvalCommandConfig(eval={"source": [{"env": {"id": "digit-bandit"}, "interval": 2}]})
+
+
+def test_eval_command_refuses_eval_interval():
+    # evals scores each model (or checkpoint) once: an interval would be accepted and do nothing
+    with pytest.raises(ValueError, match=r"eval.interval = 5 is set, but evals scores once per model"):
+        EvalCommandConfig(eval={"interval": 5})
 
 
 async def test_each_eval_source_on_its_own_schedule_and_settings(renderer, tmp_path):

@@ -183,12 +183,12 @@ class EvalConfig(BaseConfig):
         """Whether the orchestrator evaluates at all: `interval` set here or on an eval source."""
         return self.interval is not None or any(s.interval is not None for s in self.source or [])
 
-    def interval_problem(self, where: str) -> str | None:
+    def interval_problem(self, where: str, when: str = "at eval.interval") -> str | None:
         """None unless an eval source sets its own `interval` where only `eval.interval` is used (`where`: the
-        command); else the refusal naming the field."""
+        command, `when`: when it evaluates); else the refusal naming the field."""
         for i, src in enumerate(self.source or []):
             if src.interval is not None:
-                return (f"eval.source.{i}.interval is set: {where} evaluates every source at eval.interval; remove it "
+                return (f"eval.source.{i}.interval is set: {where} evaluates every source {when}; remove it "
                         "(a per-source interval applies to the orchestrator's [[orchestrator.eval.source]])")
         return None
 
@@ -434,12 +434,17 @@ class EvalCommandConfig(BaseConfig):
     def _flat_backend(cls, data: Any) -> Any:
         return backend_from_flat(data)
 
-    @model_validator(mode="after")
-    def _no_source_interval(self) -> EvalCommandConfig:
-        problem = self.eval.interval_problem("evals")
+    @field_validator("eval")
+    @classmethod
+    def _no_interval(cls, value: EvalConfig) -> EvalConfig:
+        once = "once per model (per checkpoint with [checkpoints])"
+        if value.interval is not None:
+            raise ValueError(f"eval.interval = {value.interval} is set, but evals scores {once}, so it would do "
+                             "nothing; remove it ([checkpoints] every = N picks a run's checkpoints to score)")
+        problem = value.interval_problem("evals", once)
         if problem is not None:
             raise ValueError(problem)
-        return self
+        return value
 
 
 for _model in (SourceConfig, EvalSourceConfig, TrainSamplingConfig, EvalConfig, OrchestratorConfig, EvalCommandConfig):

@@ -43,7 +43,7 @@ def eval_config(cfg: SFTConfig, step: int) -> EvalCommandConfig:
         model={"name": cfg.model.name, "chat_template": cfg.model.chat_template},
         backend=ServerBackendConfig(base_url=[url]),
         renderer=cfg.renderer,
-        eval=cfg.eval,
+        eval=cfg.eval.model_copy(update={"interval": None}),  # sft schedules the evals; evals scores this step once
         checkpoints={"run_dir": Path(cfg.output_dir).resolve(), "steps": [step], "plot": False},
         output_dir=Path(cfg.output_dir).resolve(),
         seq_len=cfg.seq_len,
