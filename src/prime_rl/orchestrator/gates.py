@@ -7,7 +7,8 @@ penalty (reward shaping before advantages).
   dynamic sampling (Yu et al. 2025, arXiv:2503.14476, section 3.2). With `keep_for_kl` a group whose advantages are
   all 0 is admitted: the trainer's reference-KL term still has a gradient on it.
 - Length penalty (`length_penalty` of a train source): DAPO's overlong reward shaping (arXiv:2503.14476, eq. 13) on
-  the rollout's sampled tokens L: `-coef * min(1, max(0, L - (L_max - L_cache)) / L_cache)`.
+  the rollout's sampled tokens L, the stop token that ends each finished turn included (DAPO's response length):
+  `-coef * min(1, max(0, L - (L_max - L_cache)) / L_cache)`.
 """
 
 from __future__ import annotations
