@@ -141,6 +141,8 @@ def test_node_dirs():
     (["--rollout-transport.type", "filesystem"], r"deployment.shared_fs = false.*needs rollout_transport.type = 'tcp'"),
     (["--trainer.model.lora.rank", "4"], r"weight_transport.type = 'collective' with trainer.model.lora"),
     (["--resume"], r"deployment.shared_fs = false.*with resume"),
+    (["--deployment.num-train-nodes", "2", "--deployment.cpu-train-procs", "1", "--ckpt.interval", "1"],
+     r"deployment.shared_fs = false.*with 2 trainer nodes and ckpt.interval = 1: .*leave ckpt.interval unset"),
 ])  # fmt: skip
 def test_no_shared_fs_refuses_what_needs_another_nodes_directory(tmp_path, tiny, extra, message):  # noqa: F811
     rows_at(tmp_path / "gym-root")

@@ -426,7 +426,8 @@ def check_weight_transport(cfg: RLConfig) -> None:
 def check_shared_fs(cfg: RLConfig) -> None:
     """`deployment.shared_fs = false`: nothing may need another node's run directory, so policy versions travel
     over `weight_transport.type = "collective"` and batches over `rollout_transport.type = "tcp"`, and resume
-    (checkpoints on the trainer nodes, the orchestrator's on its own) is refused; LoRA adapters, published as files,
+    (checkpoints on the trainer nodes, the orchestrator's on its own) is refused, as is `ckpt.interval` with several
+    trainer nodes (each would hold only its own ranks' shards); LoRA adapters, published as files,
     are refused by the collective transport itself (`TrainerConfig`). Raises ValueError naming the field and the
     fix."""
     dep = cfg.deployment
@@ -444,3 +445,8 @@ def check_shared_fs(cfg: RLConfig) -> None:
     if cfg.resume or cfg.trainer.ckpt.resuming:
         raise ValueError(f"{why} with resume: not supported (the trainer's checkpoints are on the trainer nodes, the "
                          "orchestrator's on its own); start a fresh run, or use a shared filesystem")
+    if dep.num_train_nodes > 1 and cfg.trainer.ckpt.interval is not None:
+        raise ValueError(f"{why} with {dep.num_train_nodes} trainer nodes and ckpt.interval = "
+                         f"{cfg.trainer.ckpt.interval}: each trainer node could write only its own ranks' shards, so "
+                         "no node would hold a loadable checkpoint (and a run without a shared filesystem cannot "
+                         "resume); leave ckpt.interval unset, or use a shared filesystem")
