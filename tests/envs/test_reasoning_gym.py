@@ -36,7 +36,25 @@ def test_tasks_and_scores_equal_the_package():
         assert wrong.reward == ds.score_answer(wrong_answer, entry)
         none = env.episode(task).verify("no tags here")
         assert none.reward == ds.score_answer(None, entry) == 0.0
-        assert none.metrics == {"answered": 0.0, "exact": 0.0}
+        assert none.metrics == {"answered": 0.0, "exact": 0.0, "score": 0.0}
+
+
+def test_exact_reward_drops_the_packages_partial_credit():
+    """reward = "exact": 1 only for the package's full score; a near miss the package credits in part scores 0."""
+    config = {"basic_arithmetic": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+    score_env = load_env("reasoning-gym", datasets="basic_arithmetic", config=config, num_train=4, num_eval=30)
+    exact_env = load_env("reasoning-gym", datasets="basic_arithmetic", config=config, num_train=4, num_eval=30,
+                         reward="exact")  # fmt: skip
+    partial = 0
+    for task, entry in zip(exact_env.tasks("eval"), exact_env._splits["eval"][1], strict=True):
+        near = str(-int(entry["answer"])) if entry["answer"] not in ("0", "-0") else "1"
+        package = float(exact_env._splits["eval"][0].score_answer(near, entry))
+        got = exact_env.episode(task).verify(f"<answer>{near}</answer>")
+        assert got.reward == (1.0 if package == 1.0 else 0.0)
+        assert got.metrics["score"] == package == score_env.episode(task).verify(f"<answer>{near}</answer>").reward
+        assert exact_env.episode(task).verify(f"<answer>{entry['answer']}</answer>").reward == 1.0
+        partial += 0.0 < package < 1.0
+    assert partial > 0  # the package does give partial credit for a wrong sign here
 
 
 def test_splits_do_not_share_questions():
@@ -80,6 +98,7 @@ def test_plain_format_and_sft_examples():
         ({"datasets": "chain_sum", "config": {"leg_counting": {}}}, "env.args.config names ['leg_counting']"),
         ({"datasets": "chain_sum", "config": {"chain_sum": {"seed": 1}}}, "env.args.config.chain_sum.seed"),
         ({"answer_format": "json"}, "env.args.answer_format = 'json'"),
+        ({"reward": "partial"}, "env.args.reward = 'partial'"),
     ],
 )
 def test_refusals_name_the_field(kwargs, needle):

@@ -15,6 +15,12 @@ Answer formats (`answer_format`):
 - `tool`: the model calls the `submit_answer` tool with `{"answer": "..."}`; the last submitted answer is scored, so
   the task becomes a (short) tool-calling episode.
 
+Rewards (`reward`):
+- `score` (default): the dataset's `score_answer` as is, partial credit included (e.g. some datasets give 0.5 for
+  an answer with the wrong sign, or a fraction for a near-miss string).
+- `exact`: 1.0 when `score_answer` gives 1.0, else 0.0, so a policy cannot climb by collecting partial credit.
+Either way the rollout's metrics carry `score` (the package's value) and `exact`.
+
 Requires the `reasoning-gym` extra (`pip install 'prime-rl[reasoning-gym]'`); the package needs no network at run time.
 """
 
@@ -30,6 +36,7 @@ from prime_rl.extras import require
 
 SPLITS = ("train", "eval")
 ANSWER_FORMATS = ("tag", "plain", "tool")
+REWARDS = ("score", "exact")
 EVAL_SEED_OFFSET = 1_000_003  # eval seed = seed + this; composite sub-datasets use seed + 1 .. seed + n
 
 SYSTEM_PROMPTS = {
@@ -100,8 +107,9 @@ def dataset_specs(datasets: str | list[str] | dict[str, float], config: dict[str
 class ReasoningGymEpisode(Episode):
     """One reasoning-gym item; `score` is the dataset's `score_answer` (a bound method of the split's composite)."""
 
-    def __init__(self, task: Task, entry: dict[str, Any], score: Any, answer_format: str):
+    def __init__(self, task: Task, entry: dict[str, Any], score: Any, answer_format: str, reward: str = "score"):
         self.task, self.entry, self.score, self.answer_format = task, entry, score, answer_format
+        self.reward = reward
         self.submitted: str | None = None
         self.submissions = 0
 
@@ -135,8 +143,10 @@ class ReasoningGymEpisode(Episode):
 
     def verify(self, final_response: str | None = None) -> VerifyResult:
         answer = self.answer(final_response)
-        reward = float(self.score(answer, self.entry))
-        return VerifyResult(reward, {"answered": float(answer is not None), "exact": float(reward == 1.0)})
+        score = float(self.score(answer, self.entry))
+        exact = float(score == 1.0)
+        return VerifyResult(exact if self.reward == "exact" else score,
+                            {"answered": float(answer is not None), "exact": exact, "score": score})  # fmt: skip
 
 
 class ReasoningGymEnv(Environment):
@@ -150,9 +160,11 @@ class ReasoningGymEnv(Environment):
         num_train, num_eval: items generated per split (train may lose items shared with eval).
         answer_format: `tag`, `plain` or `tool`.
         system_prompt: replaces the format's default system prompt.
+        reward: `score` (the package's `score_answer`, partial credit included) or `exact` (1 for a full score,
+            else 0).
 
     Raises:
-        EnvArgsError: unknown datasets or format, sizes below 1 (when the tasks are first built).
+        EnvArgsError: unknown datasets, format or reward, sizes below 1 (when the tasks are first built).
         MissingExtraError: reasoning-gym is not installed.
     """
 
@@ -160,9 +172,13 @@ class ReasoningGymEnv(Environment):
 
     def __init__(self, datasets: str | list[str] | dict[str, float] = "chain_sum",
                  config: dict[str, dict[str, Any]] | None = None, seed: int = 0, num_train: int = 1000,
-                 num_eval: int = 100, answer_format: str = "tag", system_prompt: str | None = None):  # fmt: skip
+                 num_eval: int = 100, answer_format: str = "tag", system_prompt: str | None = None,
+                 reward: str = "score"):  # fmt: skip
         if answer_format not in ANSWER_FORMATS:
             raise EnvArgsError(f"env.args.answer_format = {answer_format!r}: choose one of {', '.join(ANSWER_FORMATS)}")
+        if reward not in REWARDS:
+            raise EnvArgsError(f"env.args.reward = {reward!r}: choose one of {', '.join(REWARDS)}")
+        self.reward = reward
         if num_train < 1 or num_eval < 1:
             raise EnvArgsError(f"env.args.num_train = {num_train}, num_eval = {num_eval}: each must be >= 1")
         self.datasets, self.config = datasets, dict(config or {})
@@ -209,7 +225,7 @@ class ReasoningGymEnv(Environment):
         composite, items = self._splits[task.split]
         if not 0 <= task.index < len(items):
             raise KeyError(f"task {task.task_id!r}: index {task.index} outside the {task.split} split ({len(items)})")
-        return ReasoningGymEpisode(task, items[task.index], composite.score_answer, self.answer_format)
+        return ReasoningGymEpisode(task, items[task.index], composite.score_answer, self.answer_format, self.reward)
 
     def sft_examples(self, split: str = "train") -> list[dict[str, Any]]:
         """The dataset's reference answers in this environment's answer format."""
