@@ -18,9 +18,9 @@ from prime_rl.config.loader import parse_config
 from prime_rl.config.trainer import TrainerConfig
 
 
-def written_trainer(tmp_path: Path) -> TrainerConfig:
-    """The trainer config the dry run wrote."""
-    return parse_config(TrainerConfig, ["@", str(tmp_path / "run/configs/trainer.toml")])
+def written_trainer(tmp_path: Path, folder: str = "configs") -> TrainerConfig:
+    """The trainer config the dry run wrote (`configs/dry-run` where the run's own configs held other settings)."""
+    return parse_config(TrainerConfig, ["@", str(tmp_path / "run" / folder / "trainer.toml")])
 
 
 def checkpoint(ckpts: Path, step: int, trainer: str = "done", orchestrator: str = "done") -> Path:
@@ -171,8 +171,9 @@ def test_a_complete_fork_resolves_and_resume_continues_the_fork(tmp_path, tiny, 
     code, out, err = run_dry(args + ["--resume"], capsys)
     assert code == 0, out + err
     assert "resume after checkpoint step 6" in out
-    written = written_trainer(tmp_path)
+    written = written_trainer(tmp_path, "configs/dry-run")  # the run's own configs hold the fork's settings: kept
     assert written.ckpt.resume_step == 6 and written.ckpt.resume_dir is None
+    assert written_trainer(tmp_path).ckpt.resume_dir == source / "step_4"
 
 
 @pytest.mark.parametrize("resume", [["--resume"], ["--ckpt.resume-step", "2"]])

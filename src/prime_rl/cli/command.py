@@ -28,12 +28,13 @@ def load_impl(path: str, attr: str | None = None, part: str | None = None) -> Ca
 
 
 def dry_run(cfg: BaseModel, name: str) -> None:
-    """Write the resolved config to `cfg.output_dir/configs/<name>.toml`, say where, and exit 0."""
-    from prime_rl.config.loader import write_config
+    """Write the resolved config to `cfg.output_dir/configs/<name>.toml` (to `configs/dry-run/` when that file holds
+    another config, which a run there may be using: `config.resolved.write_dry_run`), say where, and exit 0."""
+    from prime_rl.config.resolved import dry_run_lines, write_dry_run
 
     cfg = cfg.model_copy(update={"dry_run": False})  # the written file runs the command for real
-    path = write_config(cfg, Path(cfg.output_dir) / "configs" / f"{name}.toml")
-    print(f"resolved {name} config written to {path}")
+    configs_dir = Path(cfg.output_dir) / "configs"
+    print("\n".join(dry_run_lines(write_dry_run({name: cfg}, configs_dir), configs_dir)))
     raise SystemExit(0)
 
 

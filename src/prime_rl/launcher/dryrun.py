@@ -1,5 +1,6 @@
 """`rl --dry-run`: resolve the launch plan (`plan.resolve`: every check that needs no running process of the run),
-print what was checked and the plan, and write the resolved configs; start nothing. With `[slurm]` the same
+print what was checked and the plan, and write the resolved configs (never over other ones a run in output_dir may
+be using: `config.resolved.write_dry_run`); start nothing. With `[slurm]` the same
 checks (those that need the nodes themselves run on each node when the job starts), `configs/rl.toml` and the
 sbatch script, not submitted (`slurm.submit_rl`)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from prime_rl.config.resolved import dry_run_lines, write_dry_run
 from prime_rl.config.rl import RLConfig
 from prime_rl.launcher.errors import LaunchError
 from prime_rl.launcher.notices import metrics_urls, warnings
@@ -51,7 +53,8 @@ def dry_run(cfg: RLConfig) -> int:
     """`rl --dry-run` without `[slurm]` (with it: `slurm.submit_rl`). Returns the exit status: 0, or 2 after
     printing the failed check's message (no traceback, nothing written)."""
     from prime_rl.launcher.layout import Layout
-    from prime_rl.launcher.plan import resolve, write_configs
+    from prime_rl.launcher.plan import resolve
+    from prime_rl.monitor.rundir import RunDir
 
     try:
         plan = resolve(cfg, Layout.single())
@@ -59,6 +62,6 @@ def dry_run(cfg: RLConfig) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     print(report(plan))
-    for name, path in write_configs(plan).items():
-        print(f"resolved {name} config written to {path}")
+    configs_dir = RunDir(plan.run_dir).configs
+    print("\n".join(dry_run_lines(write_dry_run(plan.configs, configs_dir), configs_dir, "rl")))
     return 0

@@ -178,6 +178,7 @@ def submit_rl(cfg: RLConfig, argv: list[str] | None = None) -> int:
         return e.exit_code
     if cfg.dry_run:
         print(report(plan))
+        return _dry_run_files("rl", launch, ctx, cfg.slurm.template)
     write_config(launch, ctx["config"])
     return _finish(text, ctx, cfg.dry_run)
 
@@ -190,8 +191,27 @@ def submit_sft(cfg: SFTConfig, argv: list[str] | None = None) -> int:
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    write_config(cfg.model_copy(update={"dry_run": False}), ctx["config"])
+    if cfg.dry_run:
+        return _dry_run_files("sft", cfg.model_copy(update={"dry_run": False}), ctx, cfg.slurm.template)
+    write_config(cfg, ctx["config"])
     return _finish(text, ctx, cfg.dry_run)
+
+
+def _dry_run_files(kind: str, config: Any, ctx: dict[str, Any], template: Path | None) -> int:
+    """A `--dry-run` with `[slurm]`: `configs/<kind>.toml` and the sbatch script, not submitted. When the run
+    directory's `configs/<kind>.toml` holds another config (a job of that run may be using it), both go to
+    `dry-run/` folders beside them instead (`config.resolved.write_dry_run`), the script reading the new config.
+    Returns 0."""
+    from prime_rl.config.resolved import DRY_RUN_DIR, dry_run_lines, write_dry_run
+
+    configs_dir = ctx["config"].parent
+    done = write_dry_run({kind: config}, configs_dir)
+    if done.differ:
+        ctx = {**ctx, "config": done.paths[kind], "script": ctx["script"].parent / DRY_RUN_DIR / ctx["script"].name}
+    script = write_script(render(kind, ctx, template), ctx["script"])
+    print("\n".join(dry_run_lines(done, configs_dir, kind)))
+    print(f"sbatch script written to {script} (--dry-run: not submitted; submit with `sbatch {script}`)")
+    return 0
 
 
 def _finish(text: str, ctx: dict[str, Any], dry_run: bool) -> int:
