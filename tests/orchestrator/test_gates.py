@@ -265,6 +265,34 @@ def test_rl_keeps_zero_advantage_groups_when_the_loss_has_a_kl_term():
     assert on.orchestrator.gate.keep_for_kl and not off.orchestrator.gate.keep_for_kl
 
 
+def test_rl_refuses_a_keep_for_kl_set_against_the_loss(tmp_path):
+    """Under rl the loss decides keep_for_kl: `false` beside a reference-KL or teacher term (rl would admit the
+    groups anyway) and `true` without one (the admitted groups would train nothing) are refused, naming the field,
+    where it and the loss term were set, and the fix; a value that agrees with the loss is accepted."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.rl import RLConfig
+
+    run = tmp_path / "rl.toml"
+    run.write_text("[orchestrator.gate]\nreject_uniform = true\nkeep_for_kl = false\n")
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["@", str(run), "--trainer.loss.ref-kl-coef", "0.1"])
+    assert (f"`orchestrator.gate.keep_for_kl = false` (in {run}), but `trainer.loss.ref_kl_coef = 0.1` (from "
+            "--trainer.loss.ref-kl-coef) puts a reference-KL or teacher term in the loss") in str(err.value)
+    assert "remove orchestrator.gate.keep_for_kl" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["--orchestrator.gate.keep-for-kl", "true"])
+    assert ("`orchestrator.gate.keep_for_kl = true` (from --orchestrator.gate.keep-for-kl) admits groups whose "
+            "advantages are all 0") in str(err.value)
+    assert "but trainer.loss has neither" in str(err.value)
+    with pytest.raises(ValueError, match=r"`trainer.loss.type = 'opd'` puts a reference-KL or teacher term"):
+        RLConfig(trainer={"loss": {"type": "opd"}}, teacher={"model": {"name": "t"}},
+                 orchestrator={"gate": {"keep_for_kl": False}})  # fmt: skip
+    agrees = parse_config(RLConfig, ["--orchestrator.gate.keep-for-kl", "true", "--trainer.loss.ref-kl-coef", "0.1"])
+    assert agrees.orchestrator.gate.keep_for_kl
+    # the resolved config rl writes (keep_for_kl = true beside the term) reads back
+    assert RLConfig.model_validate(agrees.model_dump()).orchestrator.gate.keep_for_kl
+
+
 def test_eval_sources_refuse_a_length_penalty():
     from prime_rl.config.orchestrator import EvalConfig
 

@@ -35,8 +35,10 @@ class GateConfig(BaseConfig):
     )
     keep_for_kl: bool = Field(
         False,
-        description="Admit groups whose advantages are all 0 (their reference-KL term still trains); `rl` sets it "
-        "when trainer.loss.ref_kl_coef > 0.",
+        description="Admit groups whose advantages are all 0 (their reference-KL or teacher term still trains). "
+        "Under `rl` the loss decides it: set when trainer.loss.ref_kl_coef > 0 or the loss has a teacher term; a "
+        "value set against the loss is refused. A standalone orchestrator takes it as the trainer's word that its "
+        "loss has such a term.",
     )
 
     @property

@@ -217,7 +217,9 @@ class RLConfig(BaseConfig):
     def _gate_keeps_kl_groups(self) -> RLConfig:
         """With a reference-KL or teacher term in the loss (`trainer.loss.ref_kl_coef > 0`, `teacher_kl_coef > 0`) a
         group whose advantages are all 0 still has a gradient: the orchestrator's signal gate admits it
-        (`orchestrator.gate.keep_for_kl`)."""
+        (`orchestrator.gate.keep_for_kl`, which `rl` sets from the loss; `check_keep_for_kl` refuses a value set
+        against it)."""
+        check_keep_for_kl(self)
         if float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0 or teacher_term(self):
             self.orchestrator.gate.keep_for_kl = True
         return self
@@ -242,6 +244,36 @@ class RLConfig(BaseConfig):
         if problem is not None:
             raise ValueError(problem)
         return self
+
+
+def check_keep_for_kl(cfg: RLConfig) -> None:
+    """Under `rl` the loss decides `orchestrator.gate.keep_for_kl` (admit groups whose advantages are all 0, which
+    train only through a reference-KL or teacher term), so a value set against it is refused rather than overridden
+    or left doing nothing: `false` with such a term (rl admits those groups anyway), `true` without one (the groups
+    it admits would train nothing). Raises ValueError naming the fields (backticked: the error names where they were
+    set) and the fix."""
+    if "keep_for_kl" not in cfg.orchestrator.gate.model_fields_set:
+        return
+    loss = cfg.trainer.loss
+    ref_kl = float(getattr(loss, "ref_kl_coef", 0.0))
+    term = (f"`trainer.loss.ref_kl_coef = {ref_kl:g}`" if ref_kl > 0 else
+            f"`trainer.loss.type = {loss.type!r}`" if getattr(loss, "type", None) == "opd" else
+            f"`trainer.loss.teacher_kl_coef = {float(getattr(loss, 'teacher_kl_coef', 0.0)):g}`")  # fmt: skip
+    signal = ref_kl > 0 or teacher_term(cfg)
+    if signal and not cfg.orchestrator.gate.keep_for_kl:
+        raise ValueError(
+            f"`orchestrator.gate.keep_for_kl = false`, but {term} puts a reference-KL or teacher term in the loss, "
+            "which still trains a group whose advantages are all 0, so rl admits such groups (keep_for_kl follows "
+            "the loss under rl); remove orchestrator.gate.keep_for_kl, or set the loss term to 0 to let the gate "
+            "reject them"
+        )
+    if not signal and cfg.orchestrator.gate.keep_for_kl:
+        raise ValueError(
+            "`orchestrator.gate.keep_for_kl = true` admits groups whose advantages are all 0 for the sake of a "
+            "reference-KL or teacher term, but trainer.loss has neither (ref_kl_coef = 0, no teacher term), so those "
+            "groups would train nothing; remove orchestrator.gate.keep_for_kl (rl sets it from the loss), or set "
+            "trainer.loss.ref_kl_coef > 0"
+        )
 
 
 def check_lengths(cfg: RLConfig) -> None:
