@@ -252,17 +252,19 @@ def test_rl_wandb_goes_to_the_launcher_not_the_children(tmp_path):
 @pytest.mark.parametrize("flags,message", [
     (["--trainer.rollout-transport.type", "tcp"], "trainer.rollout_transport (type 'tcp', port 29650) differs from "
      "orchestrator.rollout_transport (type 'filesystem', port 29650): the trainer would never receive its batches; set "
-     "[rollout_transport] once at the top of the rl config"),
+     "[rollout_transport] once at the top of the rl config (trainer.rollout_transport from "
+     "--trainer.rollout-transport.type)"),
     (["--trainer.rollout-transport.token", "a"], "trainer.rollout_transport.token differs from "
      "orchestrator.rollout_transport.token: the orchestrator would refuse every trainer request; set [rollout_transport] "
-     "token once at the top of the rl config (or PRIME_RL_ROLLOUT_TOKEN)"),
+     "token once at the top of the rl config (or PRIME_RL_ROLLOUT_TOKEN) (trainer.rollout_transport.token from "
+     "--trainer.rollout-transport.token)"),
     (["--trainer.weight-transport.port", "5001"], "trainer.weight_transport (type 'filesystem', port 5001) differs from "
      "orchestrator.weight_transport (type 'filesystem', port 29660): set [weight_transport] once at the top of the rl "
-     "config"),
+     "config (trainer.weight_transport from --trainer.weight-transport.port)"),
 ])  # fmt: skip
 def test_both_sides_of_a_shared_transport_section_must_agree(flags, message):
     """Trainer and orchestrator read one rollout and one weight transport (config.rl.check_sides_agree); a token's
-    value never appears in the message."""
+    value never appears in the message, the flag that set the differing side does."""
     with pytest.raises(ConfigError) as e:
         parse_config(RLConfig, ["--model.name", "m", *flags])
     assert str(e.value).strip() == message

@@ -76,3 +76,26 @@ def test_where_set_finds_a_list_entrys_field_in_the_file_that_set_it(tmp_path, d
     assert where_set(dotted) == f" (in {cfg})"
     assert where_set("data.source.2.path") == ""  # no such entry in the file
     assert where_set("max_steps") == " (from --max-steps)"
+
+
+def test_a_sections_problem_naming_its_field_bare_names_where_that_field_was_set(tmp_path):
+    """`orchestrator.gate`'s refusal says `advantage_range = [...]` without the section's name: the flag that set
+    advantage_range is named, not a file that holds [orchestrator.gate] without it."""
+    gate = toml(tmp_path, "gate.toml", "[orchestrator.gate]\nreject_uniform = true\n")
+    msg = error(["@", gate, "--orchestrator.gate.advantage-range", "[0.5, 0.2]"])
+    assert msg.strip() == ("orchestrator.gate: advantage_range = [0.5, 0.2]: use 0 <= low < high (bounds on "
+                           "|advantage|) (from --orchestrator.gate.advantage-range)"), msg
+    ranged = toml(tmp_path, "range.toml", "[orchestrator.gate]\nadvantage_range = [0.5, 0.2]\n")
+    assert error(["@", ranged, "--orchestrator.gate.reject-uniform"]).endswith(f"(in {ranged})")
+
+
+def test_a_whole_config_problem_names_where_its_fields_were_set(tmp_path):
+    """A check of the whole rl config (no section of its own) names the flags or files that set the fields its
+    message names, instead of nothing."""
+    run = toml(tmp_path, "run.toml", "[inference.vllm]\nmax_model_len = 100\n")
+    msg = error(["@", run, "--seq-len", "512"])
+    assert "is above inference.vllm.max_model_len = 100" in msg
+    assert msg.endswith(f"(seq_len from --seq-len, inference.vllm.max_model_len in {run})"), msg
+    msg = error(["--weight-transport.type", "collective", "--inference.vllm.data-parallel-size", "2"])
+    assert msg.endswith("(weight_transport.type from --weight-transport.type, inference.vllm.data_parallel_size "
+                        "from --inference.vllm.data-parallel-size)"), msg

@@ -117,8 +117,9 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
     set, named as `the FIELD argument`); a suggestion gives both spellings (`a.b_c`, flag `--a.b-c`). A key that
     belongs to another variant of a section chosen by `type` names the type, where it was set, and the types that
     have the key. Backticked `a.b = value` pairs in a validator's message get their origin too. A section's problem
-    whose message names fields of the section (`ckpt.resume_dir`) names where those fields were set, not every flag
-    under the section; a problem repeated under a section that holds a copy of a shared value is said once.
+    whose message names fields of the section (`ckpt.resume_dir`, or a bare `advantage_range = ...`) names where
+    those fields were set, not every flag under the section nor a file that holds the section without them; a
+    problem of the whole config names where the dotted fields it mentions were set; a problem repeated under a section that holds a copy of a shared value is said once.
     """
     lines = []
     for error in _without_copies(err.errors()):
@@ -167,20 +168,33 @@ def _without_copies(errors: list[Any]) -> list[Any]:
 
 def _named_fields(cls: type[BaseModel], loc: tuple, msg: str) -> list[tuple[str, ...]]:
     """The fields under the section at `loc` that the message names as `SECTION.field[.sub...]`
-    (`ckpt.resume_dir` for the section `trainer.ckpt`, `train.sampling.top_p` for `orchestrator.train`), each as
-    its path below the section, in the order they are first named; empty when `loc` is not a section."""
-    if not loc or isinstance(loc[-1], int) or not _field_names_at(cls, loc):
+    (`ckpt.resume_dir` for the section `trainer.ckpt`, `train.sampling.top_p` for `orchestrator.train`; at the root,
+    `loc = ()`, a dotted path from the root: `inference.vllm.max_model_len`) or as a bare `field = value` of the
+    section (`advantage_range = [0.5, 0.2]` for `orchestrator.gate`), each as its path below the section, in the
+    order they are first named; empty when `loc` is not a section."""
+    own = _field_names_at(cls, loc)
+    if (loc and isinstance(loc[-1], int)) or not own:
         return []
-    found: list[tuple[str, ...]] = []
-    for match in re.finditer(rf"(?<![\w]){re.escape(str(loc[-1]))}\.([A-Za-z_][\w.]*\w)", msg):
+    named: list[tuple[int, tuple[str, ...]]] = []
+    dotted = (rf"(?<![\w]){re.escape(str(loc[-1]))}\.([A-Za-z_][\w.]*\w)" if loc else
+              r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)")  # fmt: skip
+    for match in re.finditer(dotted, msg):
         path: tuple[str, ...] = ()
         for part in match.group(1).split("."):
             if part not in _field_names_at(cls, loc + path):
                 break
             path += (part,)
-        if path and path not in found:
+        if path:
+            named.append((match.start(), path))
+    named += [(match.start(), (match.group(1),)) for match in _BARE_SETTING.finditer(msg) if match.group(1) in own]
+    found: list[tuple[str, ...]] = []
+    for _, path in sorted(named):
+        if path not in found:
             found.append(path)
     return found
+
+
+_BARE_SETTING = re.compile(r"(?<![\w.`\[])([A-Za-z_]\w*) = ")  # `advantage_range = ...` of the section in a message
 
 
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.]*) = [^`]*`")  # `a.b = 3` in a validator's message
