@@ -174,3 +174,51 @@ def test_the_references_all_examples_minus_one_says_leave_it_unset(args, where):
     msg = _error(["@", RL_TOML, *args])
     assert f"{where}: num_examples = -1 is the reference prime-rl's 'every eval task'; here leave num_examples unset " \
            "(None) to evaluate the whole eval split" in msg
+
+
+def test_a_reference_env_list_names_where_each_key_of_its_entry_goes(tmp_path):
+    f = tmp_path / "rl.toml"
+    f.write_text('[[orchestrator.train.env]]\nname = "reverse-text"\ntaskset = { id = "reverse-text-v1", min_turns = 2 }\n'
+                 'harness = { id = "null", runtime = { type = "subprocess" }, color = "red" }\n\n'
+                 '[[orchestrator.eval.env]]\nenv.taskset = { id = "reverse-text-v1" }\n')  # fmt: skip
+    msg = _error(["@", str(f)])
+    assert "did you mean `orchestrator.train.source` (flag `--orchestrator.train.source`)? Its entry 0 here: " \
+           "`[[orchestrator.train.source]]` with `name`, `env.taskset.id`, `env.taskset.args.min_turns`, " \
+           "`env.agent.harness.id`, `env.agent.runtime.type`; no field here for `harness.color`." in msg
+    assert f"orchestrator.eval.env: unknown key (in {f}); the reference prime-rl's `orchestrator.eval.env` is " \
+           "`orchestrator.eval.source` here (an entry's `taskset` and `harness` are `env.taskset` and " \
+           "`env.agent.harness` there): did you mean `orchestrator.eval.source` (flag `--orchestrator.eval.source`)? " \
+           "Its entry 0 here: `[[orchestrator.eval.source]]` with `env.taskset.id`." in msg
+
+
+def test_the_references_deployment_names_name_the_fields_here(tmp_path):
+    from prime_rl.config.trainer import SFTConfig
+
+    f = tmp_path / "sft.toml"
+    f.write_text("[deployment]\nnum_train_gpus = 2\nnum_infer_gpus = 1\nnum_eval_nodes = 1\nnum_train_nodes = 1\n"
+                 "gpus_per_node = 8\n")  # fmt: skip
+    with pytest.raises(ConfigError) as e:
+        parse_config(SFTConfig, ["@", str(f)])
+    msg = str(e.value)
+    assert "deployment.num_train_gpus: unknown key (got 2) (in " in msg
+    assert "the reference prime-rl's `deployment.num_train_gpus` is `deployment.num_gpus` here in `sft` (ranks per " \
+           "node): did you mean `deployment.num_gpus` (flag `--deployment.num-gpus`)?" in msg
+    assert "the reference prime-rl's `deployment.num_infer_gpus` (`num_eval_gpus`) has no field in `sft` here: the " \
+           "inference server `sft` starts for `[eval]` takes the settings of `[inference]`; remove it" in msg
+    assert "`deployment.num_eval_nodes` (`num_infer_nodes`) has no field in `sft` here: its online eval runs on one " \
+           "node" in msg
+    assert "the reference prime-rl's `deployment.num_train_nodes` is `deployment.num_nodes` here in `sft`" in msg
+    assert "`deployment.gpus_per_node` (the GPUs of every node) is per role here: `deployment.num_train_gpus` (per " \
+           "trainer node) and `deployment.num_infer_gpus` (per inference node) in `rl`, `deployment.num_gpus` in " \
+           "`sft`" in msg
+    assert "did you mean" not in msg.split("deployment.num_infer_gpus: unknown key", 1)[1].split("\n", 1)[0]
+    f = tmp_path / "rl.toml"
+    f.write_text('[deployment]\ntype = "multi_node"\nnum_infer_replicas = 2\nnodes_per_fsdp_group = 1\n'
+                 "orchestrator_on_inference = true\n")  # fmt: skip
+    msg = _error(["@", str(f)])
+    assert "deployment.type: type = 'multi_node' is the reference prime-rl's spelling; here it is 'multi-node'" in msg
+    assert "`deployment.num_infer_replicas` (replicas of `num_infer_nodes` nodes each) has no field here: one " \
+           "inference replica spans one node at most, so R replicas are `deployment.num_infer_nodes = R`" in msg
+    assert "`deployment.nodes_per_fsdp_group` has no field here" in msg
+    assert "the reference prime-rl's `deployment.orchestrator_on_inference` is `deployment.orchestrator_node` here " \
+           "(the node's index; default: the first inference node): did you mean `deployment.orchestrator_node`" in msg

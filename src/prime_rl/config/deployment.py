@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prime_rl.config.base import BaseConfig
 
@@ -80,6 +80,18 @@ class DeploymentConfig(BaseConfig):
         f"(port_base + {PORT_CONTROL}), policy versions travel only over weight_transport.type = 'collective' and "
         "batches only over rollout_transport.type = 'tcp' (both required).",
     )
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _refuse_reference_type(cls, value: object) -> object:
+        """`type` as given, unless it is the reference prime-rl's spelling ("single_node", "multi_node").
+
+        Raises:
+            ValueError: that spelling, naming the one here."""
+        if value in ("single_node", "multi_node"):
+            raise ValueError(f"type = {value!r} is the reference prime-rl's spelling; here it is "
+                             f"{str(value).replace('_', '-')!r} (multi-node runs go through [slurm])")
+        return value
 
     @property
     def num_nodes(self) -> int:

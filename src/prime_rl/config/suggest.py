@@ -53,11 +53,49 @@ REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, st
     ("data", "probabilities"): ("data.probabilities", ("data", "source"), " (one `[[data.source]]` per dataset, "
                                 "its share of the samples in `weight`)"),
     ("select", "limit"): ("eval.select.limit", ("num_examples",), ""),
+    ("eval", "env"): ("orchestrator.eval.env", ("eval", "source"), " (an entry's `taskset` and `harness` are "
+                      "`env.taskset` and `env.agent.harness` there)"),
+    ("deployment", "num_train_gpus"): ("deployment.num_train_gpus", ("num_gpus",), " in `sft` (ranks per node)"),
+    ("deployment", "num_train_nodes"): ("deployment.num_train_nodes", ("num_nodes",), " in `sft`"),
+    ("deployment", "num_infer_gpus"): ("deployment.num_infer_gpus", None, " (`num_eval_gpus`) has no field in `sft` "
+                                       "here: the inference server `sft` starts for `[eval]` takes the settings of "
+                                       "`[inference]`; remove it"),
+    ("deployment", "num_eval_gpus"): ("deployment.num_eval_gpus", None, " (`num_infer_gpus`) has no field in `sft` "
+                                      "here: the inference server `sft` starts for `[eval]` takes the settings of "
+                                      "`[inference]`; remove it"),
+    ("deployment", "num_infer_nodes"): ("deployment.num_infer_nodes", None, " (`num_eval_nodes`) has no field in "
+                                        "`sft` here: its online eval runs on one node (several nodes: score the "
+                                        "checkpoints with `evals`); remove it"),
+    ("deployment", "num_eval_nodes"): ("deployment.num_eval_nodes", None, " (`num_infer_nodes`) has no field in "
+                                       "`sft` here: its online eval runs on one node (several nodes: score the "
+                                       "checkpoints with `evals`); remove it"),
+    ("deployment", "gpus_per_node"): ("deployment.gpus_per_node", None, " (the GPUs of every node) is per role here: "
+                                      "`deployment.num_train_gpus` (per trainer node) and `deployment.num_infer_gpus` "
+                                      "(per inference node) in `rl`, `deployment.num_gpus` in `sft`; "
+                                      "`slurm.gpus_per_node` is what the Slurm job requests"),
+    ("deployment", "num_infer_replicas"): ("deployment.num_infer_replicas", None, " (replicas of `num_infer_nodes` "
+                                           "nodes each) has no field here: one inference replica spans one node at "
+                                           "most, so R replicas are `deployment.num_infer_nodes = R`, or "
+                                           "`deployment.infer_replicas_per_node` servers on each inference node"),
+    ("deployment", "nodes_per_fsdp_group"): ("deployment.nodes_per_fsdp_group", None, " has no field here: the "
+                                             "trainer shards over all its ranks (one FSDP group); remove it"),
+    ("deployment", "orchestrator_on_inference"): ("deployment.orchestrator_on_inference", ("orchestrator_node",),
+                                                  " (the node's index; default: the first inference node)"),
 }  # fmt: skip
 """The reference prime-rl's names that differ here (its v0.8 configs): the end of a key's path as written, list
 indices left out -> (the reference's name, the path here from where that end starts, or None where the setting is
 split, and a note). Where the path here does not exist from there (a per-source setting that is one for the run
 here), the config's own path ending with it is named."""
+
+REFERENCE_ENTRY_KEYS: dict[tuple[str, ...], dict[tuple[str, ...], tuple[str, ...]]] = {
+    ("train", "env"): {("taskset",): ("env", "taskset"), ("harness", "runtime"): ("env", "agent", "runtime"),
+                       ("harness",): ("env", "agent", "harness")},
+    ("eval", "env"): {("taskset",): ("env", "taskset"), ("harness", "runtime"): ("env", "agent", "runtime"),
+                      ("harness",): ("env", "agent", "harness")},
+}  # fmt: skip
+"""Keys inside an entry of a list the reference prime-rl names another way (`REFERENCE_SPELLINGS`) that sit
+elsewhere in the entry here: the start of a key's path in the reference's entry -> its start here (the longest
+start matches; keys not listed keep their path)."""
 
 FRAMEWORK_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, str]] = {
     ("optim", "learning_rate"): ("optim.learning_rate", ("optim", "lr"), ""),
@@ -229,9 +267,38 @@ def spelling_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]]
                 shown = dotted(here if table is REFERENCE_SPELLINGS else ours)  # as the name is given: whole, or an end
                 hint = (f"; {whose} `{name}` is `{shown}` here{note}: did you mean `{dotted(fixed)}` (flag "
                         f"`{flag(fixed)}`)?")  # fmt: skip
+                if ref in REFERENCE_ENTRY_KEYS and table is REFERENCE_SPELLINGS:
+                    hint += _entry_hint(value, here, REFERENCE_ENTRY_KEYS[ref], names_at)
             hints.setdefault(ref, hint)
             break
     return "".join(hints.values())
+
+
+def _entry_hint(value: Any, here: tuple, renames: dict[tuple[str, ...], tuple[str, ...]],
+                names_at: Callable[[tuple], list[str]]) -> str:  # fmt: skip
+    """` Entry 0 here: ...` naming where each key of the first entry of `value` (a list of tables under a reference
+    name whose list is `here` in this config) lives in an entry here (`REFERENCE_ENTRY_KEYS`: `taskset.id` ->
+    `env.taskset.id`; a key its section here does not have goes to that section's `args` where it has one, as a
+    taskset's config fields do: `taskset.min_turns` -> `env.taskset.args.min_turns`), and the keys that have no
+    field there; "" when `value` holds no table."""
+    entries = [e for e in value if isinstance(e, dict)] if isinstance(value, list) else [value] if isinstance(
+        value, dict) else []  # fmt: skip
+    if not entries or not entries[0]:
+        return ""
+    base = here + (0,)
+    moved, missing = [], []
+    for leaf in _leaf_paths(entries[0]):
+        start = max((k for k in renames if leaf[: len(k)] == k), key=len, default=())
+        path = renames[start] + leaf[len(start) :] if start else leaf
+        first_unknown = next((i for i in range(len(path)) if path[i] not in names_at(base + path[:i])), None)
+        if first_unknown is not None and "args" in names_at(base + path[:first_unknown]):  # a taskset's config fields
+            path = path[:first_unknown] + ("args",) + path[first_unknown:]
+            first_unknown = None
+        (moved if first_unknown is None else missing).append(path if first_unknown is None else leaf)
+    text = f" Its entry 0 here: `[[{dotted(here)}]]` with " + ", ".join(f"`{dotted(p)}`" for p in moved) if moved else ""
+    if missing:
+        text += f"{';' if text else ' Its entry 0:'} no field here for " + ", ".join(f"`{dotted(p)}`" for p in missing)
+    return text + ("." if text else "")
 
 
 def _position(loc: tuple, nth: int) -> int:
