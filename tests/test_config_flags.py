@@ -223,6 +223,23 @@ def test_a_json_object_for_sfts_validation_data():
     assert (cfg.val.data.path, cfg.val.interval) == (Path("v.jsonl"), 5)
 
 
+def test_switching_a_files_validation_data_to_a_fraction_says_and_takes_val_data_none(tmp_path):
+    """A file sets [val.data]; `--val.fraction` alone is refused with the flag that unsets val.data, which works."""
+    from prime_rl.config.trainer import SFTConfig
+
+    sft = tmp_path / "sft.toml"
+    sft.write_text('[val]\ndata.path = "val.jsonl"\n')
+    with pytest.raises(ConfigError) as err:
+        parse_config(SFTConfig, ["@", str(sft), "--val.fraction", "0.1"])
+    assert "[val] sets both val.data and val.fraction" in str(err.value)
+    assert "`--val.data None` unsets a val.data that a file sets" in str(err.value)
+    cfg = parse_config(SFTConfig, ["@", str(sft), "--val.data", "None", "--val.fraction", "0.1"])
+    assert (cfg.val.data, cfg.val.fraction) == (None, 0.1)
+    sft.write_text("[val]\nfraction = 0.1\n")
+    cfg = parse_config(SFTConfig, ["@", str(sft), "--val.fraction", "None", "--val.data.path", "v.jsonl"])
+    assert (cfg.val.data.path, cfg.val.fraction) == (Path("v.jsonl"), None)
+
+
 @pytest.mark.parametrize("args,want", [
     (["--orchestrator.train.source.0.sampling", '{"temprature": 0.7}'],
      "  orchestrator.train.source[0].sampling.temprature: unknown key (got '0.7') (from "

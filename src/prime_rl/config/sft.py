@@ -84,8 +84,10 @@ class SFTValConfig(BaseConfig):
     def _one_split(self) -> SFTValConfig:
         if (self.data is None) == (self.fraction is None):
             sets = "neither val.data nor" if self.data is None else "both val.data and"
+            unset = ("; on the command line `--val.data None` unsets a val.data that a file sets (`--val.fraction None` "
+                     "a val.fraction)" if self.data is not None else "")  # fmt: skip
             raise ValueError(f"[val] sets {sets} val.fraction: set exactly one, val.data (held-out rows: a path or a "
-                             "dataset name) or val.fraction (a held-out share of the training rows)")  # fmt: skip
+                             f"dataset name) or val.fraction (a held-out share of the training rows){unset}")  # fmt: skip
         if self.data is not None and (self.data.path is None) == (self.data.name is None):
             raise ValueError("val.data needs exactly one of val.data.path (a local file) or val.data.name (a Hugging "
                              "Face dataset)")  # fmt: skip
