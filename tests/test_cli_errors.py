@@ -110,3 +110,30 @@ def test_port_holder_command_line_is_cut_between_arguments():
     text = _shorten(argv)
     assert text == f"python -m prime_rl.cli.env_server serve {'a' * 115} ... (2 more argument(s))"
     assert _shorten(["python", "x"]) == "python x"
+
+
+def test_a_required_argument_left_out_names_its_flag_and_what_it_is(capsys):
+    """`prime-rl sft-data reverse-text` without OUT: the flag, the kind of value, what it is and the bare argument
+    that also gives it, instead of pydantic's `out: Field required`."""
+    from prime_rl.cli.prime_rl import main
+
+    err = _fails(main, ["sft-data", "reverse-text"], capsys)
+    assert err == ("prime-rl sft-data: config error\n  out: required, not given: pass --out PATH (Output .jsonl file), "
+                   "or give it as the OUT argument (`prime-rl sft-data ENV OUT ...`)\n"), err
+    err = _fails(main, ["export-sft", "--out", "x.jsonl"], capsys)
+    assert "  run: required, not given: pass --run PATH (Run directory (output_dir of rl or orchestrator)), or give " \
+           "it as the RUN argument (`prime-rl export-sft RUN ...`)" in err, err
+    assert "Field required" not in err
+
+
+def test_a_required_section_or_field_inside_a_section_names_its_flags(tmp_path, capsys):
+    from prime_rl.cli.rl import main
+
+    teacher = tmp_path / "teacher.toml"
+    teacher.write_text("[teacher]\n")
+    err = _fails(main, ["@", str(teacher)], capsys)
+    assert "  teacher.model: a required section, not given: set [teacher.model] in an @ file, or its fields with " \
+           "--teacher.model.FIELD VALUE (The teacher model" in err, err
+    err = _fails(main, ["--orchestrator.teacher.base-url", "http://x:1"], capsys)
+    assert "  orchestrator.teacher.name: required, not given: pass --orchestrator.teacher.name STR (The model the " \
+           "teacher server serves" in err, err

@@ -99,7 +99,7 @@ def parse_config(
     except (ConfigFileError, ListFlagError) as e:
         cause = e.__cause__
         if isinstance(cause, ValidationError):
-            msg = format_validation_error(cls, cause, bound, positional=from_bare)
+            msg = format_validation_error(cls, cause, bound, positional=from_bare, takes=positional, prog=prog)
         else:
             msg = f"  {e}"
         if from_argv:
@@ -109,8 +109,13 @@ def parse_config(
 
 
 def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: list[str] | None = None,
-                            positional: set[str] | frozenset[str] = frozenset()) -> str:
+                            positional: set[str] | frozenset[str] = frozenset(), takes: tuple[str, ...] = (),
+                            prog: str | None = None) -> str:  # fmt: skip
     """One line per problem: `dotted.path: what is wrong (got value) [in FILE | from --flag] [fix]`.
+
+    A required field left unset names its flag and what it is (`out: required, not given: pass --out PATH (Output
+    .jsonl file)`), and the bare argument that also sets it when the command takes one (`takes`: the fields bare
+    arguments fill, in order; `prog`: the command, for its usage line).
 
     With `argv` (the command's arguments, positionals bound as `--field value`), each problem names where its value
     came from: the last `@` file that sets that key, or the command-line flag (`positional`: fields a bare argument
@@ -134,6 +139,8 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
                 at == here) else _field_names_at(cls, at), field_paths(cls))  # fmt: skip
             lines.append(f"  {path}{where.replace(' (', ' (set ', 1)}: "
                          f"{_wrong_variant(loc, tag, where, argv or [], positional, hint)}")
+        elif error.get("type") == "missing":
+            lines.append(f"  {path}: {_required(cls, loc, takes, prog)}")
         elif error.get("type") == "extra_forbidden":
             hint = unknown_key_hint(loc, value, lambda at: _field_names_at(cls, at), field_paths(cls))
             lines.append(f"  {path}: unknown key{got}{where}{hint}")
@@ -154,6 +161,45 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
                 value, dict) else ""  # a table for a field that is not one: the reference's section (`[resume]`)?
             lines.append(f"  {head}{msg}{got}{where}{spelt}")
     return "\n".join(lines)
+
+
+_METAVARS = {int: "INT", float: "FLOAT", str: "STR", bool: "true|false", Path: "PATH"}
+
+
+def _required(cls: type[BaseModel], loc: tuple, takes: tuple[str, ...] = (), prog: str | None = None) -> str:
+    """What to give for the required field at `loc` that no file or flag set: its flag with the kind of value
+    (`--out PATH`; a section: its `[table]` or `--section.FIELD` flags), the bare argument that fills it when the
+    command takes one, and the first sentence of its description."""
+    from prime_rl.config.help import first_sentence
+
+    finfo = None
+    for model in _models_in(_annotation_at(cls, loc[:-1])) if loc else []:
+        finfo = model.model_fields.get(str(loc[-1]), finfo)
+    what = f" ({first_sentence(finfo.description).rstrip('.')})" if finfo is not None and finfo.description else ""
+    annotation = finfo.annotation if finfo is not None else None
+    if annotation is not None and _models_in(annotation):
+        return (f"a required section, not given: set [{_dotted(loc)}] in an @ file, or its fields with "
+                f"{_flag(loc)}.FIELD VALUE{what}")  # fmt: skip
+    text = f"required, not given: pass {_flag(loc)} {_METAVARS.get(annotation, 'VALUE')}{what}"
+    if len(loc) == 1 and loc[0] in takes:
+        usage = " ".join([prog or "prime-rl", *(name.upper() for name in takes[: takes.index(loc[0]) + 1])])
+        text += f", or give it as the {str(loc[0]).upper()} argument (`{usage} ...`)"
+    return text
+
+
+def _annotation_at(cls: Any, loc: tuple) -> Any:
+    """The annotation reached by walking `loc` from `cls` (through lists, optionals, unions); None when a step
+    names no field."""
+    current = cls
+    for seg in loc:
+        if isinstance(seg, int | Item):
+            models = _models_in(current)
+            current = models[0] if models else None
+            continue
+        current = next((m.model_fields[seg].annotation for m in _models_in(current) if seg in m.model_fields), None)
+        if current is None:
+            return None
+    return current
 
 
 def _without_copies(errors: list[Any]) -> list[Any]:
