@@ -52,6 +52,27 @@ def test_evals_help_says_a_bare_backend_value_picks_the_type():
     assert flat.backend.type == "transformers"
 
 
+def test_evals_help_leaves_out_the_eval_intervals_it_refuses_and_sft_keeps_them():
+    """`evals` scores once per model (per checkpoint with [checkpoints]) and refuses eval.interval and a source's
+    interval: its --help-all and docs/config.md do not offer them; sft's [eval], which schedules by interval, does."""
+    from prime_rl.cli.config_docs import render
+
+    evals = import_path(importlib.import_module("prime_rl.cli.evals").main.config, "config")
+    full = render_help(evals, "evals", full=True)
+    assert "--eval.interval" not in full and "--eval.source.N.interval" not in full, full
+    assert "--eval.source list[{name, env, ...}]" in full and "--eval.num-examples" in full
+    assert "--eval.interval" not in all_flags(evals)
+    with pytest.raises(ConfigError, match="eval.interval = 5 is set, but evals scores once per model"):
+        parse_config(evals, ["--eval.interval", "5"])  # still refused, not unknown
+    sft = import_path(importlib.import_module("prime_rl.cli.sft").main.config, "config")
+    assert {"--eval.interval", "--eval.source.N.interval"} <= set(all_flags(sft))
+    page = render()
+    evals_part = page.split("## `evals`")[1].split("\n## ")[0]
+    sft_part = page.split("## `sft`")[1].split("\n## ")[0]
+    assert "`eval.interval`" not in evals_part and "`eval.source.N.interval`" not in evals_part
+    assert "| `eval.interval` |" in sft_part and "| `eval.source.N.interval` |" in sft_part
+
+
 _BOX = set("╭╮╰╯│─")
 
 

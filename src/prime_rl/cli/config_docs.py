@@ -117,13 +117,16 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _tables(cls: type[BaseModel], prefix: str, skip: set[str]) -> list[str]:
-    """Markdown for `cls`: one table of its leaf fields, then one per nested model (depth first)."""
+def _tables(cls: type[BaseModel], prefix: str, skip: set[str], refused: tuple[str, ...] = ()) -> list[str]:
+    """Markdown for `cls`: one table of its leaf fields, then one per nested model (depth first); `refused`: the
+    dotted fields the command refuses (its config's `NOT_FLAGS`), left out as its `--help` leaves them out."""
     rows, nested = [], []
     for name, finfo in cls.model_fields.items():
         if not prefix and name in skip:
             continue
         path = f"{prefix}.{name}" if prefix else name
+        if path in refused:
+            continue
         models = _models_in(finfo.annotation)
         is_list = typing.get_origin(finfo.annotation) is list or any(
             typing.get_origin(a) is list for a in typing.get_args(finfo.annotation)
@@ -146,7 +149,7 @@ def _tables(cls: type[BaseModel], prefix: str, skip: set[str]) -> list[str]:
     for path, model, finfo, note in nested:
         title = _cell(finfo.description or _first_paragraph(model.__doc__))
         out += [f"### `{path}`{note}", "", title, ""]
-        out += _tables(model, path, skip)
+        out += _tables(model, path, skip, refused)
     return out
 
 
@@ -162,7 +165,7 @@ def render() -> str:
         skip = {"trainer", "orchestrator", "inference"} if cmd == "rl" else set()
         doc = _first_paragraph(cls.__doc__)
         parts += [f"## `{cmd}`", "", _cell(what) + ".", "", _cell(doc), ""]
-        parts += _tables(cls, "", skip)
+        parts += _tables(cls, "", skip, getattr(cls, "NOT_FLAGS", ()))
     return "\n".join(parts).rstrip() + "\n"
 
 

@@ -86,8 +86,28 @@ def panels(cls: type[BaseModel]) -> tuple[list[Row], list[Panel]]:
     out: list[Panel] = []
     for title, rows in subs:
         fixed, index = _fix_title(title)
-        out.append((fixed, [(_fix_tuple(cls, _fix_flag(f, index)), d, a) for f, d, a in rows]))
-    return [(_fix_tuple(cls, _fix_flag(f, ".N")), d, a) for f, d, a in root], out
+        out.append((fixed, _without_refused(cls, [(_fix_tuple(cls, _fix_flag(f, index)), d, a) for f, d, a in rows])))
+    return _without_refused(cls, [(_fix_tuple(cls, _fix_flag(f, ".N")), d, a) for f, d, a in root]), out
+
+
+def _without_refused(cls: type[BaseModel], rows: list[Row]) -> list[Row]:
+    """`rows` without the flags of the fields `cls.NOT_FLAGS` names (dotted, `.N` for a list item: fields of a shared
+    section the command refuses, such as `evals`' `eval.interval`), and without their names among the keys a list
+    flag shows (`--eval.source list[{name, env, interval, ...}]`)."""
+    refused = getattr(cls, "NOT_FLAGS", ())
+    if not refused:
+        return rows
+    flags = {"--" + dotted.replace("_", "-") for dotted in refused}
+    out = []
+    for flag, desc, anno in rows:
+        if _long(flag) in flags:
+            continue
+        for dotted in refused:
+            parent, _, key = dotted.removesuffix(".N").rpartition(".")
+            if parent.endswith(".N") and _long(flag) == "--" + parent[:-2].replace("_", "-"):
+                flag = re.sub(rf"(?<=[{{ ]){re.escape(key)}, ", "", flag)
+        out.append((flag, desc, anno))
+    return out
 
 
 def _expand_variants(cls: type[BaseModel], subs: list[Panel], collect: Any) -> list[Panel]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -124,8 +124,9 @@ class EvalConfig(BaseConfig):
     sampling: EvalSamplingConfig = Field(EvalSamplingConfig(temperature=1.0), description="Sampling of eval rollouts.")
     source: list[EvalSourceConfig] | None = Field(
         None,
-        description="Eval sources, each with optional interval, num_examples, rollouts_per_example and sampling of "
-        "its own; default: the train sources' eval splits, with the values above.",
+        description="Eval sources, each with optional num_examples, rollouts_per_example and sampling (and, for the "
+        "orchestrator's periodic eval, interval) of its own; default: the train sources' eval splits, with the "
+        "values above.",
     )
 
     _unique_names = field_validator("source")(unique_source_names)
@@ -408,6 +409,10 @@ def batch_size_problem(batch_size: int, train: TrainSamplingConfig, prefix: str 
 
 class EvalCommandConfig(BaseConfig):
     """`evals @ config`: evaluate a model on environments' eval splits, with a results table."""
+
+    NOT_FLAGS: ClassVar[tuple[str, ...]] = ("eval.interval", "eval.source.N.interval")
+    """Fields of the shared `[eval]` that `evals` refuses (it scores once per model, or per checkpoint with
+    `[checkpoints]`): its `--help` and docs/config.md leave them out (`config.help.panels`)."""
 
     model: ModelConfig = Field(ModelConfig(), description="The evaluated model (its name must match the server's).")
     backend: BackendConfig = Field(
