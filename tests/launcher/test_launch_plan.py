@@ -300,3 +300,18 @@ def test_the_real_run_refuses_a_stub_at_resources_url_before_starting_anything(t
     with stub_server({"status": "ok"}) as url:
         assert launch_and_wait(cfg_of(demo_args(tmp_path, tiny, None, url))) == 2
     assert not (tmp_path / "run/configs").exists() and not (tmp_path / "run/logs/trainer.console.log").exists()
+
+
+def test_dry_run_warns_about_an_eval_num_examples_above_the_eval_split(tmp_path, tiny, capsys):
+    """The orchestrator warns at start that an eval num_examples above the eval split evaluates the whole split;
+    `rl --dry-run` says the same (before: it passed silently), naming the field and where it was set."""
+    rows_at(tmp_path / "gym-root")  # one eval row
+    code, out, err = run_dry(demo_args(tmp_path, tiny, None, None, "--orchestrator.eval.interval", "5",
+                                       "--orchestrator.eval.num-examples", "100000"), capsys)  # fmt: skip
+    assert code == 0, out + err
+    assert ("warning: orchestrator.eval.num_examples=100000 (from --orchestrator.eval.num-examples) is above the 1 "
+            "tasks in the eval split of source 'gridsim': it is evaluated on all 1; set orchestrator.eval.num_examples "
+            "to at most 1 (unset: the whole split)") in out, out
+    code, out, err = run_dry(demo_args(tmp_path, tiny, None, None, "--orchestrator.eval.interval", "5",
+                                       "--orchestrator.eval.num-examples", "1"), capsys)  # fmt: skip
+    assert code == 0 and "num_examples=" not in out, out + err

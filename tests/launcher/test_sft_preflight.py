@@ -130,3 +130,33 @@ def test_evals_dry_run_refuses_an_unknown_env_and_reports_the_check(tmp_path):
         "imports",
     ]
     assert (tmp_path / "out" / "configs" / "evals.toml").is_file()
+
+
+def test_dry_runs_warn_about_an_eval_num_examples_above_the_eval_split(tmp_path, monkeypatch, capsys):
+    """`evals --dry-run` and `sft --dry-run` say what evals and sft's eval warn at start (before: nothing): a
+    num_examples above a source's eval split (reverse-text: 100 tasks) is named with where it was set and the fix;
+    one within the split says nothing."""
+    from prime_rl.config.loader import parse_config
+    from prime_rl.config.orchestrator import EvalCommandConfig
+    from prime_rl.launcher.sft_preflight import dry_run_checks, evals_dry_run_checks
+
+    monkeypatch.chdir(tmp_path)
+    ev = tmp_path / "ev.toml"
+    ev.write_text('[eval]\nnum_examples = 100000\n[[eval.source]]\nname = "rt"\nenv.id = "reverse-text"\n'
+                  '[[eval.source]]\nname = "own"\nenv.id = "reverse-text"\nnum_examples = 5\n')  # fmt: skip
+    evals_dry_run_checks(parse_config(EvalCommandConfig, ["@", str(ev)]))
+    out = capsys.readouterr().out
+    assert "  ok  eval split sizes: every [[eval.source]] num_examples is within its eval split" in out
+    assert out.count("warning: ") == 1, out
+    assert (f"warning: eval.num_examples=100000 (in {ev}) is above the 100 tasks in the eval split of source 'rt': "
+            "it is evaluated on all 100; set eval.num_examples to at most 100 (unset: the whole split)") in out
+    _rows(tmp_path / "rows.jsonl")
+    source = json.dumps([{"name": "rt", "env": {"id": "reverse-text"}, "num_examples": 300}])
+    sft = parse_config(SFTConfig, ["--data.path", "rows.jsonl", "--eval.interval", "2", "--eval.source", source,
+                                   "--inference.server.port", str(free_port())])  # fmt: skip
+    dry_run_checks(sft)
+    out = capsys.readouterr().out
+    assert ("warning: eval.source.0.num_examples=300 (from --eval.source) is above the 100 tasks in the eval split "
+            "of source 'rt'") in out, out
+    evals_dry_run_checks(parse_config(EvalCommandConfig, ["@", str(ev), "--eval.num-examples", "100"]))
+    assert "warning: " not in capsys.readouterr().out

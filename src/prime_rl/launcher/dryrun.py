@@ -32,20 +32,23 @@ CHECK_TEXT = {
     "previous run": "--resume, ckpt.resume_step or ckpt.resume_dir name a complete checkpoint (trainer and "
                     "orchestrator); a previous run needs --resume or --clean",
     "placement": "the GPUs (or CPU cores) of each role are there",
-    "prompt lengths": "a sample of each source's first prompts leaves room to sample within seq_len",
+    "prompt lengths": "a sample of each source's first prompts leaves room to sample within seq_len (and an "
+                      "evaluated source's num_examples within its eval split, else a warning below)",
 }
 assert set(CHECK_TEXT) == set(CHECKS)
 
 
 def report(plan: RunPlan) -> str:
     """What `--dry-run` prints: every check that ran, those left to each node, the plan, the metrics endpoints'
-    URLs and the warnings (`notices.warnings`: skip flags with nothing to resume, recipe settings switched off)."""
+    URLs and the warnings (the checks' own, `RunPlan.warnings`: an eval num_examples above its split; and
+    `notices.warnings`: skip flags with nothing to resume, recipe settings switched off)."""
     lines = ["checked (nothing started):"]
     lines += [f"  ok  {name}: {CHECK_TEXT[name]}" for name in plan.checks]
     lines += [f"  on each node at start  {name}: {CHECK_TEXT[name]}" for name in plan.deferred]
     lines += ["plan:", plan.describe()]
     if plan.config is not None:
-        lines += [f"  {u}" for u in metrics_urls(plan.config)] + [f"warning: {w}" for w in warnings(plan.config)]
+        lines += [f"  {u}" for u in metrics_urls(plan.config)]
+        lines += [f"warning: {w}" for w in [*plan.warnings, *warnings(plan.config)]]
     return "\n".join(lines)
 
 

@@ -79,6 +79,7 @@ class RunPlan(BaseModel):
     processes: list[ProcessPlan] = Field(default_factory=list)
     checks: list[str] = Field(default_factory=list)
     deferred: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)  # what the checks found that a run survives (said at start too)
     trainer_procs: int | None = None
     device: str | None = None
     config: SkipValidation[RLConfig | None] = Field(None, exclude=True)  # resolved: not validated again
@@ -204,7 +205,7 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
         cfg = evolve(cfg, updates)
         device, trainer_procs = placement.device, placement.trainer_procs
         cfg = evolve(cfg, run_dtypes(cfg, device, where.multi))  # one explicit dtype for trainer and inference
-    checks.run("prompt lengths", preflight.check_prompt_lengths, cfg)
+    found = checks.run("prompt lengths", preflight.check_prompt_lengths, cfg)
     checks.deferred = [c for c in NODE_CHECKS if c not in checks.done]
     return RunPlan(
         layout=where, nodes=nodes, run_dir=root, start_step=begin.step, resume=begin.resume, clean=begin.clean,
@@ -212,6 +213,7 @@ def resolve(cfg: RLConfig, where: Layout | None = None, probe: Callable[[str], b
         env_servers=plans, env_token=cfg.env_server.token, replicas=replicas,
         processes=processes(cfg, run, nodes, replicas, plans, where), checks=checks.done, deferred=checks.deferred,
         trainer_procs=trainer_procs, device=device, config=cfg, configs=configs(cfg, run, replicas, where),
+        warnings=found,
     )  # fmt: skip
 
 

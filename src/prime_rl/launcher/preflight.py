@@ -346,26 +346,31 @@ def check_context(cfg: RLConfig) -> None:
                            "set inference.vllm.max_model_len only up to that length", error=PreflightError)  # fmt: skip
 
 
-def check_prompt_lengths(cfg: RLConfig) -> None:
+def check_prompt_lengths(cfg: RLConfig) -> list[str]:
     """An evenly spaced sample of each built-in or NeMo Gym rows-file source's first prompts must leave room to
     sample within `seq_len` (`prime_rl.orchestrator.lengths`); verifiers tasksets and Hugging Face rows are checked
-    by the orchestrator at start.
+    by the orchestrator at start. Returns the warnings the orchestrator logs at start about the sources read here:
+    an evaluated source's `num_examples` above the size of its eval split (`orchestrator.eval.capped_num_examples`,
+    each field named as set).
     Raises PreflightError naming the source and the lengths."""
     import asyncio
 
+    from prime_rl.launcher.fields import as_set
     from prime_rl.models.renderer import load_tokenizer, make_renderer
+    from prime_rl.orchestrator.eval import capped_num_examples
     from prime_rl.orchestrator.lengths import PromptTooLong
     from prime_rl.orchestrator.lengths import check_prompt_lengths as check
     from prime_rl.orchestrator.sources import build_source
 
     orch = cfg.orchestrator
     wanted = [(s, "train") for s in orch.train.source]
-    if orch.eval.scheduled:
-        wanted += [(s, "eval") for s in (orch.eval.source or orch.train.source)]
+    if orch.eval.scheduled:  # the sources the orchestrator evaluates: those with an interval (their own or eval's)
+        wanted += [(s, "eval") for s in (orch.eval.source or orch.train.source)
+                   if orch.eval.settings_of(s if orch.eval.source else None).interval is not None]  # fmt: skip
     wanted = [(s, split) for s, split in wanted if s.env.id is not None or (
         s.env.taskset.id == "nemo-gym" and s.env.taskset.dataset is not None and Path(s.env.taskset.dataset).is_file())]
     if not wanted:
-        return
+        return []
     renderer = make_renderer(load_tokenizer(orch.model.name, orch.model.chat_template), orch.renderer)
     built = {}
     try:
@@ -375,6 +380,8 @@ def check_prompt_lengths(cfg: RLConfig) -> None:
                 built[id(source)] = build_source(source)
             pairs.append((built[id(source)], split))
         check(pairs, renderer, orch.seq_len)
+        return capped_num_examples([src for src, split in pairs if split == "eval"], orch.eval, prefix="orchestrator.",
+                                   where=lambda field: as_set(cfg, f"orchestrator.{field}")[1])  # fmt: skip
     except PromptTooLong as e:
         raise PreflightError(str(e)) from None
     finally:

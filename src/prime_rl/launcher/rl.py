@@ -86,7 +86,7 @@ def prepare(cfg: RLConfig) -> Launch:
     )
     for line in notices.metrics_urls(plan.config):
         log.info(line)
-    for warning in notices.warnings(plan.config):
+    for warning in [*plan.warnings, *notices.warnings(plan.config)]:
         log.warning(warning)
     execute_head(plan, cfg)
     placement: Placement = place(plan.config)

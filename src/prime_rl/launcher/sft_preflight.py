@@ -3,7 +3,9 @@ loads its model: every local data file exists, and every `[[eval.source]]` names
 unknown one would otherwise fail at the first eval, after `eval.interval` steps of training). `sft --dry-run`
 also checks that the port of the inference server `[eval]` starts (`inference.server.port`) is free now. A loss
 mask with no role on (`data.loss_mask`) is refused when the config is read (`config.sft.LossMaskConfig`).
-`evals --dry-run` runs the environment check on its own `[[eval.source]]` (`check_eval_envs`).
+`evals --dry-run` runs the environment check on its own `[[eval.source]]` (`check_eval_envs`). Both dry runs also
+read each built-in eval source's split and warn, as the run does at start, about a `num_examples` above its size
+(`eval_split_warnings`).
 
 Each failure raises `PreflightError` (exit 2) naming the field, where it was set and the fix."""
 
@@ -22,6 +24,8 @@ CHECK_TEXT = {
     "data": "every local data file (data.path, [[data.source]] path, val.data.path) exists",
     "eval environments": "every [[eval.source]] env.id is a registered environment or an import path that imports",
     "eval server port": "the port of the inference server [eval] starts (inference.server.port) is free",
+    "eval split sizes": "every [[eval.source]] num_examples is within its eval split (built-in environments and NeMo "
+                        "Gym rows files; above it, a warning below: the whole split is evaluated)",
 }
 """What each check looks at, for the dry run's report."""
 
@@ -106,9 +110,40 @@ def check_eval_server_port(cfg: SFTConfig) -> None:
     check_free([(server.host, server.port, f"{field}{where_set(field)}, the inference server [eval] starts")])
 
 
+def eval_split_warnings(cfg: SFTConfig | EvalCommandConfig) -> list[str]:
+    """The warnings `evals` and `sft`'s eval log at start about `cfg`'s `[[eval.source]]` entries, for their dry
+    runs: a `num_examples` above the size of a source's eval split (`orchestrator.eval.capped_num_examples`, the
+    field named as set). Only built-in environments and NeMo Gym rows files are read (nothing is started); a source
+    whose split cannot be read here gets a line saying so."""
+    import asyncio
+
+    from prime_rl.config.loader import where_set
+    from prime_rl.orchestrator.eval import capped_num_examples
+    from prime_rl.orchestrator.sources import build_source
+
+    lines, built = [], []
+    try:
+        for src in cfg.eval.source or []:
+            rows = src.env.taskset.dataset if src.env.id is None and src.env.taskset.id == "nemo-gym" else None
+            if src.env.id is None and (rows is None or not Path(rows).is_file()):
+                continue
+            try:
+                source = build_source(src)
+                source.tasks("eval")
+            except Exception as e:  # an environment's own failure to load its split: the run meets it at start
+                lines.append(f"eval split of source {src.name!r} not read ({type(e).__name__}: {e}); its num_examples "
+                             "is checked when evals start")  # fmt: skip
+                continue
+            built.append(source)
+        return capped_num_examples(built, cfg.eval, where=where_set) + lines
+    finally:
+        for source in built:
+            asyncio.run(source.aclose())
+
+
 def dry_run_checks(cfg: SFTConfig, name: str = "sft") -> None:
     """`sft --dry-run`'s part before the resolved config is written: run `check_sft` (and, with `[eval]`,
-    `check_eval_server_port`) and print what was checked; a failed check prints `NAME: error: ...` and exits 2 (no
+    `check_eval_server_port` and `eval_split_warnings`) and print what was checked and the warnings; a failed check prints `NAME: error: ...` and exits 2 (no
     traceback)."""
     import sys
 
@@ -120,15 +155,19 @@ def dry_run_checks(cfg: SFTConfig, name: str = "sft") -> None:
     except PreflightError as e:
         print(f"{name}: error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
+    found = eval_split_warnings(cfg) if cfg.eval is not None else []
+    ran += ["eval split sizes"] if cfg.eval is not None else []
     print("checked (no model loaded, nothing started):")
     for check in ran:
         print(f"  ok  {check}: {CHECK_TEXT[check]}")
+    for line in found:
+        print(f"warning: {line}")
 
 
 def evals_dry_run_checks(cfg: EvalCommandConfig, name: str = "evals") -> None:
     """`evals --dry-run`'s part before the resolved config is written: `check_eval_envs` (every `[[eval.source]]`
-    env.id names a registered environment or an import path that imports), then print what was checked; a failure
-    prints `NAME: error: ...` and exits 2 (no traceback)."""
+    env.id names a registered environment or an import path that imports), then print what was checked and the
+    warnings of `eval_split_warnings`; a failure prints `NAME: error: ...` and exits 2 (no traceback)."""
     import sys
 
     try:
@@ -136,5 +175,9 @@ def evals_dry_run_checks(cfg: EvalCommandConfig, name: str = "evals") -> None:
     except PreflightError as e:
         print(f"{name}: error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
+    found = eval_split_warnings(cfg)
     print("checked (no model loaded, nothing started):")
-    print(f"  ok  eval environments: {CHECK_TEXT['eval environments']}")
+    for check in ("eval environments", "eval split sizes"):
+        print(f"  ok  {check}: {CHECK_TEXT[check]}")
+    for line in found:
+        print(f"warning: {line}")
