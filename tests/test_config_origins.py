@@ -99,3 +99,13 @@ def test_a_whole_config_problem_names_where_its_fields_were_set(tmp_path):
     msg = error(["--weight-transport.type", "collective", "--inference.vllm.data-parallel-size", "2"])
     assert msg.endswith("(weight_transport.type from --weight-transport.type, inference.vllm.data_parallel_size "
                         "from --inference.vllm.data-parallel-size)"), msg
+
+
+def test_a_sections_problem_naming_a_path_below_it_names_where_each_was_set(tmp_path):
+    """The orchestrator's batch-size check says `train.group_size` (below [orchestrator]) and `batch_size`: under rl
+    the file that set the group size and the flag that set the batch size are both named."""
+    run = toml(tmp_path, "run.toml", "[orchestrator.train]\ngroup_size = 4\n")
+    msg = error(["@", run, "--orchestrator.batch-size", "7"])
+    assert "batch_size (7) must be a multiple of train.group_size (4)" in msg
+    assert msg.endswith(f"(orchestrator.train.group_size in {run}, orchestrator.batch_size from "
+                        "--orchestrator.batch-size)"), msg

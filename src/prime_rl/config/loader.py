@@ -214,24 +214,25 @@ def _without_copies(errors: list[Any]) -> list[Any]:
 
 def _named_fields(cls: type[BaseModel], loc: tuple, msg: str) -> list[tuple[str, ...]]:
     """The fields under the section at `loc` that the message names as `SECTION.field[.sub...]`
-    (`ckpt.resume_dir` for the section `trainer.ckpt`, `train.sampling.top_p` for `orchestrator.train`; at the root,
-    `loc = ()`, a dotted path from the root: `inference.vllm.max_model_len`) or as a bare `field = value` of the
-    section (`advantage_range = [0.5, 0.2]` for `orchestrator.gate`), each as its path below the section, in the
+    (`ckpt.resume_dir` for the section `trainer.ckpt`, `train.sampling.top_p` for `orchestrator.train`), as a whole
+    dotted path below the section (`train.group_size` for `orchestrator`; at the root, `loc = ()`, from the root:
+    `inference.vllm.max_model_len`) or as a bare `field = value` of the section (`advantage_range = [0.5, 0.2]` for `orchestrator.gate`), each as its path below the section, in the
     order they are first named; empty when `loc` is not a section."""
     own = _field_names_at(cls, loc)
     if (loc and isinstance(loc[-1], int)) or not own:
         return []
     named: list[tuple[int, tuple[str, ...]]] = []
-    dotted = (rf"(?<![\w]){re.escape(str(loc[-1]))}\.([A-Za-z_][\w.]*\w)" if loc else
-              r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)")  # fmt: skip
-    for match in re.finditer(dotted, msg):
-        path: tuple[str, ...] = ()
-        for part in match.group(1).split("."):
-            if part not in _field_names_at(cls, loc + path):
-                break
-            path += (part,)
-        if path:
-            named.append((match.start(), path))
+    prefixed = [rf"(?<![\w]){re.escape(str(loc[-1]))}\.([A-Za-z_][\w.]*\w)"] if loc else []
+    for pattern in [*prefixed, _DOTTED]:  # `SECTION.field...` (what resolves of it), a whole dotted path below it
+        for match in re.finditer(pattern, msg):
+            path: tuple[str, ...] = ()
+            parts = match.group(1).split(".")
+            for part in parts:
+                if part not in _field_names_at(cls, loc + path):
+                    break
+                path += (part,)
+            if path and (pattern != _DOTTED or len(path) == len(parts)):
+                named.append((match.start(), path))
     named += [(match.start(), (match.group(1),)) for match in _BARE_SETTING.finditer(msg) if match.group(1) in own]
     found: list[tuple[str, ...]] = []
     for _, path in sorted(named):
@@ -240,6 +241,7 @@ def _named_fields(cls: type[BaseModel], loc: tuple, msg: str) -> list[tuple[str,
     return found
 
 
+_DOTTED = r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)"  # `train.group_size` below the section (or the root)
 _BARE_SETTING = re.compile(r"(?<![\w.`\[])([A-Za-z_]\w*) = ")  # `advantage_range = ...` of the section in a message
 
 
