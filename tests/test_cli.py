@@ -56,7 +56,7 @@ def test_bind_args_positionals_values_and_lists():
     assert bind_args(Toy, ["--src=v", "x"], ("out",)) == ["--src=v", "--out", "x"]  # `=` carries its own value
     assert bind_args(Toy, ["--inner", "@", "i.toml", "x"], ("out",)) == ["--inner", "@", "i.toml", "--out", "x"]
     assert bind_args(Toy, ["x", "y", "z"], ("out",)) == ["--out", "x", "y", "z"]  # extras stay for the loader
-    assert bind_args(Toy, ["--no-flag", "x"], ("out",)) == ["--no-flag", "--out", "x"]  # --no-flag takes no value
+    assert bind_args(Toy, ["--no-flag", "x"], ("out",)) == ["--flag", "false", "--out", "x"]  # --no-flag: no value
     assert parse_config(Toy, ["--flag", "--no-flag", "o"], positional=("out",)).flag is False
     cfg = parse_config(Toy, ["o", "--items", "a", "--items", "b", "--flag"], positional=("out",))
     assert (cfg.out, cfg.items, cfg.flag) == (Path("o"), ["a", "b"], True)

@@ -109,3 +109,23 @@ def test_a_sections_problem_naming_a_path_below_it_names_where_each_was_set(tmp_
     assert "batch_size (7) must be a multiple of train.group_size (4)" in msg
     assert msg.endswith(f"(orchestrator.train.group_size in {run}, orchestrator.batch_size from "
                         "--orchestrator.batch-size)"), msg
+
+
+def test_a_no_flag_is_named_as_where_its_field_was_set_like_the_flag_given_false(tmp_path):
+    """`--no-x` records its origin as `--x false` does: a where_set-dependent warning or refusal names it."""
+    from prime_rl.config.loader import where_set
+    from prime_rl.config.recipes import inert_recipe_settings
+    from prime_rl.config.trainer import SFTConfig
+
+    gate = toml(tmp_path, "gate.toml", "[orchestrator.gate]\nreject_uniform = true\nmax_resample_factor = 2.0\n")
+    for off, typed in ((["--orchestrator.gate.reject-uniform", "false"], "--orchestrator.gate.reject-uniform"),
+                       (["--no-orchestrator.gate.reject-uniform"], "--no-orchestrator.gate.reject-uniform")):  # fmt: skip
+        cfg = parse_config(RLConfig, ["@", gate, *off])
+        assert cfg.orchestrator.gate.reject_uniform is False
+        assert where_set("orchestrator.gate.reject_uniform") == f" (from {typed})"
+        warned = inert_recipe_settings(cfg.orchestrator, lambda f: where_set(f"orchestrator.{f}"))
+        assert [fields for fields, _ in warned] == [["gate.max_resample_factor"]], typed
+    msg = error(["--trainer.loss.ref-kl-coef", "0.1", "--no-orchestrator.gate.keep-for-kl"])
+    assert "`orchestrator.gate.keep_for_kl = false`" in msg and "(from --no-orchestrator.gate.keep-for-kl)" in msg
+    parse_config(SFTConfig, ["--no-data.loss-mask.assistant", "--data.loss-mask.user"])
+    assert where_set("data.loss_mask.assistant") == " (from --no-data.loss-mask.assistant)"

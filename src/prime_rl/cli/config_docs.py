@@ -36,7 +36,8 @@ sections (`X.N`, e.g. `eval.source.N`) is given as `[[X]]` tables in a file, or 
 0) of the list a file or that JSON flag gave. A section (a table) takes its fields one by one or one JSON object,
 merged into the table the files give (`--orchestrator.train.source.0.sampling '{"temperature": 0.7}'` =
 `--orchestrator.train.source.0.sampling.temperature 0.7`; `--wandb '{}'` turns an optional section on). A boolean
-flag is `--x` (or `--x true`/`--x false`, any case; 1/0 and yes/no are refused) or `--no-x`; in a file a boolean is
+flag is `--x` (or `--x true`/`--x false`, any case; 1/0 and yes/no are refused) or `--no-x` (read as `--x false`:
+a message that names where a field was set names `--no-x`); in a file a boolean is
 written unquoted (`offline = true`: `"true"`, `"yes"` or `1` are refused). A list or tuple field takes its values
 after the flag (`--trainer.model.lora.target-modules q_proj v_proj`, `--orchestrator.gate.advantage-range 0.1 0.9`;
 a tuple takes exactly as many as it holds) or one JSON list (`--orchestrator.gate.advantage-range '[0.1, 0.9]'`).

@@ -102,8 +102,8 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
             continue
         out.append(tok)
         nxt = args[pos] if pos < num_args else "--"
-        if kind == "negated" and any(seg.isdigit() for seg in tok.split(".")):
-            out[-1:] = [TypedAs("--" + tok[5:], tok), "false"]  # `--no-a.0.x` -> `--a.0.x false` (list_flags)
+        if kind == "negated":  # `--no-x` -> `--x false`: one spelling, so `config.origin` finds where x was set
+            out[-1:] = [TypedAs("--" + tok[5:], tok), "false"]
             nxt = "--" if nxt.startswith("@") else nxt
         if kind.startswith("bool") and nxt.lower() in ("true", "false"):  # not 1/0, yes/no (refused below)
             out.append(nxt.lower())
@@ -111,13 +111,8 @@ def bind_args(cls: type[BaseModel], args: list[str], positional: tuple[str, ...]
         elif kind == "bool|None" and nxt == "None":
             out[-1] = TypedAs(f"{tok}=None", tok)  # the loader would read `--x None` as `--x` (true) and a stray word
             pos += 1
-        elif kind.startswith(("bool", "negated")) and nxt.startswith("@"):
-            # `--x @ file` would load the file into `x` (a section's form): a bare boolean is `--x true`
-            if kind == "negated":
-                out[-1] = TypedAs("--" + tok[5:], tok)  # `--no-x` -> `--x false`
-                out.append("false")
-            else:
-                out.append("true")
+        elif kind.startswith("bool") and nxt.startswith("@"):
+            out.append("true")  # `--x @ file` would load the file into `x` (a section's form): `--x true`
         elif kind.startswith(("bool", "negated")) and not nxt.startswith(("-", "@")):
             after_bool[len(bare)] = tok  # a positional field's value, or else a wrong value of this flag
         elif kind.startswith(("bool", "negated")) and nxt[1:2].isdigit():
