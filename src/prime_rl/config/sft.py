@@ -3,11 +3,34 @@ validation split (`[val]`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pydantic import Field, model_validator
 
 from prime_rl.config.base import BaseConfig, DatasetSource
+from prime_rl.hf_data import BUILDERS, DIRECT
+
+
+def unread_local_fields(source: DatasetSource, path: Path | None) -> str | None:
+    """Why `source`'s `subset` or `split` would go unread with the local `path`, and the fix; None when both are
+    read (or unset). A local path never reads `subset` (only `load_dataset(name, subset)` does: a local dataset
+    folder given as `name` reads it); a single file (`.jsonl`, `.parquet`, ...) is read whole, so a `split` other
+    than "train" is unread; a folder (`save_to_disk`, or data files) reads `split`."""
+    if path is None:
+        return None
+    one_file = path.suffix in (*DIRECT, *BUILDERS)
+    if source.subset is not None:
+        fix = "remove subset (a file holds one dataset)" if one_file else (
+            f"remove subset, or give the dataset folder as name = {json.dumps(str(path))} instead of path (a folder "
+            "given as name reads subset)")  # fmt: skip
+        return (f"`subset = {json.dumps(source.subset)}` is read only with a dataset `name` (`load_dataset(name, "
+                f"subset)`); path = {json.dumps(str(path))} is read without it: {fix}")  # fmt: skip
+    if source.split != "train" and one_file:
+        return (f"`split = {json.dumps(source.split)}` is not read: path = {json.dumps(str(path))} is one file, "
+                f"read whole; split picks a split of a dataset folder (`save_to_disk`, or a folder of data files) "
+                f"or of a dataset name: remove split, or point path at the file that holds the {source.split} rows")  # fmt: skip
+    return None
 
 
 class LossMaskConfig(BaseConfig):
@@ -49,6 +72,8 @@ class SFTSourceConfig(DatasetSource):
     def _one_source(self) -> SFTSourceConfig:
         if (self.path is None) == (self.name is None):
             raise ValueError("each [[data.source]] needs exactly one of path (a local file) or name (a HF dataset)")
+        if (problem := unread_local_fields(self, self.path)) is not None:
+            raise ValueError(problem)
         return self
 
     def resolved_label(self) -> str:
@@ -62,6 +87,12 @@ class SFTValDataConfig(DatasetSource):
     """Validation rows from a file or a Hugging Face dataset (same row formats as `data`)."""
 
     path: Path | None = Field(None, description="Local rows (.jsonl, .parquet, ...); unset when `name` is given.")
+
+    @model_validator(mode="after")
+    def _read_fields(self) -> SFTValDataConfig:
+        if (problem := unread_local_fields(self, self.path)) is not None:
+            raise ValueError(problem)
+        return self
 
 
 class SFTValConfig(BaseConfig):
@@ -92,3 +123,4 @@ class SFTValConfig(BaseConfig):
             raise ValueError("val.data needs exactly one of val.data.path (a local file) or val.data.name (a Hugging "
                              "Face dataset)")  # fmt: skip
         return self
+

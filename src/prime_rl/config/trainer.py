@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -22,7 +23,7 @@ from prime_rl.config.inference import InferenceConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.orchestrator import EvalConfig, RendererConfig
 from prime_rl.config.rollout_transport import RolloutTransportConfig
-from prime_rl.config.sft import LossMaskConfig, SFTSourceConfig, SFTValConfig
+from prime_rl.config.sft import LossMaskConfig, SFTSourceConfig, SFTValConfig, unread_local_fields
 from prime_rl.config.weight_transport import WeightTransportConfig
 
 
@@ -293,6 +294,14 @@ class SFTDataConfig(DatasetSource):
                     f"line, or {field[5:]} = \"None\" under [data] in the file that adds [[data.source]]; else remove "
                     f"{field}"
                 )
+            unread = [f"`{key} = {json.dumps(value)}`" for key, value, unset in (
+                ("subset", self.subset, None), ("split", self.split, "train"), ("columns", self.columns, {}))
+                if value != unset]  # fmt: skip
+            if unread:
+                raise ValueError(f"{' and '.join(unread)} under [data] {'is' if len(unread) == 1 else 'are'} not read with [[data.source]]: each source "
+                                 f"reads its own subset, split and columns; set them in each [[data.source]] that "
+                                 f"needs them, and remove them from [data] (on the command line: --data.subset None, "
+                                 f"--data.split train, --data.columns '{{}}')")  # fmt: skip
             labels = [s.resolved_label() for s in self.source]
             if len(set(labels)) != len(labels):
                 raise ValueError(f"data.source labels must differ (got {labels}): set label in each [[data.source]]")
@@ -304,6 +313,8 @@ class SFTDataConfig(DatasetSource):
             self.path = None
         elif self.path is None:
             raise ValueError("set data.path (a local file) or data.name (a Hugging Face dataset)")
+        if (problem := unread_local_fields(self, self.path)) is not None:
+            raise ValueError(problem)
         return self
 
 

@@ -1,0 +1,48 @@
+"""SFT data settings that would go unread, or validation rows that are trained on, are refused when the config is
+read, naming the field, where it was set and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from prime_rl.config.loader import ConfigError, parse_config
+from prime_rl.config.trainer import SFTConfig
+
+
+def _refusal(args: list[str]) -> str:
+    with pytest.raises(ConfigError) as refused:
+        parse_config(SFTConfig, args)
+    return str(refused.value)
+
+
+def test_split_and_subset_a_local_file_does_not_read_are_refused(tmp_path):
+    msg = _refusal(["--data.path", "rows.jsonl", "--data.split", "test"])
+    assert '`split = "test"` (from --data.split) is not read: path = "rows.jsonl" is one file, read whole' in msg
+    assert "remove split" in msg
+    msg = _refusal(["--data.path", "rows.jsonl", "--data.subset", "foo"])
+    assert '`subset = "foo"` (from --data.subset) is read only with a dataset `name`' in msg
+    assert "remove subset (a file holds one dataset)" in msg
+    # a folder reads split (save_to_disk's DatasetDict, a folder of data files) but not subset
+    assert parse_config(SFTConfig, ["--data.path", "rows_dir", "--data.split", "test"]).data.split == "test"
+    msg = _refusal(["--data.path", "rows_dir", "--data.subset", "foo"])
+    assert 'give the dataset folder as name = "rows_dir" instead of path' in msg
+    # a dataset name reads both
+    cfg = parse_config(SFTConfig, ["--data.name", "org/ds", "--data.split", "test", "--data.subset", "foo"])
+    assert (cfg.data.split, cfg.data.subset) == ("test", "foo")
+    assert parse_config(SFTConfig, ["--data.path", "rows.jsonl", "--data.split", "train"]).data.path is not None
+
+
+def test_unread_fields_of_a_source_of_val_data_and_of_data_next_to_sources_are_refused(tmp_path):
+    conf = tmp_path / "mix.toml"
+    conf.write_text('[[data.source]]\npath = "a.jsonl"\n\n[[data.source]]\npath = "b.parquet"\nsplit = "test"\n')
+    msg = _refusal(["@", str(conf)])
+    assert f'data.source[1]: `split = "test"` (in {conf}) is not read: path = "b.parquet" is one file' in msg
+    conf.write_text('[data]\nsubset = "x"\n\n[[data.source]]\npath = "a.jsonl"\n')
+    msg = _refusal(["@", str(conf)])
+    assert f'`subset = "x"` (in {conf}) under [data] is not read with [[data.source]]' in msg
+    assert "--data.subset None" in msg
+    assert parse_config(SFTConfig, ["@", str(conf), "--data.subset", "None"]).data.subset is None
+    conf.write_text('[val]\ninterval = 10\n[val.data]\npath = "val.jsonl"\nsubset = "x"\n')
+    msg = _refusal(["@", str(conf)])
+    assert f'val.data: `subset = "x"` (in {conf}) is read only with a dataset `name`' in msg
+
