@@ -260,9 +260,47 @@ def test_step_full_counts_prompt_and_completion_tokens():
 def test_rl_keeps_zero_advantage_groups_when_the_loss_has_a_kl_term():
     from prime_rl.config.rl import RLConfig
 
-    on = RLConfig(trainer={"loss": {"ref_kl_coef": 0.1}}, orchestrator={"gate": {"reject_uniform": True}})
+    on = RLConfig(trainer={"loss": {"ref_kl_coef": 0.1}}, orchestrator={"gate": {"advantage_range": [0.1, 5.0]}})
     off = RLConfig(orchestrator={"gate": {"reject_uniform": True}})
     assert on.orchestrator.gate.keep_for_kl and not off.orchestrator.gate.keep_for_kl
+
+
+def test_rl_refuses_reject_uniform_beside_a_kl_or_teacher_term(tmp_path):
+    """keep_for_kl (set by rl from a reference-KL or teacher term) admits a group whose advantages are all 0 before
+    reject_uniform is tested, and equal rewards give every built-in estimator advantages of 0: reject_uniform (and a
+    max_resample_factor with no advantage_range) could never act, so rl refuses them, naming where each was set."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.rl import RLConfig
+
+    gate = make_gate(GateConfig(reject_uniform=True, keep_for_kl=True))
+    uniform = [_rollout(1.0) for _ in range(4)]
+    assert gate(uniform, GRPOAdvantageConfig()) is None  # the gate admits it: reject_uniform never acts
+
+    run = tmp_path / "rl.toml"
+    run.write_text("[trainer.loss]\nref_kl_coef = 0.01\n\n[orchestrator.gate]\nreject_uniform = true\n"
+                   "max_resample_factor = 2.0\n")
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["@", str(run)])
+    msg = str(err.value)
+    assert (f"`orchestrator.gate.reject_uniform = true` (in {run}), and with it "
+            f"`orchestrator.gate.max_resample_factor = 2` (in {run}), can never reject a group: "
+            f"`trainer.loss.ref_kl_coef = 0.01` (in {run}) puts a reference-KL or teacher term") in msg, msg
+    assert "remove orchestrator.gate.reject_uniform and max_resample_factor" in msg
+    with pytest.raises(ValueError, match=r"`trainer.loss.type = 'opd'` puts a reference-KL or teacher term"):
+        RLConfig(trainer={"loss": {"type": "opd"}}, teacher={"model": {"name": "t"}},
+                 orchestrator={"gate": {"reject_uniform": True}})  # fmt: skip
+    # advantage_range still acts beside keep_for_kl (nonzero advantages outside the range): reject_uniform alone
+    # is refused, without naming the factor
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["@", str(run), "--orchestrator.gate.advantage-range", "[0.1, 5]"])
+    assert "max_resample_factor" not in str(err.value).split("can never")[0]
+    kept = parse_config(RLConfig, ["--trainer.loss.ref-kl-coef", "0.01", "--orchestrator.gate.advantage-range",
+                                   "[0.1, 5]", "--orchestrator.gate.max-resample-factor", "2"])  # fmt: skip
+    assert kept.orchestrator.gate.keep_for_kl and kept.orchestrator.gate.advantage_range == (0.1, 5.0)
+    # a custom estimator may give equal rewards nonzero advantages: reject_uniform may act, accepted
+    custom = RLConfig(trainer={"loss": {"ref_kl_coef": 0.1}}, orchestrator={
+        "gate": {"reject_uniform": True}, "advantage": {"type": "custom", "import_path": "m:f"}})
+    assert custom.orchestrator.gate.reject_uniform
 
 
 def test_rl_refuses_a_keep_for_kl_set_against_the_loss(tmp_path):

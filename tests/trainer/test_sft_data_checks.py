@@ -46,3 +46,22 @@ def test_unread_fields_of_a_source_of_val_data_and_of_data_next_to_sources_are_r
     msg = _refusal(["@", str(conf)])
     assert f'val.data: `subset = "x"` (in {conf}) is read only with a dataset `name`' in msg
 
+
+def test_val_data_that_is_the_training_data_is_refused_naming_both_fields(tmp_path):
+    conf = tmp_path / "val.toml"
+    conf.write_text('[data]\npath = "rows.jsonl"\n\n[val]\ninterval = 10\n\n[val.data]\npath = "./rows.jsonl"\n')
+    msg = _refusal(["@", str(conf)])
+    assert (f'`val.data.path = "rows.jsonl"` (in {conf}) is `data.path = "rows.jsonl"` (in {conf}): the validation '
+            "rows are the training rows") in msg
+    assert "--val.data None --val.fraction 0.05" in msg
+    assert parse_config(SFTConfig, ["@", str(conf), "--val.data.path", "val.jsonl"]).val.data is not None
+    # a dataset name: same split (val.data.split defaults to "train") is refused, another split is not
+    args = ["--data.name", "org/ds", "--val.interval", "5", "--val.data.name", "org/ds"]
+    msg = _refusal(args)
+    assert ('`val.data.name = "org/ds"` (from --val.data.name) with `val.data.split = "train"` is `data.name = '
+            '"org/ds"` (from --data.name) with `data.split = "train"`') in msg
+    assert parse_config(SFTConfig, [*args, "--val.data.split", "test"]).val.data.split == "test"
+    # one of several [[data.source]]
+    conf.write_text('[[data.source]]\npath = "a.jsonl"\n\n[[data.source]]\npath = "b.jsonl"\n\n'
+                    '[val]\ninterval = 10\n\n[val.data]\npath = "b.jsonl"\n')
+    assert f'is `data.source.1.path = "b.jsonl"` (in {conf})' in _refusal(["@", str(conf)])

@@ -227,6 +227,33 @@ def lone_group_problem(orch: Any, signal: bool, prefix: str = "", fix: str = "")
     return None
 
 
+def gate_beside_kl_problem(orch: Any, term: str) -> str | None:
+    """None unless the gate's `reject_uniform` of the orchestrator config `orch` can never reject a group because
+    `keep_for_kl` admits it first; else the refusal, naming the fields (backticked: the error names where they were
+    set), the loss term `term` that made `rl` set keep_for_kl, and the fix.
+
+    With `keep_for_kl` a group whose advantages are all 0 passes before any criterion is tested
+    (`orchestrator.gates.make_gate`); equal rewards give every built-in estimator (grpo, rloo, maxrl) advantages of
+    0, so `reject_uniform` rejects nothing (a custom estimator on any train source may not: then None).
+    `max_resample_factor` is named too when no `advantage_range` is set, since the gate then resamples nothing;
+    `advantage_range` still rejects groups with a nonzero advantage beside keep_for_kl."""
+    gate = orch.gate
+    if not (gate.keep_for_kl and gate.reject_uniform):
+        return None
+    if any((src.advantage or orch.advantage).type == "custom" for src in orch.train.source) or (
+            orch.advantage.type == "custom"):  # fmt: skip
+        return None
+    factor = ("max_resample_factor" in gate.model_fields_set and gate.advantage_range is None)
+    named = "`orchestrator.gate.reject_uniform = true`" + (
+        f", and with it `orchestrator.gate.max_resample_factor = {gate.max_resample_factor:g}`," if factor else "")
+    return (f"{named} can never reject a group: {term} puts a reference-KL or teacher term in the loss, so rl sets "
+            "orchestrator.gate.keep_for_kl = true, which admits a group whose advantages are all 0 (its KL term "
+            "still trains) before reject_uniform is tested, and a group whose rewards are all equal has advantages "
+            "all 0; remove orchestrator.gate.reject_uniform" + (" and max_resample_factor" if factor else "") +
+            " (gate.advantage_range = [low, high] still rejects groups with a nonzero advantage), or set the loss "
+            "term to 0 to let the gate reject uniform groups")
+
+
 def recipe_problem(orch: Any) -> str | None:
     """The first refusal of `token_batch_problem` and `length_penalty_problem` for the orchestrator config `orch`,
     or None."""

@@ -17,7 +17,7 @@ from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelC
 from prime_rl.config.deployment import PORT_WEIGHTS, DeploymentConfig, SlurmConfig, check_slurm_nodes
 from prime_rl.config.inference import SAMPLES_FOR_TRAINING, InferenceConfig, distribution_flags, flag_name
 from prime_rl.config.orchestrator import OrchestratorConfig
-from prime_rl.config.recipes import SIGNAL_DECIDED_BY_RL, lone_group_problem
+from prime_rl.config.recipes import SIGNAL_DECIDED_BY_RL, gate_beside_kl_problem, lone_group_problem
 from prime_rl.config.rollout_transport import ENV_TOKEN, RolloutTransportConfig
 from prime_rl.config.teacher import TeacherServerConfig, check_teacher, check_teacher_server, teacher_term
 from prime_rl.config.trainer import TrainerConfig
@@ -222,6 +222,9 @@ class RLConfig(BaseConfig):
         check_keep_for_kl(self)
         if float(getattr(self.trainer.loss, "ref_kl_coef", 0.0)) > 0 or teacher_term(self):
             self.orchestrator.gate.keep_for_kl = True
+            problem = gate_beside_kl_problem(self.orchestrator, loss_term(self))
+            if problem is not None:
+                raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -254,12 +257,8 @@ def check_keep_for_kl(cfg: RLConfig) -> None:
     set) and the fix."""
     if "keep_for_kl" not in cfg.orchestrator.gate.model_fields_set:
         return
-    loss = cfg.trainer.loss
-    ref_kl = float(getattr(loss, "ref_kl_coef", 0.0))
-    term = (f"`trainer.loss.ref_kl_coef = {ref_kl:g}`" if ref_kl > 0 else
-            f"`trainer.loss.type = {loss.type!r}`" if getattr(loss, "type", None) == "opd" else
-            f"`trainer.loss.teacher_kl_coef = {float(getattr(loss, 'teacher_kl_coef', 0.0)):g}`")  # fmt: skip
-    signal = ref_kl > 0 or teacher_term(cfg)
+    term = loss_term(cfg)
+    signal = float(getattr(cfg.trainer.loss, "ref_kl_coef", 0.0)) > 0 or teacher_term(cfg)
     if signal and not cfg.orchestrator.gate.keep_for_kl:
         raise ValueError(
             f"`orchestrator.gate.keep_for_kl = false`, but {term} puts a reference-KL or teacher term in the loss, "
@@ -274,6 +273,16 @@ def check_keep_for_kl(cfg: RLConfig) -> None:
             "groups would train nothing; remove orchestrator.gate.keep_for_kl (rl sets it from the loss), or set "
             "trainer.loss.ref_kl_coef > 0"
         )
+
+
+def loss_term(cfg: RLConfig) -> str:
+    """The setting that puts a reference-KL or teacher term in the `rl` config `cfg`'s loss, backticked (the error
+    names where it was set): `trainer.loss.ref_kl_coef`, else `trainer.loss.type = 'opd'`, else teacher_kl_coef."""
+    loss = cfg.trainer.loss
+    ref_kl = float(getattr(loss, "ref_kl_coef", 0.0))
+    return (f"`trainer.loss.ref_kl_coef = {ref_kl:g}`" if ref_kl > 0 else
+            f"`trainer.loss.type = {loss.type!r}`" if getattr(loss, "type", None) == "opd" else
+            f"`trainer.loss.teacher_kl_coef = {float(getattr(loss, 'teacher_kl_coef', 0.0)):g}`")  # fmt: skip
 
 
 def check_lengths(cfg: RLConfig) -> None:

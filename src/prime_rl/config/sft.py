@@ -4,6 +4,7 @@ validation split (`[val]`)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -124,3 +125,30 @@ class SFTValConfig(BaseConfig):
                              "Face dataset)")  # fmt: skip
         return self
 
+
+def _same_rows(val: DatasetSource, val_path: Path | None, train: DatasetSource, train_path: Path | None) -> bool:
+    if val_path is not None and train_path is not None:
+        return os.path.abspath(val_path.expanduser()) == os.path.abspath(train_path.expanduser())
+    return val.name is not None and (val.name, val.subset, val.split) == (train.name, train.subset, train.split)
+
+
+def val_trained_on(val: SFTValConfig | None, sources: list[tuple[str, DatasetSource, Path | None]]) -> str | None:
+    """Why `val.data` is rows the run trains on (the same file, or the same dataset name, subset and split as one
+    of `sources`: (dotted field prefix, source, its path)), naming both fields and the fix; None when it is not
+    (or `val.data` is unset)."""
+    if val is None or val.data is None:
+        return None
+    for field, source, path in sources:
+        if not _same_rows(val.data, val.data.path, source, path):
+            continue
+        if val.data.path is not None:
+            said = f"`val.data.path = {json.dumps(str(val.data.path))}` is `{field}.path = {json.dumps(str(path))}`"
+        else:
+            said = (f"`val.data.name = {json.dumps(val.data.name)}` with `val.data.split = {json.dumps(val.data.split)}` "
+                    f"is `{field}.name = {json.dumps(source.name)}` with `{field}.split = {json.dumps(source.split)}`"
+                    f"{' (subset ' + json.dumps(source.subset) + ')' if source.subset else ''}")  # fmt: skip
+        return (f"{said}: the validation rows are the training rows, so every one is trained on and val/loss is a "
+                f"training loss; hold rows out with val.fraction (e.g. `val.fraction = 0.05` instead of [val.data]; "
+                f"on the command line --val.data None --val.fraction 0.05), or point val.data at other rows (another "
+                f"file, or another split such as val.data.split = \"test\")")  # fmt: skip
+    return None

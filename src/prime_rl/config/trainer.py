@@ -23,7 +23,7 @@ from prime_rl.config.inference import InferenceConfig
 from prime_rl.config.metrics_server import MetricsServerConfig
 from prime_rl.config.orchestrator import EvalConfig, RendererConfig
 from prime_rl.config.rollout_transport import RolloutTransportConfig
-from prime_rl.config.sft import LossMaskConfig, SFTSourceConfig, SFTValConfig, unread_local_fields
+from prime_rl.config.sft import LossMaskConfig, SFTSourceConfig, SFTValConfig, unread_local_fields, val_trained_on
 from prime_rl.config.weight_transport import WeightTransportConfig
 
 
@@ -379,6 +379,14 @@ class SFTConfig(BaseConfig):
         if self.slurm is not None or self.deployment.num_nodes > 1:
             raise ValueError("[eval] in sft runs on one node (the inference server starts next to rank 0); remove "
                              "[slurm] / deployment.num_nodes or score the checkpoints with evals ([checkpoints])")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
+    def _check_val(self) -> SFTConfig:
+        sources = [(f"data.source.{i}", s, s.path) for i, s in enumerate(self.data.source)] or [
+            ("data", self.data, self.data.path)]  # fmt: skip
+        if (problem := val_trained_on(self.val, sources)) is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
