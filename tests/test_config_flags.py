@@ -217,8 +217,8 @@ def test_a_json_object_for_sfts_validation_data():
     from prime_rl.config.trainer import SFTConfig
 
     sft = str(REPO / "examples/reverse_text/sft.toml")
-    cfg = parse_config(SFTConfig, ["@", sft, "--val.data", '{"path": "val.jsonl", "split": "test"}'])
-    assert (cfg.val.data.path, cfg.val.data.split, cfg.val.interval) == (Path("val.jsonl"), "test", 50)
+    cfg = parse_config(SFTConfig, ["@", sft, "--val.data", '{"path": "val_dir", "split": "test"}'])
+    assert (cfg.val.data.path, cfg.val.data.split, cfg.val.interval) == (Path("val_dir"), "test", 50)
     cfg = parse_config(SFTConfig, ["@", sft, "--val", '{"data": {"path": "v.jsonl"}, "interval": 5}'])
     assert (cfg.val.data.path, cfg.val.interval) == (Path("v.jsonl"), 5)
 
