@@ -195,7 +195,7 @@ def test_resolved_config_round_trips_none_over_non_none_default(tmp_path):
 
 
 def test_eval_may_decode_greedily_but_training_must_sample():
-    cfg = parse_config(OrchestratorConfig, ["--eval.sampling.temperature", "0"])
+    cfg = parse_config(OrchestratorConfig, ["--eval.sampling.temperature", "0", "--eval.interval", "5"])
     assert cfg.eval.sampling.temperature == 0.0
     with pytest.raises(ConfigError, match=r"train\.sampling\.temperature"):
         parse_config(OrchestratorConfig, ["--train.sampling.temperature", "0"])
@@ -268,3 +268,28 @@ def test_both_sides_of_a_shared_transport_section_must_agree(flags, message):
     with pytest.raises(ConfigError) as e:
         parse_config(RLConfig, ["--model.name", "m", *flags])
     assert str(e.value).strip() == message
+
+
+def test_inference_urls_drop_a_trailing_v1_and_refuse_no_scheme_or_another_path(tmp_path):
+    """prime-rl adds its routes to a server's root URL: the OpenAI-style `.../v1` names the same server (kept as the
+    root), a URL without http:// or with another path is refused naming the field and where it was set."""
+    from prime_rl.config.orchestrator import EvalCommandConfig
+
+    cfg = parse_config(RLConfig, ["--orchestrator.client.base-url", "http://127.0.0.1:8000/v1/",
+                                  "--orchestrator.teacher", '{"name": "t", "base_url": ["http://127.0.0.1:8011/v1"]}',
+                                  "--trainer.loss.type", "opd"])  # fmt: skip
+    assert cfg.orchestrator.client.base_url == ["http://127.0.0.1:8000"]
+    assert cfg.orchestrator.teacher.base_url == ["http://127.0.0.1:8011"]
+    assert cfg.orchestrator.teacher.client().base_url == ["http://127.0.0.1:8011"]
+    evals = parse_config(EvalCommandConfig, ["--model.name", "m", "--backend.base-url", "http://127.0.0.1:8001/v1"])
+    assert evals.backend.base_url == ["http://127.0.0.1:8001"]
+    teacher = tmp_path / "teacher.toml"
+    teacher.write_text('[orchestrator.teacher]\nname = "t"\nbase_url = ["127.0.0.1:8011"]\n[trainer.loss]\ntype = "opd"\n')
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["@", str(teacher)])
+    assert ("orchestrator.teacher.base_url: '127.0.0.1:8011' is not an http(s) URL with a host: write "
+            f"http://127.0.0.1:8011 (in {teacher})") in str(e.value)  # fmt: skip
+    with pytest.raises(ConfigError) as e:
+        parse_config(RLConfig, ["--orchestrator.client.base-url", "http://127.0.0.1:8000/api"])
+    assert "orchestrator.client.base_url: 'http://127.0.0.1:8000/api' has a path" in str(e.value)
+    assert "write http://127.0.0.1:8000 (a trailing /v1 is accepted) (from --orchestrator.client.base-url)" in str(e.value)

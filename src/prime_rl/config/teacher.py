@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from prime_rl.config.base import BaseConfig, ModelConfig
+from prime_rl.config.client import server_root
 from prime_rl.config.inference import InferenceConfig, ServerConfig, VllmConfig
 
 if TYPE_CHECKING:
@@ -26,12 +27,18 @@ class TeacherConfig(BaseConfig):
     name: str = Field(description="The model the teacher server serves (its `model.name`), sent with each request.")
     base_url: list[str] = Field(
         default_factory=lambda: ["http://127.0.0.1:8001"],
-        description="One URL per teacher server (requests spread over them); `rl` with [teacher] sets it.",
+        description="One URL per teacher server (requests spread over them): http(s)://HOST:PORT; a trailing /v1 "
+        "(the OpenAI-style base URL) is dropped. `rl` with [teacher] sets it.",
     )
     api_key: str | None = Field(None, description="Sent as `Authorization: Bearer KEY` (servers started with one).")
     request_timeout_s: float = Field(600.0, gt=0, description="Read timeout of one scoring request.")
     max_retries: int = Field(5, ge=0, description="Retries on 5xx and transport errors (exponential backoff).")
     health_timeout_s: float = Field(300.0, gt=0, description="How long to wait for the servers' /health at start.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _server_roots(cls, urls: list[str]) -> list[str]:
+        return [server_root(u) for u in urls]
 
     def client(self) -> ClientConfig:
         """The inference client settings of the teacher servers (`prime_rl.inference.routing.Router`)."""
