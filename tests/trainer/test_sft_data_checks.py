@@ -65,3 +65,33 @@ def test_val_data_that_is_the_training_data_is_refused_naming_both_fields(tmp_pa
     conf.write_text('[[data.source]]\npath = "a.jsonl"\n\n[[data.source]]\npath = "b.jsonl"\n\n'
                     '[val]\ninterval = 10\n\n[val.data]\npath = "b.jsonl"\n')
     assert f'is `data.source.1.path = "b.jsonl"` (in {conf})' in _refusal(["@", str(conf)])
+
+
+def test_num_batches_above_the_validation_split_is_warned_about_at_dry_run(tmp_path):
+    """reverse-text's 465 rows with val.fraction = 0.05 hold out 23: num_batches = 4 of 16 asks for 64."""
+    import json
+
+    from prime_rl.config.sft import SFTValConfig
+    from prime_rl.launcher.sft_preflight import val_split_warnings
+
+    warning = SFTValConfig(fraction=0.05, num_batches=4).short_split_warning(23, 16, "held out")
+    assert warning == ("val.num_batches = 4 asks for 4 batches of 16 conversations (data.batch_size), 64 in all, but "
+                       "the validation split holds 23 (held out): each validation reads those 23 (2 batches), fewer "
+                       "than asked; lower val.num_batches to 2, or leave it unset (the whole split)")
+    assert SFTValConfig(fraction=0.05, num_batches=2).short_split_warning(23, 16, "held out") is None
+    assert SFTValConfig(fraction=0.05).short_split_warning(23, 16, "held out") is None
+    assert "8 conversations (val.batch_size)" in SFTValConfig(fraction=0.05, num_batches=4, batch_size=8
+                                                             ).short_split_warning(23, 16, "held out")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"messages": [{"role": "user", "content": str(i)}]}) + "\n" for i in range(465)))
+    conf = tmp_path / "val.toml"
+    conf.write_text(f'[data]\npath = "{rows}"\nbatch_size = 16\n\n[val]\nfraction = 0.05\nnum_batches = 4\n')
+    (line,) = val_split_warnings(parse_config(SFTConfig, ["@", str(conf)]))
+    assert line.startswith(f"val.num_batches = 4 (in {conf}) asks for 4 batches of 16 conversations")
+    assert f"holds 23 (val.fraction = 0.05 (in {conf}) of 465 training rows)" in line
+    assert val_split_warnings(parse_config(SFTConfig, ["@", str(conf), "--val.num-batches", "1"])) == []
+    val_rows = tmp_path / "val.jsonl"
+    val_rows.write_text("".join(rows.read_text().splitlines(keepends=True)[:5]))
+    held = parse_config(SFTConfig, ["@", str(conf), "--val.fraction", "None", "--val.data.path", str(val_rows)])
+    (line,) = val_split_warnings(held)
+    assert "the validation split holds 5 (val.data)" in line and "(1 batch)" in line

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -111,6 +112,22 @@ class SFTValConfig(BaseConfig):
     eval_on_start: bool = Field(False, description="Also validate the initial weights (logged as step 0; not on resume).")
     num_batches: int | None = Field(None, gt=0, description="Batches per validation; None: the whole split.")
     batch_size: int | None = Field(None, gt=0, description="Conversations per validation batch; None: data.batch_size.")
+
+    def short_split_warning(self, num_rows: int, data_batch_size: int, source: str,
+                            where: Callable[[str], str] = lambda field: "") -> str | None:  # fmt: skip
+        """A warning when `num_batches` asks for more conversations than the validation split's `num_rows` give
+        (`source`: where those rows come from, for the message; `where(field)`: where a field was set, e.g.
+        `config.origin.where_set`): validation reads the whole split, fewer batches than asked. None otherwise."""
+        batch_size = self.batch_size or data_batch_size
+        full = -(-num_rows // batch_size)  # the batches the split fills (the last one may be partial)
+        if self.num_batches is None or self.num_batches <= full:
+            return None
+        size_field = "val.batch_size" if self.batch_size else "data.batch_size"
+        return (f"val.num_batches = {self.num_batches}{where('val.num_batches')} asks for {self.num_batches} "
+                f"batches of {batch_size} conversations ({size_field}), {self.num_batches * batch_size} in all, but "
+                f"the validation split holds {num_rows} ({source}): each validation reads those {num_rows} "
+                f"({full} batch{'es' if full > 1 else ''}), fewer than asked; lower val.num_batches to {full}, or leave "
+                f"it unset (the whole split)")  # fmt: skip
 
     @model_validator(mode="after")
     def _one_split(self) -> SFTValConfig:

@@ -5,7 +5,8 @@ also checks that the port of the inference server `[eval]` starts (`inference.se
 mask with no role on (`data.loss_mask`) is refused when the config is read (`config.sft.LossMaskConfig`).
 `evals --dry-run` runs the environment check on its own `[[eval.source]]` (`check_eval_envs`). Both dry runs also
 read each built-in eval source's split and warn, as the run does at start, about a `num_examples` above its size
-(`eval_split_warnings`).
+(`eval_split_warnings`); `sft --dry-run` also warns, as the run does at start, about a `val.num_batches` above what
+the validation split holds (`val_split_warnings`).
 
 Each failure raises `PreflightError` (exit 2) naming the field, where it was set and the fix."""
 
@@ -24,6 +25,8 @@ CHECK_TEXT = {
     "data": "every local data file (data.path, [[data.source]] path, val.data.path) exists",
     "eval environments": "every [[eval.source]] env.id is a registered environment or an import path that imports",
     "eval server port": "the port of the inference server [eval] starts (inference.server.port) is free",
+    "val split size": "val.num_batches batches fit in the validation split (rows of local files counted; above it, "
+                      "a warning below: the whole split is read)",
     "eval split sizes": "every [[eval.source]] num_examples is within its eval split (built-in environments and NeMo "
                         "Gym rows files; above it, a warning below: the whole split is evaluated)",
 }
@@ -141,6 +144,40 @@ def eval_split_warnings(cfg: SFTConfig | EvalCommandConfig) -> list[str]:
             asyncio.run(source.aclose())
 
 
+def val_split_warnings(cfg: SFTConfig) -> list[str]:
+    """The warning `sft` logs at start when `val.num_batches` asks for more conversations than the validation split
+    holds (`SFTValConfig.short_split_warning`), for the dry run: the rows of local files are counted (the held-out
+    `val.fraction` of each source, or `val.data`); a dataset name or a file that does not load here gets a line
+    saying it is checked at start."""
+    from prime_rl.config.loader import where_set
+    from prime_rl.hf_data import DataLoadError, load_rows
+
+    val = cfg.val
+    if val is None or val.num_batches is None:
+        return []
+    if val.data is not None:
+        sources = [("val.data", val.data)]
+    else:
+        sources = [(f"data.source.{i}", s) for i, s in enumerate(cfg.data.source)] or [("data", cfg.data)]
+    num_rows = []
+    for field, source in sources:
+        if source.path is None:
+            return [f"{field}.name = {source.name!r}: its rows are not counted here; val.num_batches is checked "
+                    "against the validation split when sft starts"]  # fmt: skip
+        try:
+            rows = len(load_rows(path=source.path, split=source.split, columns=source.columns, field=field))
+        except DataLoadError as e:
+            return [f"{e}; val.num_batches is checked against the validation split when sft starts"]
+        num_rows.append(rows)
+    if val.data is not None:
+        held, said = num_rows[0], "val.data"
+    else:
+        held = sum(max(1, round(val.fraction * n)) for n in num_rows)
+        said = f"val.fraction = {val.fraction}{where_set('val.fraction')} of {sum(num_rows)} training rows"
+    warning = val.short_split_warning(held, cfg.data.batch_size, said, where_set)
+    return [warning] if warning is not None else []
+
+
 def dry_run_checks(cfg: SFTConfig, name: str = "sft") -> None:
     """`sft --dry-run`'s part before the resolved config is written: run `check_sft` (and, with `[eval]`,
     `check_eval_server_port` and `eval_split_warnings`) and print what was checked and the warnings; a failed check prints `NAME: error: ...` and exits 2 (no
@@ -157,6 +194,9 @@ def dry_run_checks(cfg: SFTConfig, name: str = "sft") -> None:
         raise SystemExit(e.exit_code) from None
     found = eval_split_warnings(cfg) if cfg.eval is not None else []
     ran += ["eval split sizes"] if cfg.eval is not None else []
+    if cfg.val is not None and cfg.val.num_batches is not None:
+        found += val_split_warnings(cfg)
+        ran.append("val split size")
     print("checked (no model loaded, nothing started):")
     for check in ran:
         print(f"  ok  {check}: {CHECK_TEXT[check]}")

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from prime_rl.config.origin import where_set
 from prime_rl.config.trainer import SFTConfig
 from prime_rl.models.renderer import load_tokenizer, make_renderer
 from prime_rl.monitor.logger import setup_logging
@@ -170,6 +171,9 @@ def train(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float
         val_samples, _ = render_dataset(val_rows, renderer, cfg.seq_len, roles=roles)
         log.info(f"{len(val_samples)} validation conversations, {sum(int(s.loss_mask.sum()) for s in val_samples)} "
                  f"loss tokens")  # fmt: skip
+        source = f"val.fraction = {cfg.val.fraction} of the training rows" if cfg.val.data is None else "val.data"
+        if (short := cfg.val.short_split_warning(len(val_samples), cfg.data.batch_size, source, where_set)) is not None:
+            log.warning(short)
     mixture = Mixture([len(s) for s in per_source], weights, cfg.seed, cfg.data.shuffle) if cfg.data.source else None
     n_total = sum(len(s) for s in per_source)
     steps = total_steps(cfg, n_total)
