@@ -18,7 +18,7 @@ EXAMPLES = REPO / "examples"
 # file stem prefix -> the command that runs it (README / docs); files layered over another are listed in LAYERED
 COMMANDS = {"rl": RLConfig, "seed": RLConfig, "digit": RLConfig, "tool": RLConfig, "sft": SFTConfig,
             "eval": EvalCommandConfig}  # fmt: skip
-LAYERED = {"reverse_text/rl_gym.toml": "reverse_text/rl.toml"}
+LAYERED = {"reverse_text/rl_gym.toml": "reverse_text/rl.toml", "gridsim/rl_forward.toml": "gridsim/rl.toml"}
 
 
 def _command(path: Path):

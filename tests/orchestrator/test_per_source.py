@@ -294,3 +294,47 @@ def test_plan_for_run_refuses_train_sources_of_different_group_sizes(tmp_path):
     )
     with pytest.raises(ValueError, match=r"group sizes differ \(\[4, 8\]"):
         plan_for_run(tmp_path, None, {}, cpu_per_turn_s=0.0)
+
+
+def test_eval_settings_without_an_interval_anywhere_are_refused(tmp_path):
+    """The orchestrator evaluates a source only at an interval, its own or eval.interval (`eval_due`): eval settings
+    with no interval anywhere, or a source without one beside a source that has one, would never evaluate; rl refuses
+    them naming the field and where it was set. evals (scores once) and sft's [eval] (own schedule) keep working."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.orchestrator import EvalCommandConfig
+    from prime_rl.config.rl import RLConfig
+    from prime_rl.config.trainer import SFTConfig
+    from prime_rl.orchestrator.eval import eval_due
+
+    run = tmp_path / "rl.toml"
+    run.write_text('[orchestrator.eval]\ninterval = "None"\nnum_examples = 5\n\n[[orchestrator.eval.source]]\n'
+                   'name = "d"\nenv.id = "digit-bandit"\n')
+    assert not any(eval_due(v, None, 10, []) for v in range(11))  # no interval: never due, the final one included
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["@", str(run)])
+    msg = str(err.value)
+    assert (f"`eval.num_examples = 5` (in {run}), eval.source (1 entry) are set, but eval.interval is None and no "
+            "eval source sets an interval") in msg, msg
+    assert "set eval.interval = N (or eval.source.N.interval per source)" in msg
+    with pytest.raises(ConfigError, match=r"`eval.rollouts_per_example = 4` \(from --orchestrator.eval"):
+        parse_config(RLConfig, ["--orchestrator.eval.rollouts-per-example", "4"])
+    assert parse_config(RLConfig, ["@", str(run), "--orchestrator.eval.interval", "5"]).orchestrator.eval.interval == 5
+
+    mixed = tmp_path / "mixed.toml"
+    mixed.write_text('[[orchestrator.eval.source]]\nname = "a"\nenv.id = "digit-bandit"\ninterval = 5\n\n'
+                     '[[orchestrator.eval.source]]\nname = "b"\nenv.id = "digit-bandit"\n')
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["@", str(mixed)])
+    assert (f"eval.source.1 ('b') has no interval of its own and eval.interval is None, so it is never evaluated "
+            f"(`eval.source.0.interval = 5` (in {mixed}) applies to that source only); set eval.source.1.interval = N, "
+            "or eval.interval = N") in str(err.value)
+    both = parse_config(RLConfig, ["@", str(mixed), "--orchestrator.eval.interval", "10"])
+    assert [both.orchestrator.eval.settings_of(s).interval for s in both.orchestrator.eval.source] == [5, 10]
+    # nothing set, or only the interval set off: accepted (no eval, as the default)
+    assert parse_config(RLConfig, ["--orchestrator.eval.interval", "None"]).orchestrator.eval.interval is None
+    # evals (no interval) and sft (its own eval.interval) schedule otherwise and stay accepted
+    src = '[{"name": "d", "env": {"id": "digit-bandit"}}]'
+    assert parse_config(EvalCommandConfig, ["--model.name", "m", "--eval.source", src,
+                                            "--eval.num-examples", "3"]).eval.num_examples == 3  # fmt: skip
+    sft = SFTConfig(eval={"interval": 5, "source": [{"name": "d", "env": {"id": "digit-bandit"}}], "num_examples": 3})
+    assert sft.eval.num_examples == 3

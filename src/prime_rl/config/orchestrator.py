@@ -46,6 +46,7 @@ from prime_rl.config.sources import (  # noqa: F401 - the source configs, import
     TaskSourceConfig,
     refuse_all_examples_spelling,
     unique_source_names,
+    unscheduled_eval_problem,
 )
 from prime_rl.config.taskset import (  # noqa: F401 - the env/taskset configs, importable from here too
     AgentConfig,
@@ -341,6 +342,12 @@ class OrchestratorConfig(BaseConfig):
     def _batch_multiple_of_group(self) -> OrchestratorConfig:
         problem = batch_size_problem(self.batch_size, self.train)
         if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _eval_scheduled(self) -> OrchestratorConfig:
+        if (problem := unscheduled_eval_problem(self.eval)) is not None:
             raise ValueError(problem)
         return self
 

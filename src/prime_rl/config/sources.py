@@ -120,3 +120,39 @@ def refuse_all_examples_spelling(value: Any) -> Any:
         raise ValueError("num_examples = -1 is the reference prime-rl's 'every eval task'; here leave num_examples "
                          "unset (None) to evaluate the whole eval split, or give a count > 0")
     return value
+
+
+def unscheduled_eval_problem(ev: Any) -> str | None:
+    """None unless a setting of the orchestrator's eval section `ev` (an `EvalConfig`) asks for an eval that never
+    runs; else the refusal, naming the fields (backticked: the error names where they were set) and the fix.
+
+    The orchestrator evaluates a source only at an interval, its own or `eval.interval` (the final step included:
+    `orchestrator.eval.eval_due`), so without one a source is never evaluated, and settings that differ from their
+    defaults while no source is evaluated do nothing. `evals` and sft's [eval] schedule otherwise and do not call
+    this."""
+    if ev.interval is not None:
+        return None
+    sources = ev.source or []
+    for i, src in enumerate(sources):
+        if src.interval is None and any(s.interval is not None for s in sources):
+            timed = next(j for j, s in enumerate(sources) if s.interval is not None)
+            return (f"eval.source.{i} ({src.name!r}) has no interval of its own and eval.interval is None, so it "
+                    f"is never evaluated (`eval.source.{timed}.interval = {sources[timed].interval}` applies to "
+                    f"that source only); set eval.source.{i}.interval = N, or eval.interval = N (every source "
+                    "without its own), or remove the source")
+    if any(s.interval is not None for s in sources):
+        return None
+    defaults = type(ev).model_fields
+    named = [f"`eval.{f} = {getattr(ev, f)}`" for f in ("num_examples", "rollouts_per_example", "pass_threshold")
+             if getattr(ev, f) != defaults[f].default]
+    if ev.sampling != defaults["sampling"].default:
+        named.append("eval.sampling")
+    if sources:
+        named.append(f"eval.source ({len(sources)} {'entry' if len(sources) == 1 else 'entries'})")
+    if not named:
+        return None
+    return (f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} set, but eval.interval is None and no eval "
+            "source sets an interval: the orchestrator evaluates only every eval.interval steps (the base policy "
+            "and the final step included), so nothing is evaluated; set eval.interval = N (or "
+            "eval.source.N.interval per source), or remove the eval settings (`prime-rl evals` scores a model, or "
+            "a run's checkpoints, once)")
