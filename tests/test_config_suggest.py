@@ -147,8 +147,8 @@ def test_the_references_newer_run_and_sft_spellings_name_the_fields_here(tmp_pat
     f.write_text('[[orchestrator.train.env]]\nname = "r"\ntaskset = { id = "reverse-text" }\n')
     msg = _error(["@", str(f)])
     assert f"orchestrator.train.env: unknown key (in {f}); the reference prime-rl's `orchestrator.train.env` is " \
-           "`orchestrator.train.source` here (an entry's `taskset` and `harness` are `env.taskset` and " \
-           "`env.agent.harness` there)" in msg
+           "`orchestrator.train.source` here (an entry's `id`, `args`, `taskset` and `harness` are `env.id`, " \
+           "`env.args`, `env.taskset` and `env.agent.harness` there)" in msg
     f = tmp_path / "sft.toml"
     f.write_text('[[data.source]]\ndataset = "org/ds"\n\n[eval.select]\nlimit = 32\n')
     with pytest.raises(ConfigError) as e:
@@ -186,9 +186,25 @@ def test_a_reference_env_list_names_where_each_key_of_its_entry_goes(tmp_path):
            "`[[orchestrator.train.source]]` with `name`, `env.taskset.id`, `env.taskset.args.min_turns`, " \
            "`env.agent.harness.id`, `env.agent.runtime.type`; no field here for `harness.color`." in msg
     assert f"orchestrator.eval.env: unknown key (in {f}); the reference prime-rl's `orchestrator.eval.env` is " \
-           "`orchestrator.eval.source` here (an entry's `taskset` and `harness` are `env.taskset` and " \
-           "`env.agent.harness` there): did you mean `orchestrator.eval.source` (flag `--orchestrator.eval.source`)? " \
+           "`orchestrator.eval.source` here (an entry's `id`, `args`, `taskset` and `harness` are `env.id`, " \
+           "`env.args`, `env.taskset` and `env.agent.harness` there): did you mean `orchestrator.eval.source` (flag `--orchestrator.eval.source`)? " \
            "Its entry 0 here: `[[orchestrator.eval.source]]` with `env.taskset.id`." in msg
+
+
+def test_a_reference_env_entrys_id_and_args_are_mapped_to_env_id_and_env_args(tmp_path):
+    from prime_rl.config.trainer import SFTConfig
+
+    f = tmp_path / "rl.toml"
+    f.write_text('[[orchestrator.train.env]]\nid = "reverse-text"\nargs = { seed = 1 }\n\n'
+                 '[[orchestrator.eval.env]]\nid = "reverse-text"\nargs = { seed = 2 }\n')
+    msg = _error(["@", str(f)])
+    assert "Its entry 0 here: `[[orchestrator.train.source]]` with `env.id`, `env.args.seed`." in msg
+    assert "Its entry 0 here: `[[orchestrator.eval.source]]` with `env.id`, `env.args.seed`." in msg
+    assert "no field here" not in msg
+    f.write_text('[[eval.env]]\nid = "reverse-text"\nargs = { seed = 1 }\nnum_examples = 3\n')
+    with pytest.raises(ConfigError) as e:
+        parse_config(SFTConfig, ["@", str(f)])
+    assert "Its entry 0 here: `[[eval.source]]` with `env.id`, `env.args.seed`, `num_examples`." in str(e.value)
 
 
 def test_the_references_deployment_names_name_the_fields_here(tmp_path):

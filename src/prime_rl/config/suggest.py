@@ -42,8 +42,8 @@ REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, st
     ("weight_broadcast",): ("weight_broadcast", ("weight_transport",), ' (`type = "filesystem"`, or "collective" '
                             "for an NCCL broadcast)"),
     ("data", "seq_len"): ("data.seq_len", ("seq_len",), ""),
-    ("train", "env"): ("orchestrator.train.env", ("train", "source"), " (an entry's `taskset` and `harness` are "
-                       "`env.taskset` and `env.agent.harness` there)"),
+    ("train", "env"): ("orchestrator.train.env", ("train", "source"), " (an entry's `id`, `args`, `taskset` and "
+                       "`harness` are `env.id`, `env.args`, `env.taskset` and `env.agent.harness` there)"),
     ("data", "source", "dataset"): ("data.source[N].dataset", None, " is `name` of the `[[data.source]]` entry "
                                     "here (a hub id or a saved dataset folder; a local file is `path`)"),
     ("data", "subsets"): ("data.subsets", ("data", "source"), " (one `[[data.source]]` per dataset: `name` or "
@@ -53,8 +53,8 @@ REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, st
     ("data", "probabilities"): ("data.probabilities", ("data", "source"), " (one `[[data.source]]` per dataset, "
                                 "its share of the samples in `weight`)"),
     ("select", "limit"): ("eval.select.limit", ("num_examples",), ""),
-    ("eval", "env"): ("orchestrator.eval.env", ("eval", "source"), " (an entry's `taskset` and `harness` are "
-                      "`env.taskset` and `env.agent.harness` there)"),
+    ("eval", "env"): ("orchestrator.eval.env", ("eval", "source"), " (an entry's `id`, `args`, `taskset` and "
+                      "`harness` are `env.id`, `env.args`, `env.taskset` and `env.agent.harness` there)"),
     ("deployment", "num_train_gpus"): ("deployment.num_train_gpus", ("num_gpus",), " in `sft` (ranks per node)"),
     ("deployment", "num_train_nodes"): ("deployment.num_train_nodes", ("num_nodes",), " in `sft`"),
     ("deployment", "num_infer_gpus"): ("deployment.num_infer_gpus", None, " (`num_eval_gpus`) has no field in `sft` "
@@ -89,9 +89,11 @@ here), the config's own path ending with it is named."""
 
 REFERENCE_ENTRY_KEYS: dict[tuple[str, ...], dict[tuple[str, ...], tuple[str, ...]]] = {
     ("train", "env"): {("taskset",): ("env", "taskset"), ("harness", "runtime"): ("env", "agent", "runtime"),
-                       ("harness",): ("env", "agent", "harness")},
+                       ("harness",): ("env", "agent", "harness"), ("id",): ("env", "id"),
+                      ("args",): ("env", "args")},
     ("eval", "env"): {("taskset",): ("env", "taskset"), ("harness", "runtime"): ("env", "agent", "runtime"),
-                      ("harness",): ("env", "agent", "harness")},
+                      ("harness",): ("env", "agent", "harness"), ("id",): ("env", "id"),
+                      ("args",): ("env", "args")},
 }  # fmt: skip
 """Keys inside an entry of a list the reference prime-rl names another way (`REFERENCE_SPELLINGS`) that sit
 elsewhere in the entry here: the start of a key's path in the reference's entry -> its start here (the longest
@@ -290,7 +292,13 @@ def _entry_hint(value: Any, here: tuple, renames: dict[tuple[str, ...], tuple[st
     for leaf in _leaf_paths(entries[0]):
         start = max((k for k in renames if leaf[: len(k)] == k), key=len, default=())
         path = renames[start] + leaf[len(start) :] if start else leaf
-        first_unknown = next((i for i in range(len(path)) if path[i] not in names_at(base + path[:i])), None)
+        first_unknown = None
+        for i in range(len(path)):
+            if i and not names_at(base + path[:i]):  # below a field that holds a value (`env.args`'s table): its keys
+                break
+            if path[i] not in names_at(base + path[:i]):
+                first_unknown = i
+                break
         if first_unknown is not None and "args" in names_at(base + path[:first_unknown]):  # a taskset's config fields
             path = path[:first_unknown] + ("args",) + path[first_unknown:]
             first_unknown = None
