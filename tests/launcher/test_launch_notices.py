@@ -5,6 +5,8 @@ run. The real run's console is checked in tests/integration/test_metrics_scrape_
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.launcher.test_launch_plan import cfg_of, demo_args, rows_at, run_dry, tiny  # noqa: F401 (fixture)
 from tests.launcher.test_resume_preflight import checkpoint
 
@@ -103,3 +105,33 @@ def test_recipe_settings_at_their_default_switched_off_by_a_flag_are_warned(tmp_
     lines = inert_recipes(cfg)
     assert [line.split(":")[0] for line in lines] == [f"orchestrator.gate.max_resample_factor (in {base})",
                                                       f"orchestrator.curriculum.window (in {base})"]  # fmt: skip
+
+
+def test_env_server_settings_without_a_nemo_gym_source_are_warned(tmp_path):
+    """`[env_server]` describes the resources server rl starts for a source playing NeMo Gym rows: with no such
+    source it does nothing, and each field set is named where it was set (a resolved config's whole section at its
+    defaults is not); the docs' per-source overlay of the tool rung keeps a source that uses it."""
+    from prime_rl.config.loader import parse_config
+    from prime_rl.config.rl import RLConfig
+    from prime_rl.launcher.notices import unused_env_server, warnings
+
+    root = Path(__file__).resolve().parents[2]
+    digit, tool = str(root / "examples/ladder/digit.toml"), str(root / "examples/ladder/tool.toml")
+    over = tmp_path / "o.toml"
+    over.write_text('[env_server]\nenv = "gridsim"\nsynthetic = true\n')
+    lines = unused_env_server(parse_config(RLConfig, ["@", digit, "@", str(over)]))
+    assert len(lines) == 1 and lines[0].startswith(
+        f"env_server.env (in {over}), env_server.synthetic (in {over}) set, but no train or eval source plays NeMo "
+        "Gym rows"), lines  # fmt: skip
+    assert lines[0] in warnings(parse_config(RLConfig, ["@", digit, "@", str(over)]))
+    assert unused_env_server(parse_config(RLConfig, ["@", digit])) == []
+    assert unused_env_server(parse_config(RLConfig, ["@", tool, "--env-server.synthetic"])) == []  # a nemo-gym source
+    dump = tmp_path / "rl.toml"  # as configs/rl.toml holds the section
+    dump.write_text('[env_server]\nauto_start = true\nenv = "gridsim"\nsynthetic = false\nmasked_as_error = true\n'
+                    'idle_timeout_s = 120.0\nmax_concurrent = 96\n')  # fmt: skip
+    assert unused_env_server(parse_config(RLConfig, ["@", digit, "@", str(dump)])) == []
+    doc = (root / "docs/orchestrator.md").read_text()
+    start = doc.index("```toml\n", doc.index("The example below is an overlay of the tool-bandit rung")) + 8
+    per_source = tmp_path / "per_source.toml"
+    per_source.write_text(doc[start : doc.index("```", start)])
+    assert unused_env_server(parse_config(RLConfig, ["@", tool, "@", str(per_source)])) == []

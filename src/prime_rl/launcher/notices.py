@@ -1,6 +1,7 @@
 """What `rl` says on its own console before it starts anything (and `rl --dry-run` after the plan): the address
 of each Prometheus metrics endpoint the run serves, and settings that take no effect in this run (a `ckpt.skip_*`
-flag with nothing to resume; a gate or curriculum setting whose switch is off). The trainer and orchestrator say
+flag with nothing to resume; a gate or curriculum setting whose switch is off; `[env_server]` with no source that
+uses the server). The trainer and orchestrator say
 the same in their logs once they run; these lines put them where the operator looks first."""
 
 from __future__ import annotations
@@ -59,7 +60,31 @@ def inert_recipes(cfg: Any) -> list[str]:
     return out
 
 
+def unused_env_server(cfg: Any) -> list[str]:
+    """A warning for `[env_server]` settings of `cfg` (the resolved `rl` config) when no train or eval source plays
+    NeMo Gym rows (`env.taskset.id = "nemo-gym"`): rl starts a resources server only for such a source, so they do
+    nothing. Each field named with where it was set (`fields.as_set`); a field that a resolved config
+    (`configs/rl.toml`, which holds the whole section) gives at its default is left out. Empty when a source uses
+    the server or nothing under `[env_server]` was set."""
+    from prime_rl.config.rl import EnvServerLaunchConfig
+    from prime_rl.launcher.envserver import nemo_sources
+    from prime_rl.launcher.fields import as_set
+
+    if nemo_sources(cfg):
+        return []
+    es, default = cfg.env_server, EnvServerLaunchConfig()
+    where = {name: as_set(cfg, f"env_server.{name}")[1] for name in EnvServerLaunchConfig.model_fields}
+    dumped = {w for name, w in where.items() if getattr(default, name) is not None} == {where["env"]} != {""}
+    named = [f"env_server.{name}{where[name]}" for name in EnvServerLaunchConfig.model_fields
+             if getattr(es, name) != getattr(default, name) or where[name] and not dumped]  # fmt: skip
+    if not named:
+        return []
+    return [f"{', '.join(named)} set, but no train or eval source plays NeMo Gym rows (env.taskset.id = "
+            "\"nemo-gym\"), so rl starts no resources server and [env_server] does nothing; remove it, or add a "
+            "source that plays the rows the server would serve"]  # fmt: skip
+
+
 def warnings(cfg: Any) -> list[str]:
     """Every warning `rl` prints before it starts anything (and `rl --dry-run` under the plan): `unused_skips`,
-    `inert_recipes`."""
-    return unused_skips(cfg) + inert_recipes(cfg)
+    `inert_recipes`, `unused_env_server`."""
+    return unused_skips(cfg) + inert_recipes(cfg) + unused_env_server(cfg)
