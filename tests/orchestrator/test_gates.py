@@ -475,3 +475,27 @@ def test_orchestrator_logs_settings_switched_off_at_start(tmp_path, caplog):
     # the field, where the command line this process parsed last set it (none here, or another test's), the message
     assert re.search(r"gate.max_resample_factor( \(.*\))?: gate.max_resample_factor = 3 is set, but no rejection "
                      "criterion", caplog.text)  # fmt: skip
+
+
+def test_filter_zero_beside_reject_uniform_is_refused(tmp_path):
+    """Under a built-in estimator only equal rewards give a group advantages of all 0, and reject_uniform rejects and
+    replaces exactly those groups: filter_zero (global or a source's own) could never act, so it is refused naming
+    where both were set; with keep_for_kl (a standalone orchestrator's KL term) or a custom estimator it may act."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.rl import RLConfig
+
+    uniform = [_rollout(1.0), _rollout(1.0)]
+    assert make_gate(GateConfig(reject_uniform=True))(uniform, GRPOAdvantageConfig()) == "gate: every reward is 1"
+    run = tmp_path / "rl.toml"
+    run.write_text("[orchestrator.gate]\nreject_uniform = true\n")
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["@", str(run), "--orchestrator.advantage.filter-zero", "true"])
+    assert ("`advantage.filter_zero = true` (from --orchestrator.advantage.filter-zero) can never act beside "
+            f"`gate.reject_uniform = true` (in {run}): under the 'grpo' estimator") in str(err.value)
+    assert "remove advantage.filter_zero (the gate replaces it), or set gate.reject_uniform = false" in str(err.value)
+    src = '[{"name": "a", "env": {"id": "digit-bandit"}, "advantage": {"type": "rloo", "filter_zero": true}}]'
+    with pytest.raises(ConfigError, match=r"`train.source.0.advantage.filter_zero = true` \(from "):
+        parse_config(RLConfig, ["@", str(run), "--orchestrator.train.source", src])
+    OrchestratorConfig(gate={"reject_uniform": True, "keep_for_kl": True}, advantage={"filter_zero": True})
+    OrchestratorConfig(gate={"reject_uniform": True}, advantage={"type": "custom", "import_path": "m:f", "filter_zero": True})
+    assert parse_config(RLConfig, ["--orchestrator.advantage.filter-zero", "true"]).orchestrator.advantage.filter_zero

@@ -254,10 +254,36 @@ def gate_beside_kl_problem(orch: Any, term: str) -> str | None:
             "term to 0 to let the gate reject uniform groups")
 
 
+def filter_zero_beside_gate_problem(orch: Any) -> str | None:
+    """None unless a train source's `filter_zero` (its own `advantage`, else `orchestrator.advantage`) can never act
+    because the gate's `reject_uniform` is on in the orchestrator config `orch`; else the refusal, naming the fields
+    (backticked: the error names where they were set) and the fix.
+
+    Under a built-in estimator (grpo, rloo, maxrl) a group's advantages are all 0 only when its unmasked rewards
+    are all equal, and the gate rejects exactly those groups and samples replacements; the rejected groups that fill
+    a step once the refill budget is spent are out of the loss already. With `keep_for_kl` (the gate admits such
+    groups for a KL or teacher term) or a custom estimator, filter_zero may act: None."""
+    gate = orch.gate
+    if not gate.reject_uniform or gate.keep_for_kl:
+        return None
+    for i, src in enumerate(orch.train.source):
+        own = src.advantage is not None
+        adv = src.advantage if own else orch.advantage
+        if not adv.filter_zero or adv.type == "custom":
+            continue
+        field = f"train.source.{i}.advantage.filter_zero" if own else "advantage.filter_zero"
+        return (f"`{field} = true` can never act beside `gate.reject_uniform = true`: under the {adv.type!r} "
+                "estimator a group's advantages are all 0 only when its rewards are all equal, the gate rejects "
+                "every such group and samples a replacement, and the rejected groups that fill a step once the "
+                f"refill budget is spent are out of the loss already; remove {field} (the gate replaces it), or set "
+                "gate.reject_uniform = false to drop such groups without refill")
+    return None
+
+
 def recipe_problem(orch: Any) -> str | None:
-    """The first refusal of `token_batch_problem` and `length_penalty_problem` for the orchestrator config `orch`,
-    or None."""
-    return token_batch_problem(orch) or length_penalty_problem(orch)
+    """The first refusal of `token_batch_problem`, `length_penalty_problem` and `filter_zero_beside_gate_problem`
+    for the orchestrator config `orch`, or None."""
+    return token_batch_problem(orch) or length_penalty_problem(orch) or filter_zero_beside_gate_problem(orch)
 
 
 def inert_recipe_settings(orch: Any, where: Callable[[str], str] | None = None) -> list[tuple[list[str], str]]:
