@@ -152,3 +152,24 @@ def test_pool_fields_without_the_pool_are_refused_or_warned(tmp_path):
     assert "they tune the difficulty pool only" in message
     assert inert_recipe_settings(OrchestratorConfig(curriculum={"sampler": "difficulty_pool", "window": 8})) == []
     assert inert_recipe_settings(OrchestratorConfig()) == []
+
+
+def test_a_pool_with_both_weights_at_one_is_refused(tmp_path):
+    """easy_weight = hard_weight = 1 gives every task weight 1, as the uniform sampler does: the curriculum changes
+    nothing, so it is refused naming where each field was set; one weight below 1 is accepted."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.rl import RLConfig
+
+    flat = DifficultyPool(CFG.model_copy(update={"easy_weight": 1.0, "hard_weight": 1.0}))
+    flat.observe(_group("easy", [1, 1, 1]))
+    flat.observe(_group("hard", [0, 0, 0]))
+    assert [flat.weight("s", t) for t in ("easy", "hard", "never")] == [1.0, 1.0, 1.0]
+    run = tmp_path / "rl.toml"
+    run.write_text('[orchestrator.curriculum]\nsampler = "difficulty_pool"\neasy_weight = 1.0\n')
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["@", str(run), "--orchestrator.curriculum.hard-weight", "1"])
+    assert (f'`curriculum.sampler = "difficulty_pool"` (in {run}) with `curriculum.easy_weight = 1` (in {run}) and '
+            "`curriculum.hard_weight = 1` (from --orchestrator.curriculum.hard-weight) draws every task with weight "
+            "1") in str(err.value)
+    assert "lower easy_weight or hard_weight below 1" in str(err.value)
+    assert parse_config(RLConfig, ["@", str(run)]).orchestrator.curriculum.hard_weight == 0.1

@@ -107,6 +107,20 @@ class CurriculumConfig(BaseConfig):
         return self
 
 
+    @model_validator(mode="after")
+    def _pool_changes_a_weight(self) -> CurriculumConfig:
+        """The difficulty pool with `easy_weight = hard_weight = 1` draws every task with weight 1, as `uniform`
+        does: refused (the curriculum would change nothing)."""
+        if self.sampler == "difficulty_pool" and self.easy_weight == 1 and self.hard_weight == 1:
+            raise ValueError(
+                "`curriculum.sampler = \"difficulty_pool\"` with `curriculum.easy_weight = 1` and "
+                "`curriculum.hard_weight = 1` draws every task with weight 1 (easy, hard and mixed alike), as "
+                "sampler = \"uniform\" does, so the curriculum changes nothing; lower easy_weight or hard_weight "
+                "below 1 (the default is 0.1), or remove the curriculum"
+            )
+        return self
+
+
 POOL_FIELDS = ("window", "min_rollouts", "easy_weight", "hard_weight", "pass_threshold")
 """The `[orchestrator.curriculum]` fields that only the difficulty pool reads."""
 
