@@ -238,3 +238,36 @@ def test_the_references_deployment_names_name_the_fields_here(tmp_path):
     assert "`deployment.nodes_per_fsdp_group` has no field here" in msg
     assert "the reference prime-rl's `deployment.orchestrator_on_inference` is `deployment.orchestrator_node` here " \
            "(the node's index; default: the first inference node): did you mean `deployment.orchestrator_node`" in msg
+
+
+@pytest.mark.parametrize("args,name,ours", [
+    (["--orchestrator.rollouts-per-example", "8"], "orchestrator.rollouts_per_example", "orchestrator.train.group_size"),
+    (["--orchestrator.max-inflight-rollouts", "64"], "orchestrator.max_inflight_rollouts",
+     "orchestrator.concurrency.max_inflight"),
+    (["--orchestrator.oversampling-factor", "2"], "orchestrator.oversampling_factor",
+     "orchestrator.concurrency.max_inflight"),
+    (["--orchestrator.curriculum.easy-threshold", "0.9"], "orchestrator.buffer.easy_threshold",
+     "orchestrator.curriculum.pass_threshold"),
+    (["--orchestrator.train.source.0.weight", "2"], "orchestrator.train.source[N].weight",
+     "orchestrator.train.source[0].ratio"),
+])  # fmt: skip
+def test_the_references_rollout_counts_buffer_and_weights_name_the_fields_here(args, name, ours):
+    msg = _error(["@", RL_TOML, *args])
+    flag = "--" + ours.replace("[", ".").replace("]", "").replace("_", "-")
+    assert f"the reference prime-rl's `{name}` is `{ours}` here" in msg
+    assert f"did you mean `{ours}` (flag `{flag}`)?" in msg
+
+
+def test_the_references_buffer_names_its_parts_here(tmp_path):
+    f = tmp_path / "rl.toml"
+    f.write_text("[orchestrator.buffer]\nonline_difficulty_filtering = true\neasy_threshold = 0.9\nenv_ratios = [1, 2]\n")
+    msg = _error(["@", RL_TOML, "@", str(f)])
+    assert "the reference prime-rl's `orchestrator.buffer.online_difficulty_filtering` is " \
+           "`orchestrator.gate.reject_uniform` here" in msg
+    assert "`orchestrator.buffer.easy_threshold` is `orchestrator.curriculum.sampler` here (no average-reward " \
+           "thresholds here" in msg
+    assert "`orchestrator.buffer.env_ratios` (one number per env) is each source's `ratio` here: " \
+           "`orchestrator.train.source[N].ratio`" in msg
+    f.write_text("[orchestrator.buffer]\nseed = 1\n")
+    assert "the reference prime-rl's `orchestrator.buffer` (difficulty filtering and env mixing) is split here: " \
+           "`orchestrator.gate`" in _error(["@", RL_TOML, "@", str(f)])

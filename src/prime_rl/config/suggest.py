@@ -17,6 +17,10 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
+_POOL_NOTE = (" (no average-reward thresholds here: with `orchestrator.curriculum.sampler = \"difficulty_pool\"` a "
+              "task whose last `window` rollouts all reach `pass_threshold` is easy, all below it hard; both are drawn "
+              "less often, with `easy_weight` / `hard_weight`)")
+
 REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, str]] = {
     ("orchestrator", "sampling"): ("orchestrator.sampling", ("orchestrator", "train", "sampling"), ""),
     ("orchestrator", "group_size"): ("orchestrator.group_size", ("orchestrator", "train", "group_size"),
@@ -81,6 +85,31 @@ REFERENCE_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, st
                                              "trainer shards over all its ranks (one FSDP group); remove it"),
     ("deployment", "orchestrator_on_inference"): ("deployment.orchestrator_on_inference", ("orchestrator_node",),
                                                   " (the node's index; default: the first inference node)"),
+    ("orchestrator", "rollouts_per_example"): ("orchestrator.rollouts_per_example", ("orchestrator", "train",
+                                               "group_size"), " (the train group size; per source: "
+                                               "`orchestrator.train.source[N].group_size`; the eval's is "
+                                               "`orchestrator.eval.rollouts_per_example`)"),
+    ("max_inflight_rollouts",): ("orchestrator.max_inflight_rollouts", ("concurrency", "max_inflight"), ""),
+    ("max_inflight_episodes",): ("orchestrator.max_inflight_episodes", ("concurrency", "max_inflight"), ""),
+    ("oversampling_factor",): ("orchestrator.oversampling_factor", ("concurrency", "max_inflight"), " (rollouts in "
+                               "flight = batch_size x oversampling_factor there: set max_inflight to that product)"),
+    ("buffer",): ("orchestrator.buffer", None, " (difficulty filtering and env mixing) is split here: "
+                  "`orchestrator.gate` rejects groups without a learning signal (`reject_uniform`), "
+                  "`orchestrator.curriculum` draws easy and hard tasks less often (`sampler = \"difficulty_pool\"`), "
+                  "and each source's `ratio` mixes the envs (`orchestrator.train.source[N].ratio`)"),
+    ("buffer", "online_difficulty_filtering"): ("orchestrator.buffer.online_difficulty_filtering", ("gate",
+                                                "reject_uniform"), " (a group whose rollouts all got the same reward, "
+                                                "as average 0 or 1, is rejected and resampled)"),
+    ("buffer", "easy_threshold"): ("orchestrator.buffer.easy_threshold", ("curriculum", "sampler"), _POOL_NOTE),
+    ("buffer", "hard_threshold"): ("orchestrator.buffer.hard_threshold", ("curriculum", "sampler"), _POOL_NOTE),
+    ("curriculum", "easy_threshold"): ("orchestrator.buffer.easy_threshold", ("curriculum", "pass_threshold"),
+                                       _POOL_NOTE),
+    ("curriculum", "hard_threshold"): ("orchestrator.buffer.hard_threshold", ("curriculum", "pass_threshold"),
+                                       _POOL_NOTE),
+    ("buffer", "env_ratios"): ("orchestrator.buffer.env_ratios", None, " (one number per env) is each source's "
+                               "`ratio` here: `orchestrator.train.source[N].ratio` (relative; need not sum to 1)"),
+    ("source", "weight"): ("orchestrator.train.source[N].weight", ("source", "ratio"), " (relative; need not sum to "
+                           "1)"),
 }  # fmt: skip
 """The reference prime-rl's names that differ here (its v0.8 configs): the end of a key's path as written, list
 indices left out -> (the reference's name, the path here from where that end starts, or None where the setting is
@@ -232,8 +261,9 @@ def _resolve(ours: tuple, start: tuple, loc: tuple, names_at: Callable[[tuple], 
     """The path here of a spelling's setting `ours`, given from `start` (the section the reference's name starts
     in): `start + ours` where that exists, else the config's path ending with the longest tail of `ours`, nearest
     to `loc`; `ours` when none does."""
-    if ours[-1] in names_at(start + ours[:-1]):
-        return start + ours
+    if ours[-1] in names_at(start + ours[:-1]):  # through a list: the entry of `loc` (`source[0].ratio`)
+        listed = [_placed(p, loc) for p in paths if tuple(s for s in p if not isinstance(s, Item)) == start + ours]
+        return next((p for p in listed if not any(isinstance(s, Item) for s in p)), start + ours)
     for tail in range(len(ours), 0, -1):
         found = [p for p in paths if p[-tail:] == ours[-tail:]]
         if found:
