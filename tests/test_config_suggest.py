@@ -271,3 +271,18 @@ def test_the_references_buffer_names_its_parts_here(tmp_path):
     f.write_text("[orchestrator.buffer]\nseed = 1\n")
     assert "the reference prime-rl's `orchestrator.buffer` (difficulty filtering and env mixing) is split here: " \
            "`orchestrator.gate`" in _error(["@", RL_TOML, "@", str(f)])
+
+
+def test_a_boolean_is_shown_as_toml_writes_it_and_tool_response_points_to_the_tool_role(tmp_path):
+    from prime_rl.config.trainer import SFTConfig
+
+    f = tmp_path / "sft.toml"
+    f.write_text("[data.loss_mask]\ntool_response = true\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(SFTConfig, ["@", str(f)])
+    assert str(e.value) == (
+        f"  data.loss_mask.tool_response: unknown key (got true) (in {f}); the name `loss_mask.tool_response` is "
+        "`loss_mask.tool` here (tool-result messages carry loss): did you mean `data.loss_mask.tool` (flag "
+        "`--data.loss-mask.tool`)?")
+    f.write_text("[orchestrator]\nreject_uniform = false\n")
+    assert "orchestrator.reject_uniform: unknown key (got false) (in " in _error(["@", str(f)])

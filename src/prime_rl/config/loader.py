@@ -131,7 +131,7 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
         loc, tag = _untag(cls, tuple(error.get("loc", ())))
         path = _dotted(loc)
         value = error.get("input")
-        got = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
+        got = "" if isinstance(value, dict | list) or value is None else f" (got {toml_value(value)})"
         where = _origin(loc, argv, positional) if argv else ""
         if error.get("type") == "extra_forbidden" and tag is not None and len(loc) == len(tag[0]) + 1:
             variant = next(m for m in tag[3] if _tag_value(m)[1] == tag[2])
@@ -156,11 +156,19 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
                                                                             positional), msg)  # fmt: skip
                 where = "" if len(msg) > said else where  # the message names where its fields were set
             head = f"{path}: " if loc else ""
-            got = "" if not loc or repr(value) in msg else got  # a message that quotes the value says it once
+            got = "" if not loc or repr(value) in msg or toml_value(value) in msg else got  # quoted once
             spelt = spelling_hint(loc, value, lambda at: _field_names_at(cls, at), field_paths(cls)) if isinstance(
                 value, dict) else ""  # a table for a field that is not one: the reference's section (`[resume]`)?
             lines.append(f"  {head}{msg}{got}{where}{spelt}")
     return "\n".join(lines)
+
+
+def toml_value(value: Any) -> str:
+    """`value` as a config message shows it: a boolean as TOML writes it (`true`, `false`), anything else as its
+    repr (`'org/ds'`, `0.5`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
 
 
 _METAVARS = {int: "INT", float: "FLOAT", str: "STR", bool: "true|false", Path: "PATH"}

@@ -135,6 +135,15 @@ FRAMEWORK_SPELLINGS: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, st
 same setting here, as `REFERENCE_SPELLINGS`. Names close in spelling (`max_grad_norm` for `max_norm`) get the plain
 "did you mean"."""
 
+OTHER_NAMES: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, str]] = {
+    ("loss_mask", "tool_response"): ("loss_mask.tool_response", ("loss_mask", "tool"), " (tool-result messages "
+                                     "carry loss)"),
+    ("loss_mask", "tool_responses"): ("loss_mask.tool_responses", ("loss_mask", "tool"), " (tool-result messages "
+                                      "carry loss)"),
+}  # fmt: skip
+"""Names for a setting that are neither the reference's nor close in spelling to the name here (`loss_mask`'s
+`tool_response` for its role `tool`) -> the same setting here, as `FRAMEWORK_SPELLINGS`."""
+
 
 class Item(str):
     """An index placeholder in a path that names no item (`N` of a list, `KEY` of a dict): `source[N].name`, flag
@@ -273,8 +282,8 @@ def _resolve(ours: tuple, start: tuple, loc: tuple, names_at: Callable[[tuple], 
 
 def spelling_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]], paths: Iterable[tuple] = ()) -> str:
     """`; the reference prime-rl's `X` is `Y` here: did you mean ...?` (or other frameworks') for the key at `loc`
-    given `value` (its table, where it is one), or "" when no spelling of `REFERENCE_SPELLINGS` or
-    `FRAMEWORK_SPELLINGS` matches. A spelling matches where its keys run, in order, through the key's path and a
+    given `value` (its table, where it is one), or "" when no spelling of `REFERENCE_SPELLINGS`,
+    `FRAMEWORK_SPELLINGS` or `OTHER_NAMES` matches. A spelling matches where its keys run, in order, through the key's path and a
     path into its value, the key itself included; the longest matching spelling of each such path is named, each
     once."""
     keys = tuple(str(s) for s in loc if not isinstance(s, int))
@@ -284,7 +293,7 @@ def spelling_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]]
     for leaf in _leaf_paths(value):
         full = keys + leaf
         for whose, table in (("the reference prime-rl's", REFERENCE_SPELLINGS),
-                             ("other frameworks'", FRAMEWORK_SPELLINGS)):  # fmt: skip
+                             ("other frameworks'", FRAMEWORK_SPELLINGS), ("the name", OTHER_NAMES)):  # fmt: skip
             matches = [(ref, i) for ref in table for i in range(max(0, at - len(ref) + 1), at + 1)
                        if full[i : i + len(ref)] == ref]  # fmt: skip
             if not matches:
