@@ -420,8 +420,10 @@ def _orch(**kw):
 
 def test_token_batch_size_that_can_never_cut_a_step_is_refused():
     """A step is cut at batch_size rollouts; before that it holds at most batch_size - group_size rollouts (one size;
-    batch_size - 1 with several) of at most max_turns samples of seq_len tokens: a larger token_batch_size is
-    refused, naming the bound."""
+    the largest sum of group sizes below batch_size with several) of at most max_turns samples of seq_len tokens: a
+    larger token_batch_size is refused, naming the bound."""
+    from prime_rl.config.recipes import most_rollouts_before_the_cut
+
     # the default source (gridsim, max_turns 8): (4 - 2) x 512 x 8 = 8192
     assert _orch(token_batch_size=8192).token_batch_size == 8192
     with pytest.raises(ValueError, match=r"`token_batch_size = 8193` can never cut a step: a step is cut at "
@@ -432,11 +434,16 @@ def test_token_batch_size_that_can_never_cut_a_step_is_refused():
     _orch(token_batch_size=1024, train={"group_size": 2, "source": one_turn})  # (4 - 2) x 512
     with pytest.raises(ValueError, match=r"at most 2 rollouts of at most seq_len = 512 tokens each, 1024 tokens"):
         _orch(token_batch_size=1025, train={"group_size": 2, "source": one_turn})
-    # several group sizes (2 and 4): up to batch_size - 1 = 5 rollouts before the cut, x 512 x 1
+    # several group sizes (2 and 4), batch_size 6: a step below 6 rollouts holds 2, 4 (2 + 2 or one 4), never 5,
+    # so up to 4 rollouts before the cut, x 512 x 1 (batch_size - 1 = 5 let 2049..2560 through)
+    assert most_rollouts_before_the_cut(6, [2, 4]) == 4
+    assert most_rollouts_before_the_cut(16, [4, 8]) == 12 and most_rollouts_before_the_cut(8, [3, 4]) == 7
+    assert most_rollouts_before_the_cut(4, [4]) == 0 and most_rollouts_before_the_cut(8, [4]) == 4
     mixed = [{**one_turn[0], "name": "a"}, {**one_turn[0], "name": "b", "group_size": 4}]
-    _orch(batch_size=6, token_batch_size=2560, train={"group_size": 2, "source": mixed})
-    with pytest.raises(ValueError, match="at most 5 rollouts"):
-        _orch(batch_size=6, token_batch_size=2561, train={"group_size": 2, "source": mixed})
+    _orch(batch_size=6, token_batch_size=2048, train={"group_size": 2, "source": mixed})
+    with pytest.raises(ValueError, match="at most 4 rollouts of at most seq_len = 512 tokens each, 2048 tokens"):
+        _orch(batch_size=6, token_batch_size=2049, train={"group_size": 2, "source": mixed})
+
     with pytest.raises(ValueError, match="one group of 2, so every step is exactly one group"):
         _orch(batch_size=2, token_batch_size=10)
 

@@ -165,15 +165,15 @@ def token_batch_problem(orch: Any) -> str | None:
     refusal, naming the fields and the fix.
 
     A step is cut at `batch_size` rollouts (`Scheduler._step_full`), so `token_batch_size` acts only while the step
-    holds fewer: at most `batch_size - group_size` rollouts with one group size (`batch_size - 1` with several).
-    A rollout holds one sample per prefix break, at most `env.agent.max_turns` samples of at most `seq_len` tokens
+    holds fewer: at most the largest sum of group sizes below `batch_size` (`most_rollouts_before_the_cut`;
+    `batch_size - group_size` with one group size). A rollout holds one sample per prefix break, at most `env.agent.max_turns` samples of at most `seq_len` tokens
     each; `token_batch_size` above that product can never be reached first."""
     tbs = orch.token_batch_size
     turns = [_max_turns(s) for s in orch.train.source]
     if tbs is None or None in turns:
         return None
     sizes = orch.train.group_sizes
-    before = orch.batch_size - (sizes[0] if len(set(sizes)) == 1 else 1)
+    before = most_rollouts_before_the_cut(orch.batch_size, sizes)
     per_rollout = orch.seq_len * max(turns)
     most = before * per_rollout
     if tbs <= most:
@@ -186,6 +186,16 @@ def token_batch_problem(orch: Any) -> str | None:
             f"{orch.seq_len} x {max(turns)} = {per_rollout} tokens each (one sample per prefix break)")
     return (f"{head}, and before that it holds at most {before} rollouts of at most {each}, {most} tokens in all; "
             f"lower token_batch_size to at most {most}, or remove it")
+
+
+def most_rollouts_before_the_cut(batch_size: int, sizes: list[int]) -> int:
+    """The most rollouts a step of groups of `sizes` (any number of each, in any mix) holds while still below
+    `batch_size`: the largest sum of group sizes under `batch_size` (0 when the one size is `batch_size`). E.g. sizes [2, 4]
+    and batch_size 6 give 4 (2 + 2 or 4), not 5."""
+    reachable = [True] + [False] * (batch_size - 1)
+    for total in range(1, batch_size):
+        reachable[total] = any(size <= total and reachable[total - size] for size in set(sizes))
+    return max(total for total in range(batch_size) if reachable[total])
 
 
 def length_penalty_problem(orch: Any) -> str | None:
