@@ -22,9 +22,11 @@ def test_rl_with_a_teacher_logs_teacher_kl(tmp_path):
 
     student = cached_tiny_model(hidden=64, layers=2, seed=0)
     teacher = cached_tiny_model(hidden=64, layers=2, seed=1)
+    # on GPU the teacher shares the first inference GPU: 0.45 of it each (the teacher inherits inference's share)
     extra = ["--max-steps", "3", "--orchestrator.eval.interval", "100", "--trainer.loss.type", "opd",
              "--teacher.model.name", str(teacher), "--teacher.model.dtype", "float32",
-             "--teacher.server.port", str(free_port())]  # fmt: skip
+             "--teacher.server.port", str(free_port()),
+             "--inference.vllm.gpu-memory-utilization", "0.45"]  # fmt: skip
     run = tmp_path / "opd"
     rl_run(LADDER / "digit.toml", student, run, seed=0, extra=extra, timeout_s=900)
     rows = read_metrics(run, "orchestrator")

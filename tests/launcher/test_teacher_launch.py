@@ -132,3 +132,47 @@ def test_preflight_refuses_a_teacher_whose_own_context_cannot_hold_a_sample(tmp_
     conf["max_position_embeddings"] = 2049
     (short / "config.json").write_text(json.dumps(conf))
     resolve(cfg_of(args), Layout.single(), probe=lambda url: False, gpus=[])
+
+
+def test_teacher_model_dtype_is_the_students_when_unset(tmp_path):
+    """`rl @ examples/reverse_text/rl.toml @ distill.toml`: the shared `[model] dtype = "float32"` reaches the teacher
+    server's config (it served "auto", i.e. another precision, before); a `[teacher.model] dtype` keeps its own."""
+    from pathlib import Path
+
+    from prime_rl.config.loader import parse_config
+
+    distill = tmp_path / "distill.toml"
+    distill.write_text('[trainer.loss]\ntype = "opd"\n\n[teacher.model]\nname = "t"\n')
+    rl_toml = str(Path(__file__).resolve().parents[2] / "examples/reverse_text/rl.toml")
+    cfg = parse_config(RLConfig, ["@", rl_toml, "@", str(distill), "--model.dtype", "float32"])
+    assert cfg.inference.model.dtype == "float32"
+    assert cfg.teacher.inference_config(tmp_path).model.dtype == "float32"
+    own = parse_config(RLConfig, ["@", rl_toml, "@", str(distill), "--model.dtype", "float32",
+                                  "--teacher.model.dtype", "bfloat16"])  # fmt: skip
+    assert own.teacher.model.dtype == "bfloat16"
+
+
+def test_gpu_placement_refuses_a_teacher_and_replica_0_asking_for_more_than_the_gpu_they_share(tmp_path):
+    """On GPU the teacher shares the first inference GPU with replica 0: two 0.9 shares (the teacher's inherited)
+    cannot both start, named with where each was set and the fix; shares summing to at most 0.95 are placed, and a
+    CPU run (no share taken) is not refused."""
+    from prime_rl.config.loader import parse_config
+    from prime_rl.launcher.placement import place
+
+    distill = tmp_path / "distill.toml"
+    distill.write_text('[trainer.loss]\ntype = "opd"\n\n[teacher.model]\nname = "t"\n')
+    cfg = parse_config(RLConfig, ["@", str(distill)])
+    with pytest.raises(PreflightError) as e:
+        place(cfg, gpus=["0", "1"])
+    assert ("teacher.vllm.gpu_memory_utilization = 0.9 (unset under [teacher.vllm]: inference.vllm."
+            "gpu_memory_utilization's) and inference.vllm.gpu_memory_utilization = 0.9 ask for 1.80") in str(e.value)
+    assert "set them to sum to at most 0.95" in str(e.value)
+    assert place(cfg, gpus=[], ncores=2).device == "cpu"
+    cfg = parse_config(RLConfig, ["@", str(distill), "--inference.vllm.gpu-memory-utilization", "0.45"])
+    assert place(cfg, gpus=["0", "1"]).device == "cuda"  # the teacher inherits 0.45: 0.9 together
+    cfg = parse_config(RLConfig, ["@", str(distill), "--inference.vllm.gpu-memory-utilization", "0.45",
+                                  "--teacher.vllm.gpu-memory-utilization", "0.6"])  # fmt: skip
+    with pytest.raises(PreflightError, match=r"teacher.vllm.gpu_memory_utilization = 0.6 \(from --teacher.vllm.gpu-"
+                                             r"memory-utilization\) and inference.vllm.gpu_memory_utilization = 0.45 "
+                                             r"\(from --inference.vllm.gpu-memory-utilization\) ask for 1.05"):
+        place(cfg, gpus=["0", "1"])

@@ -229,8 +229,10 @@ class RLConfig(BaseConfig):
 
     @model_validator(mode="after")
     def _wire_teacher(self) -> RLConfig:
-        """`[teacher.vllm]` fields left unset are `[inference.vllm]`'s (`TeacherServerConfig.inherit_vllm`)."""
+        """`[teacher.vllm]` fields left unset are `[inference.vllm]`'s (`TeacherServerConfig.inherit_vllm`), an unset
+        `teacher.model.dtype` is `inference.model.dtype` (`inherit_dtype`)."""
         if self.teacher is not None:
+            self.teacher.inherit_dtype(self.inference.model)
             inherited = self.teacher.inherit_vllm(self.inference.vllm)
             check_teacher_server(self, inherited)
         check_teacher(self)

@@ -4,6 +4,7 @@ and the trainer's teacher term fit together (`check_teacher`, `check_teacher_ser
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,9 +58,12 @@ class TeacherServerConfig(BaseConfig):
     """`[teacher]` of `rl`: the teacher inference server `rl` starts next to the policy's (single-node runs), serving
     `model.name` frozen (no weight updates); `rl` points `[orchestrator.teacher]` at it. Its tokenizer must be the
     student's. On GPU it shares the first inference GPU: set both servers' `vllm.gpu_memory_utilization` so they
-    fit together."""
+    fit together (`shared_gpu_problem` refuses a sum above 0.95). An unset `model.dtype` is the student's
+    (`inherit_dtype`)."""
 
-    model: ModelConfig = Field(description="The teacher model (`[teacher.model] name = ...`).")
+    model: ModelConfig = Field(
+        description="The teacher model (`[teacher.model] name = ...`); dtype unset = the student's (inference.model.dtype)."
+    )
     server: ServerConfig = Field(ServerConfig(port=8001), description="Address of the teacher server (port 8001).")
     vllm: VllmConfig = Field(
         VllmConfig(),
@@ -78,6 +82,15 @@ class TeacherServerConfig(BaseConfig):
         taken = policy.model_dump(exclude=set(NOT_INHERITED) | set(own))
         self.vllm = VllmConfig(**(taken | own))
         return set(taken)
+
+    def inherit_dtype(self, policy: ModelConfig) -> bool:
+        """Set `model.dtype` from `policy` (`inference.model`: the student's, which the shared `[model]` sets) when
+        `[teacher.model]` leaves it unset, so the teacher scores in the precision the student samples in. Returns
+        whether it was taken."""
+        if "dtype" in self.model.model_fields_set:
+            return False
+        self.model = self.model.model_copy(update={"dtype": policy.dtype})
+        return True
 
     def inference_config(self, output_dir: Path) -> InferenceConfig:
         """The `inference` config of the teacher server: its vLLM log `<output_dir>/logs/vllm-teacher.log` unless
@@ -165,3 +178,28 @@ def check_teacher_server(cfg: Any, inherited: set[str] = frozenset()) -> None:
         f"tokens plus one generated token, so it needs {seq_len + 1}: every scoring request past its context would "
         f"fail; set teacher.vllm.max_model_len = {seq_len + 1} (or more), or lower {seq_name}"
     )
+
+
+SHARED_GPU_LIMIT = 0.95
+"""The most of one GPU's memory the teacher server and inference replica 0 may ask for together."""
+
+
+def shared_gpu_problem(cfg: Any, where: Callable[[str], str]) -> str | None:
+    """On GPU, rl starts the `[teacher]` server on the first inference GPU, beside inference replica 0 (when rl
+    starts inference servers: `orchestrator.backend.type = "server"`): each vLLM server takes its
+    `gpu_memory_utilization` share of that GPU's memory and must find it free when it starts, so the two shares must
+    sum to at most `SHARED_GPU_LIMIT`. `where(field)` says where the field was set (` (in FILE)`, ` (from --flag)`,
+    ""). Returns the refusal (both fields named, the teacher's as inherited when unset, and the fix), or None."""
+    if cfg.teacher is None or cfg.orchestrator.backend.type != "server":
+        return None
+    field = "vllm.gpu_memory_utilization"
+    teacher, policy = cfg.teacher.vllm.gpu_memory_utilization, cfg.inference.vllm.gpu_memory_utilization
+    if teacher + policy <= SHARED_GPU_LIMIT:
+        return None
+    own = where(f"teacher.{field}")
+    named = f"teacher.{field} = {teacher:g}" + (own or f" (unset under [teacher.vllm]: inference.{field}'s)")
+    return (f"the teacher server shares the first inference GPU with inference replica 0, but {named} and inference."
+            f"{field} = {policy:g}{where(f'inference.{field}')} ask for {teacher + policy:.2f} of its memory together, "
+            "so the second server would not start; set them to sum to at most "
+            f"{SHARED_GPU_LIMIT:g} (e.g. [inference.vllm] gpu_memory_utilization = 0.45 and [teacher.vllm] "
+            "gpu_memory_utilization = 0.45, or less for the smaller model)")  # fmt: skip

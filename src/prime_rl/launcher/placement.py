@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prime_rl.config.rl import RLConfig
+from prime_rl.config.teacher import shared_gpu_problem
 from prime_rl.launcher.errors import PreflightError
+from prime_rl.launcher.fields import as_set
 
 
 @dataclass
@@ -72,8 +74,9 @@ def place(
     (a trainer node needs only `num_train_gpus`, an inference node only `num_infer_gpus`); None = every role here.
 
     Raises:
-        PreflightError: fewer GPUs than `num_train_gpus + num_infer_gpus`, or vLLM parallel sizes that do not
-            multiply to `num_infer_gpus`.
+        PreflightError: fewer GPUs than `num_train_gpus + num_infer_gpus`, vLLM parallel sizes that do not
+            multiply to `num_infer_gpus`, or a `[teacher]` server and inference replica 0 whose
+            `gpu_memory_utilization` shares of the GPU they share sum above 0.95 (`config.teacher.shared_gpu_problem`).
     """
     gpus = visible_gpus() if gpus is None else gpus
     dep = cfg.deployment
@@ -113,6 +116,8 @@ def place(
             f"each replica gets the same number of GPUs"
         )
     per = ni // rpn
+    if want_i and (problem := shared_gpu_problem(cfg, lambda field: as_set(cfg, field)[1])):
+        raise PreflightError(problem)
     vllm = cfg.inference.vllm
     updates: dict[str, Any] = {"orchestrator.num_train_ranks": nt}
     if vllm.tensor_parallel_size * vllm.data_parallel_size != per:
