@@ -206,8 +206,9 @@ def test_greedy_with_several_rollouts_is_refused_per_source():
     src = {"name": "b", "env": {"id": "digit-bandit"}}
     with pytest.raises(ValueError, match=r"eval.source.0.sampling.temperature = 0 with eval.source.0.rollouts_per_"):
         EvalConfig(source=[{**src, "sampling": {"temperature": 0}, "rollouts_per_example": 4}])
-    with pytest.raises(ValueError, match=r"eval.source.0.sampling.temperature = 0"):  # greedy from eval.sampling
-        EvalConfig(sampling={"temperature": 0}, source=[{**src, "rollouts_per_example": 4}])
+    with pytest.raises(ValueError, match=r"eval.sampling.temperature = 0 with eval.source.0.rollouts_per_example = 4"
+                                         r".*\(the source sets no sampling.temperature of its own: \[eval\]'s applies\)"):
+        EvalConfig(sampling={"temperature": 0}, source=[{**src, "rollouts_per_example": 4}])  # greedy from eval.sampling
     EvalConfig(sampling={"temperature": 0}, source=[{**src, "rollouts_per_example": 4, "sampling": {"temperature": 0.7}}])
     EvalConfig(sampling={"temperature": 0}, rollouts_per_example=4,  # the global pair is only a default here
                source=[{**src, "rollouts_per_example": 1}])  # fmt: skip
@@ -338,3 +339,31 @@ def test_eval_settings_without_an_interval_anywhere_are_refused(tmp_path):
                                             "--eval.num-examples", "3"]).eval.num_examples == 3  # fmt: skip
     sft = SFTConfig(eval={"interval": 5, "source": [{"name": "d", "env": {"id": "digit-bandit"}}], "num_examples": 3})
     assert sft.eval.num_examples == 3
+
+
+@pytest.mark.parametrize("cls,pre,section,extra", [
+    ("rl", "--orchestrator.eval.", "[orchestrator.eval]", ["--orchestrator.eval.interval", "5"]),
+    ("evals", "--eval.", "[eval]", ["--model.name", "m"]),
+    ("sft", "--eval.", "[eval]", ["--eval.interval", "5"]),
+])
+def test_the_greedy_refusal_names_the_fields_set_and_the_commands_section(cls, pre, section, extra):
+    """An eval source that sets neither temperature nor rollouts_per_example takes the section's: the refusal names
+    the section's fields (where the user set them, flags here), not eval.source.0.*, and the section as the command
+    spells it ([eval] in evals and sft, [orchestrator.eval] in rl)."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.rl import RLConfig
+    from prime_rl.config.trainer import SFTConfig
+
+    config = {"rl": RLConfig, "evals": EvalCommandConfig, "sft": SFTConfig}[cls]
+    src = '[{"name": "d", "env": {"id": "digit-bandit"}}]'
+    with pytest.raises(ConfigError) as err:
+        parse_config(config, [*extra, f"{pre}source", src, f"{pre}rollouts-per-example", "4",
+                              f"{pre}sampling.temperature", "0"])  # fmt: skip
+    msg = str(err.value)
+    assert ("eval source 0 ('d'): eval.sampling.temperature = 0 with eval.rollouts_per_example = 4: greedy decoding"
+            in msg), msg
+    assert f"(the source sets no sampling.temperature or rollouts_per_example of its own: {section}'s applies)" in msg
+    flag = pre.removeprefix("--")
+    assert (f"{flag}sampling.temperature from {pre}sampling.temperature, {flag}rollouts_per_example from "
+            f"{pre}rollouts-per-example)") in msg
+    assert "eval.source.0." not in msg and ("orchestrator" in msg) == (cls == "rl")

@@ -134,6 +134,32 @@ class EvalConfig(BaseConfig):
     _all_examples = field_validator("num_examples", mode="before")(refuse_all_examples_spelling)
 
     @model_validator(mode="after")
+    def _no_repeated_greedy_rollouts(self) -> EvalConfig:
+        """Temperature 0 with more than one rollout per task, globally or on a source (`repeated_greedy_problem`),
+        naming the fields that give the pair: the source's own, else this section's (`[eval]`, which the error
+        names as the command spells it). Runs before `_merge_source_sampling`, while a source's `sampling` holds only
+        the fields set on it."""
+        if self.source is None:
+            problem = repeated_greedy_problem(self.sampling.temperature, self.rollouts_per_example)
+            if problem is not None:
+                raise ValueError(problem)
+        for i, src in enumerate(self.source or []):
+            own_temp = src.sampling is not None and "temperature" in src.sampling.model_fields_set
+            own_k = src.rollouts_per_example is not None
+            temp = src.sampling.temperature if own_temp else self.sampling.temperature
+            per_task = src.rollouts_per_example if own_k else self.rollouts_per_example
+            problem = repeated_greedy_problem(
+                temp, per_task, temperature_field=f"eval.source.{i}.sampling.temperature" if own_temp else None,
+                rollouts_field=f"eval.source.{i}.rollouts_per_example" if own_k else None)  # fmt: skip
+            if problem is not None:
+                inherited = [f for f, own in (("sampling.temperature", own_temp), ("rollouts_per_example", own_k))
+                             if not own]  # fmt: skip
+                whose = (f" (the source sets no {' or '.join(inherited)} of its own: [eval]'s applies)"
+                         if inherited else "")  # fmt: skip
+                raise ValueError(f"eval source {i} ({src.name!r}): {problem}{whose}")
+        return self
+
+    @model_validator(mode="after")
     def _merge_source_sampling(self) -> EvalConfig:
         """A source's `sampling` holds the fields set on it over `eval.sampling` (resolved here, so the config `rl`
         writes for the orchestrator carries the merged values)."""
@@ -166,20 +192,6 @@ class EvalConfig(BaseConfig):
                 raise ValueError(f"entry {i} sets {key}, a train-source setting: {TRAIN_ONLY[key]}")
         return value
 
-    @model_validator(mode="after")
-    def _no_repeated_greedy_rollouts(self) -> EvalConfig:
-        if self.source is None:
-            problem = repeated_greedy_problem(self.sampling.temperature, self.rollouts_per_example)
-            if problem is not None:
-                raise ValueError(problem)
-        for i, src in enumerate(self.source or []):
-            settings = self.settings_of(src)
-            problem = repeated_greedy_problem(settings.sampling.temperature, settings.rollouts_per_example,
-                                              f"eval.source.{i}.")  # fmt: skip
-            if problem is not None:
-                raise ValueError(f"{problem} (unset on the source: the [orchestrator.eval] value)")
-        return self
-
     @property
     def scheduled(self) -> bool:
         """Whether the orchestrator evaluates at all: `interval` set here or on an eval source."""
@@ -205,18 +217,23 @@ class EvalSourceSettings:
     sampling: EvalSamplingConfig
 
 
-def repeated_greedy_problem(temperature: float, rollouts_per_example: int, prefix: str = "eval.") -> str | None:
+def repeated_greedy_problem(temperature: float, rollouts_per_example: int, prefix: str = "eval.", *,
+                            temperature_field: str | None = None, rollouts_field: str | None = None) -> str | None:
     """None unless `temperature = 0` (greedy decoding) meets `rollouts_per_example > 1`: every rollout of a task
     would be the same one, and avg@k / pass@k / pass@1 would count it k times as if independent. Else the refusal,
-    naming both fields (under `prefix`) and the fixes."""
+    naming both fields (`temperature_field`, `rollouts_field`; unset: `sampling.temperature` and
+    `rollouts_per_example` under `prefix`) and the fixes."""
     if temperature != 0 or rollouts_per_example <= 1:
         return None
     at_k = rollouts_per_example
+    temp = temperature_field or f"{prefix}sampling.temperature"
+    rollouts = rollouts_field or f"{prefix}rollouts_per_example"
+    seed = temp.removesuffix("temperature") + "seed"
     return (
-        f"{prefix}sampling.temperature = 0 with {prefix}rollouts_per_example = {at_k}: greedy decoding samples the "
-        f"same rollout {at_k} times per task, and avg@{at_k}, pass@{at_k} and pass@1 would count it as {at_k} "
-        f"independent ones; set {prefix}rollouts_per_example = 1, or {prefix}sampling.temperature > 0 (with "
-        f"{prefix}sampling.seed set, each rollout gets its own reproducible seed)"
+        f"{temp} = 0 with {rollouts} = {at_k}: greedy decoding samples the same rollout {at_k} times per task, and "
+        f"avg@{at_k}, pass@{at_k} and pass@1 would count it as {at_k} independent ones; set {rollouts} = 1, or "
+        f"{temp} > 0 "
+        f"(with {seed} set, each rollout gets its own reproducible seed)"
     )
 
 
