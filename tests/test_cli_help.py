@@ -190,3 +190,28 @@ def test_a_bare_backend_example_needs_no_other_field():
     short = " ".join(render_help(OrchestratorConfig, "orchestrator").split())
     assert "(a bare value sets `backend.type`; server/custom;" in short
     assert "`--backend custom`" not in short
+
+
+def test_rl_help_and_docs_show_the_teacher_servers_effective_defaults(tmp_path):
+    """`[teacher]`'s port (8001), vLLM log (logs/vllm-teacher.log), model name (required) and dtype (the student's)
+    are what `rl --help-all` and docs/config.md say, and what the config resolves."""
+    import re
+
+    from prime_rl.cli.config_docs import render
+    from prime_rl.config.rl import RLConfig
+
+    full = " ".join(render_help(RLConfig, "rl", full=True).split())
+    assert re.search(r"--teacher\.server\.port INT [^-]*\(default: 8001\)", full), full
+    assert re.search(r"--teacher\.server\.log-file PATH\|None vLLM's own output; default: "
+                     r"<output_dir>/logs/vllm-teacher\.log\.", full)  # fmt: skip
+    assert re.search(r"--teacher\.model\.name STR [^-]*\(required\)", full)
+    assert re.search(r"--teacher\.model\.dtype \S+ Compute dtype; None = the student's", full)
+    page = render()
+    assert "| `teacher.server.port` | `int` | 8001 |" in page
+    assert "| `teacher.model.name` | `str` | (required) |" in page
+    assert "<output_dir>/logs/vllm-teacher.log" in page
+    cfg = parse_config(RLConfig, ["--trainer.loss.type", "opd", "--teacher.model.name", "t"])
+    inference = cfg.teacher.inference_config(tmp_path)
+    assert (inference.server.port, inference.server.log_file) == (8001, tmp_path / "logs" / "vllm-teacher.log")
+    with pytest.raises(ConfigError, match="teacher.model.name: required"):  # was: the default outputs/tiny-model
+        parse_config(RLConfig, ["--trainer.loss.type", "opd", "--teacher.model.dtype", "float32"])

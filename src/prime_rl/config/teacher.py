@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -54,6 +54,24 @@ NOT_INHERITED = ("tensor_parallel_size", "data_parallel_size", "enable_lora", "m
 """The `[inference.vllm]` fields `[teacher.vllm]` does not inherit (`TeacherServerConfig.inherit_vllm`)."""
 
 
+class TeacherModelConfig(ModelConfig):
+    """`[teacher.model]`: the teacher model; `name` has no default (the teacher is the model named here), and an
+    unset `dtype` is the student's (`TeacherServerConfig.inherit_dtype`)."""
+
+    name: str = Field(description=ModelConfig.model_fields["name"].description)
+    dtype: Literal["auto", "float32", "bfloat16"] | None = Field(
+        None, description="Compute dtype; None = the student's (inference.model.dtype, which the shared [model] sets); "
+        "auto = bfloat16 on GPU, on CPU as model.dtype's auto.",
+    )
+
+
+class TeacherAddressConfig(ServerConfig):
+    """`[teacher.server]`: where the teacher server listens (port 8001, its vLLM log `logs/vllm-teacher.log`)."""
+
+    port: int = Field(8001, gt=0, lt=65536, description=ServerConfig.model_fields["port"].description)
+    log_file: Path | None = Field(None, description="vLLM's own output; default: <output_dir>/logs/vllm-teacher.log.")
+
+
 class TeacherServerConfig(BaseConfig):
     """`[teacher]` of `rl`: the teacher inference server `rl` starts next to the policy's (single-node runs), serving
     `model.name` frozen (no weight updates); `rl` points `[orchestrator.teacher]` at it. Its tokenizer must be the
@@ -61,10 +79,10 @@ class TeacherServerConfig(BaseConfig):
     fit together (`shared_gpu_problem` refuses a sum above 0.95). An unset `model.dtype` is the student's
     (`inherit_dtype`)."""
 
-    model: ModelConfig = Field(
+    model: TeacherModelConfig = Field(
         description="The teacher model (`[teacher.model] name = ...`); dtype unset = the student's (inference.model.dtype)."
     )
-    server: ServerConfig = Field(ServerConfig(port=8001), description="Address of the teacher server (port 8001).")
+    server: TeacherAddressConfig = Field(TeacherAddressConfig(), description="Address of the teacher server (port 8001).")
     vllm: VllmConfig = Field(
         VllmConfig(),
         description="vLLM engine options of the teacher server; a field not set here is [inference.vllm]'s, except "
@@ -85,9 +103,9 @@ class TeacherServerConfig(BaseConfig):
 
     def inherit_dtype(self, policy: ModelConfig) -> bool:
         """Set `model.dtype` from `policy` (`inference.model`: the student's, which the shared `[model]` sets) when
-        `[teacher.model]` leaves it unset, so the teacher scores in the precision the student samples in. Returns
+        `[teacher.model]` leaves it unset (None), so the teacher scores in the precision the student samples in. Returns
         whether it was taken."""
-        if "dtype" in self.model.model_fields_set:
+        if self.model.dtype is not None:
             return False
         self.model = self.model.model_copy(update={"dtype": policy.dtype})
         return True
@@ -95,10 +113,11 @@ class TeacherServerConfig(BaseConfig):
     def inference_config(self, output_dir: Path) -> InferenceConfig:
         """The `inference` config of the teacher server: its vLLM log `<output_dir>/logs/vllm-teacher.log` unless
         `server.log_file` is set."""
-        server = self.server
-        if server.log_file is None:
-            server = server.model_copy(update={"log_file": Path(output_dir) / "logs" / "vllm-teacher.log"})
-        return InferenceConfig(model=self.model, server=server, vllm=self.vllm, output_dir=output_dir)
+        log_file = self.server.log_file or Path(output_dir) / "logs" / "vllm-teacher.log"
+        server = ServerConfig(**self.server.model_dump(exclude_unset=True) | {"port": self.server.port,
+                                                                               "log_file": log_file})  # fmt: skip
+        model = ModelConfig(**self.model.model_dump(exclude_unset=True) | {"dtype": self.model.dtype or "auto"})
+        return InferenceConfig(model=model, server=server, vllm=self.vllm, output_dir=output_dir)
 
     @property
     def url(self) -> str:
