@@ -177,14 +177,14 @@ def test_eval_sources_have_no_length_penalty_advantage_group_size_or_ratio(tmp_p
     path = tmp_path / "rl.toml"
     path.write_text('[[orchestrator.eval.source]]\nname = "e"\nenv.id = "digit-bandit"\n'
                     "length_penalty = { max_tokens = 8, cache_tokens = 4 }\n")  # fmt: skip
-    with pytest.raises(ConfigError, match=rf"orchestrator.eval.source: entry 0 sets length_penalty, a train-source "
-                                          rf"setting: eval reports the environment's rewards unshaped; set "
-                                          rf"length_penalty on the \[\[orchestrator.train.source\]\] entry instead "
-                                          rf"\(in {path}\)"):
+    with pytest.raises(ConfigError, match=rf"orchestrator.eval.source: `source.0.length_penalty = {{...}}` \(in "
+                                          rf"{path}\) is a train-source setting: eval reports the environment's "
+                                          rf"rewards unshaped; set length_penalty on the \[\[orchestrator.train."
+                                          rf"source\]\] entry instead"):
         parse_config(RLConfig, ["@", str(path)])
     path.write_text('[[orchestrator.eval.source]]\nname = "e"\nenv.id = "digit-bandit"\nratio = 2.0\n')
-    with pytest.raises(ConfigError, match=r"entry 0 sets ratio, a train-source setting: every eval source plays its "
-                                          r"own eval split"):
+    with pytest.raises(ConfigError, match=r"`source.0.ratio = 2.0` \(in .*\) is a train-source setting: every eval "
+                                          r"source plays its own eval split"):
         parse_config(RLConfig, ["@", str(path)])
     path.write_text('[[orchestrator.eval.source]]\nname = "e"\nenv.id = "digit-bandit"\nlenght_penalty = 1\n')
     with pytest.raises(ConfigError) as e:  # a misspelling is not steered to a setting eval sources lack

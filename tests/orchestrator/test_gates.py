@@ -334,7 +334,7 @@ def test_rl_refuses_a_keep_for_kl_set_against_the_loss(tmp_path):
 def test_eval_sources_refuse_a_length_penalty():
     from prime_rl.config.orchestrator import EvalConfig
 
-    with pytest.raises(ValueError, match=r"entry 0 sets length_penalty, a train-source setting: eval reports"):
+    with pytest.raises(ValueError, match=r"`source.0.length_penalty = \{...\}` is a train-source setting: eval reports"):
         EvalConfig(source=[{"env": {"id": "digit-bandit"}, "length_penalty": {"max_tokens": 8, "cache_tokens": 4}}])
 
 
@@ -388,7 +388,7 @@ def test_admit_uses_the_advantage_settings_of_the_groups_source():
 def test_eval_sources_refuse_an_advantage():
     from prime_rl.config.orchestrator import EvalConfig
 
-    with pytest.raises(ValueError, match=r"entry 0 sets advantage, a train-source setting"):
+    with pytest.raises(ValueError, match=r"`source.0.advantage = \{...\}` is a train-source setting"):
         EvalConfig(source=[{"env": {"id": "digit-bandit"}, "advantage": {"type": "rloo"}}])
 
 

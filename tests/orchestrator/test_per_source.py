@@ -129,7 +129,7 @@ def test_batch_size_is_checked_against_every_group_size():
 
 
 def test_eval_sources_refuse_a_group_size():
-    with pytest.raises(ValueError, match=r"entry 0 sets group_size, a train-source setting: .*rollouts_per_example"):
+    with pytest.raises(ValueError, match=r"`source.0.group_size = 4` is a train-source setting: .*rollouts_per_example"):
         EvalConfig(source=[{"env": {"id": "digit-bandit"}, "group_size": 4}])
 
 

@@ -23,7 +23,9 @@ hand (`tests/test_config_docs.py` fails when this page is stale). Every field ca
 `@ file.toml` (the dotted name is the TOML table and key) or on the command line as `--dotted.name value` (dashes or
 underscores); precedence is defaults < files (left to right) < flags. A field whose default reads `(required)` and
 that no file or flag sets is refused naming its flag (`out: required, not given: pass --out PATH`) and, for a
-command that takes bare arguments, the argument that also sets it. `None` in a file or on the command line
+command that takes bare arguments, the argument that also sets it; a field that a section's `type` requires
+(`import_path` of `advantage = { type = "custom" }`) also names where that type was set and the key to add next to
+it. `None` in a file or on the command line
 sets a field that admits None to None (a text field that does not keeps "None" as text). The resolved configs
 (`configs/*.toml`) leave out a None whose default is None and list a section's other None fields under `_null`
 (`_null = ["max_norm"]` in `[optim]`). `prime-rl eval` takes the same flags as `evals`, `prime-rl dashboard` as

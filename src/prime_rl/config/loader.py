@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
@@ -140,7 +141,7 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, argv: li
             lines.append(f"  {path}{where.replace(' (', ' (set ', 1)}: "
                          f"{_wrong_variant(loc, tag, where, argv or [], positional, hint)}")
         elif error.get("type") == "missing":
-            lines.append(f"  {path}: {_required(cls, loc, takes, prog)}")
+            lines.append(f"  {path}: {_required_by_type(_required(cls, loc, takes, prog), loc, tag, argv, positional)}")
         elif error.get("type") == "extra_forbidden":
             hint = unknown_key_hint(loc, value, lambda at: _field_names_at(cls, at), field_paths(cls))
             lines.append(f"  {path}: unknown key{got}{where}{hint}")
@@ -195,6 +196,24 @@ def _required(cls: type[BaseModel], loc: tuple, takes: tuple[str, ...] = (), pro
     return text
 
 
+def _required_by_type(text: str, loc: tuple, tag: tuple | None, argv: list[str] | None,
+                      positional: set[str] | frozenset[str]) -> str:  # fmt: skip
+    """`text` (`_required`'s) naming the `type = "..."` that requires the field at `loc` and where it was set, with
+    the key to add next to it in that file (`advantage = { type = "custom" }` needs `import_path`); `text` when
+    the field is not one of a section chosen by its type, or nothing was parsed."""
+    if tag is None or not argv or len(loc) != len(tag[0]) + 1:
+        return text
+    section, field, value, _ = tag
+    where = _origin(section + (field,), argv, positional)
+    if not where:
+        return text
+    said = f'required by `{_dotted(section + (field,))} = "{value}"`{where}, not given: '
+    if where.startswith(" (in "):
+        example = '"..."' if " STR" in text else "..."
+        said += f'add `{loc[-1]} = {example}` next to `{field} = "{value}"` in {where[5:-1]}, or '
+    return said + text.removeprefix("required, not given: ")
+
+
 def _annotation_at(cls: Any, loc: tuple) -> Any:
     """The annotation reached by walking `loc` from `cls` (through lists, optionals, unions); None when a step
     names no field."""
@@ -208,6 +227,12 @@ def _annotation_at(cls: Any, loc: tuple) -> Any:
         if current is None:
             return None
     return current
+
+
+def _list_of(annotation: Any) -> Any:
+    """`annotation` without an Optional around it (`list[X] | None` -> `list[X]`)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 else annotation
 
 
 def _without_copies(errors: list[Any]) -> list[Any]:
@@ -230,12 +255,16 @@ def _named_fields(cls: type[BaseModel], loc: tuple, msg: str) -> list[tuple[str,
     if (loc and isinstance(loc[-1], int)) or not own:
         return []
     named: list[tuple[int, tuple[str, ...]]] = []
-    prefixed = [rf"(?<![\w]){re.escape(str(loc[-1]))}\.([A-Za-z_][\w.]*\w)"] if loc else []
+    prefixed = [rf"(?<![\w.]){re.escape(str(loc[-1]))}\.(\w[\w.]*\w)"] if loc else []
     for pattern in [*prefixed, _DOTTED]:  # `SECTION.field...` (what resolves of it), a whole dotted path below it
         for match in re.finditer(pattern, msg):
-            path: tuple[str, ...] = ()
+            path: tuple = ()
             parts = match.group(1).split(".")
             for part in parts:
+                if part.isdigit() and typing.get_origin(_list_of(_annotation_at(cls, loc + path))) is list:
+                    # an entry of a list: `source.0.interval`
+                    path += (int(part),)
+                    continue
                 if part not in _field_names_at(cls, loc + path):
                     break
                 path += (part,)
@@ -249,7 +278,7 @@ def _named_fields(cls: type[BaseModel], loc: tuple, msg: str) -> list[tuple[str,
     return found
 
 
-_DOTTED = r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)"  # `train.group_size` below the section (or the root)
+_DOTTED = r"(?<![\w.])([A-Za-z_]\w*(?:\.(?:[A-Za-z_]\w*|\d+))+)"  # `train.group_size` below the section (or the root)
 _BARE_SETTING = re.compile(r"(?<![\w.`\[])([A-Za-z_]\w*) = ")  # `advantage_range = ...` of the section in a message
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,7 +190,10 @@ class EvalConfig(BaseConfig):
         for i, src in enumerate(value if isinstance(value, list) else []):
             key = next((k for k in TRAIN_ONLY if isinstance(src, dict) and src.get(k) is not None), None)
             if key is not None:
-                raise ValueError(f"entry {i} sets {key}, a train-source setting: {TRAIN_ONLY[key]}")
+                given = src[key]  # a flag's value is still a string here: "2" is shown as 2
+                numeric = isinstance(given, str) and given.replace(".", "", 1).isdigit()
+                shown = given if numeric else json.dumps(given) if isinstance(given, str | int | float) else "{...}"
+                raise ValueError(f"`source.{i}.{key} = {shown}` is a train-source setting: {TRAIN_ONLY[key]}")
         return value
 
     @property

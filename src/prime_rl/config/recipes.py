@@ -92,7 +92,10 @@ class CurriculumConfig(BaseConfig):
     def _min_within_window(self) -> CurriculumConfig:
         if self.min_rollouts > self.window:
             raise ValueError(
-                f"curriculum.min_rollouts ({self.min_rollouts}) is above curriculum.window ({self.window})"
+                f"curriculum.min_rollouts ({self.min_rollouts}) is above curriculum.window ({self.window}): a task "
+                f"would never hold min_rollouts rollouts in its window of the last {self.window}, so none would count "
+                f"as easy or hard; lower curriculum.min_rollouts to {self.window} or less, or raise curriculum.window "
+                f"to {self.min_rollouts} or more"
             )
         return self
 
