@@ -195,6 +195,27 @@ def test_duplicate_source_names_are_refused():
     OrchestratorConfig(train={"source": [two[0], {**two[1], "name": "g2"}]})
 
 
+def test_two_unnamed_sources_are_refused_with_names_suggested(tmp_path):
+    """Two sources that set no name are both 'default': the refusal says they set no name and suggests one per entry
+    from its environment (a single unnamed source keeps 'default', which its metrics and checkpoints use)."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.rl import RLConfig
+
+    run = tmp_path / "rl.toml"
+    run.write_text('[[orchestrator.train.source]]\nenv.id = "digit-bandit"\n\n'
+                   '[[orchestrator.train.source]]\nenv.id = "reverse-text"\n')
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["@", str(run)])
+    assert ("entries 0 and 1 set no `name`, so both are named 'default' (the name of an unnamed source): "
+            "per-source metrics, eval results and caches are keyed by the source's name, so they would mix; give each "
+            'source its own `name` (e.g. name = "digit-bandit" on entry 0 and name = "reverse-text" on entry 1) '
+            f"(in {run})") in str(err.value)
+    same = [{"env": {"id": "gridsim"}}, {"env": {"id": "gridsim", "args": {"seed": 1}}}]
+    with pytest.raises(ValueError, match=r'name = "gridsim-1" on entry 0 and name = "gridsim-2" on entry 1'):
+        OrchestratorConfig(eval={"interval": 5, "source": same})
+    assert OrchestratorConfig(train={"source": same[:1]}).train.source[0].name == "default"
+
+
 def _rollout(reward, masked=False):
     return Rollout(task=Task("t", "eval", 0, []), source="s", reward=reward, masked=masked)
 

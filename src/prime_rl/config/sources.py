@@ -65,16 +65,36 @@ class SourceConfig(TaskSourceConfig):
 
 
 def unique_source_names(sources: list[SourceConfig] | None) -> list[SourceConfig] | None:
-    """Refuse two sources with one `name`: metrics, eval rows and caches are keyed by it (docs/design.md invariant 8)."""
+    """Refuse two sources with one `name`: metrics, eval rows and caches are keyed by it (docs/design.md invariant 8).
+    Two sources that set no `name` are both 'default' (the name of an unnamed source, which a run of one source
+    keeps in its metrics and checkpoints): the refusal says so and suggests names from their environments."""
     seen: dict[str, int] = {}
     for i, src in enumerate(sources or []):
         if src.name in seen:
+            first = sources[seen[src.name]]
+            unnamed = "name" not in first.model_fields_set and "name" not in src.model_fields_set
+            if unnamed:
+                ids = [_env_label(first.env, "a"), _env_label(src.env, "b")]
+                ids = ids if ids[0] != ids[1] else [f"{ids[0]}-1", f"{ids[1]}-2"]
+                raise ValueError(
+                    f"entries {seen[src.name]} and {i} set no `name`, so both are named {src.name!r} (the name of an "
+                    "unnamed source): per-source metrics, eval results and caches are keyed by the source's name, so "
+                    f"they would mix; give each source its own `name` (e.g. name = \"{ids[0]}\" on entry "
+                    f"{seen[src.name]} and name = \"{ids[1]}\" on entry {i})"
+                )
             raise ValueError(
                 f"entries {seen[src.name]} and {i} are both named {src.name!r}: per-source metrics, eval results and "
                 "caches are keyed by the source's name, so they would mix; give each source its own `name`"
             )
         seen[src.name] = i
     return sources
+
+
+def _env_label(env: Any, fallback: str) -> str:
+    """A short name for a source from its environment: a built-in env's `id`, a taskset's `taskset.id`, else
+    `fallback`."""
+    label = getattr(env, "id", None) or getattr(getattr(env, "taskset", None), "id", None)
+    return label if isinstance(label, str) and label else fallback
 
 
 TRAIN_ONLY = {
