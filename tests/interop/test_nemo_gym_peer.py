@@ -63,8 +63,10 @@ def tok(tmp_path_factory):
 
 
 def _counter_plan(prompt: str) -> tuple[int, int]:
-    a, b = re.findall(r"add (\d+)", prompt)
-    return int(a), int(b)
+    found = re.findall(r"add (\d+)", prompt)
+    if len(found) != 2:
+        raise AssertionError(f"the counter script found {found} (not two 'add N') in the prompt {prompt!r}")
+    return int(found[0]), int(found[1])
 
 
 async def test_our_client_plays_nemo_stateful_server(stateful_url, nemo_root):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 from tests.orchestrator.fakes import CounterEnv, ScriptedClient, tiny_tokenizer, tool_call_text
 
 from prime_rl.config.orchestrator import RendererConfig, SamplingConfig, SourceConfig
+from prime_rl.envs.base import Task
 from prime_rl.models.renderer import make_renderer
-from prime_rl.orchestrator.agent import AgentLimits, run_rollout
+from prime_rl.orchestrator import agent
+from prime_rl.orchestrator.agent import AgentLimits, initial_prompt_ids, run_rollout
 from prime_rl.orchestrator.sources import InProcessSource, build_source
 
 
@@ -185,3 +189,48 @@ async def test_rollout_cancelled_while_its_episode_opens_closes_it(renderer, tok
     with pytest.raises(asyncio.CancelledError):
         await rollout
     assert live == set()
+
+
+class _NamedRenderer:
+    """A renderer stand-in whose first prompt is its name followed by the last message's text, as code points."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def render_ids(self, messages, tools=None, add_generation_prompt=False):
+        return [ord(c) for c in self.name + messages[-1]["content"]]
+
+
+def _first_task(text: str) -> Task:
+    return Task("train-0", "train", 0, [{"role": "user", "content": text}])
+
+
+def _codes(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def test_first_prompt_cache_tells_apart_tasks_of_one_id(monkeypatch):
+    """Two sources of one name (two test cases, an eval rerun) with their own `train-0`: each task's own prompt."""
+    monkeypatch.setattr(agent, "_PROMPT_CACHE", OrderedDict())
+    renderer = _NamedRenderer("a")
+    assert initial_prompt_ids(renderer, _first_task("weather?"), "nemo") == _codes("aweather?")
+    assert initial_prompt_ids(renderer, _first_task("add 1 then add 2"), "nemo") == _codes("aadd 1 then add 2")
+    assert initial_prompt_ids(renderer, _first_task("weather?"), "nemo") == _codes("aweather?")
+
+
+def test_first_prompt_cache_is_not_fooled_by_a_reused_renderer_id(monkeypatch):
+    """A renderer made after another was freed often gets its id(); it must still render its own prompts, not get
+    the freed renderer's from the cache."""
+    monkeypatch.setattr(agent, "_PROMPT_CACHE", OrderedDict())
+    task = _first_task("x")
+    reused = 0
+    for _ in range(50):
+        first = _NamedRenderer("a")
+        freed = id(first)
+        assert initial_prompt_ids(first, task, "nemo") == _codes("ax")
+        del first
+        second = _NamedRenderer("b")
+        reused += id(second) == freed
+        assert initial_prompt_ids(second, task, "nemo") == _codes("bx")
+        del second
+    assert reused  # CPython hands a freed object's memory to the next object of its size: the case happened

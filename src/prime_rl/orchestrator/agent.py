@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -91,7 +92,7 @@ def malformed_call_message(status: str, raw: str) -> str:
     return f"Error: could not parse your tool call ({status}): {snippet!r}. Write each call as {TOOL_FORMAT_HINT}"
 
 
-_PROMPT_CACHE: OrderedDict[tuple, list[int]] = OrderedDict()
+_PROMPT_CACHE: OrderedDict[tuple, tuple[Any, list, list, list[int]]] = OrderedDict()
 _PROMPT_CACHE_MAX = 4096
 
 
@@ -99,15 +100,24 @@ def initial_prompt_ids(renderer: Any, task: Task, source: str) -> list[int]:
     """The task's first prompt (messages + tools + generation prompt) for the source named `source`.
 
     Cached, since a group's rollouts share it (`benchmarks/prompt_cache.py` measures the saving). Keyed by
-    renderer, source, split and task id: two sources may use the same task ids for different tasks (docs/design.md invariant 8).
+    renderer, source, split and task id: two sources may use the same task ids for different tasks (docs/design.md
+    invariant 8). An entry answers only the renderer that rendered it (held weakly: a renderer made after it was
+    freed may get its `id()`) and a task with the same messages and tools (two sources of one name, e.g. made one
+    after the other in one process, may both have a `train-0`); otherwise the prompt is rendered again.
     """
     key = (id(renderer), source, task.split, task.task_id)
-    ids = _PROMPT_CACHE.get(key)
-    if ids is None:
-        ids = list(renderer.render_ids(task.messages, tools=task.tools or None, add_generation_prompt=True))
-        _PROMPT_CACHE[key] = ids
-        if len(_PROMPT_CACHE) > _PROMPT_CACHE_MAX:
-            _PROMPT_CACHE.popitem(last=False)
+    entry = _PROMPT_CACHE.get(key)
+    if entry is not None and entry[0]() is renderer and entry[1] == task.messages and entry[2] == task.tools:
+        return list(entry[3])
+    ids = list(renderer.render_ids(task.messages, tools=task.tools or None, add_generation_prompt=True))
+    try:
+        ref = weakref.ref(renderer)
+    except TypeError:  # a renderer without weak references is not cached (a strong one would keep it alive)
+        return ids
+    _PROMPT_CACHE.pop(key, None)
+    _PROMPT_CACHE[key] = (ref, task.messages, task.tools, ids)
+    if len(_PROMPT_CACHE) > _PROMPT_CACHE_MAX:
+        _PROMPT_CACHE.popitem(last=False)
     return list(ids)
 
 
