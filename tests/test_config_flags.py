@@ -202,9 +202,10 @@ def test_a_word_after_a_section_flag_names_the_flag():
     (["--wandb", '{"offline": true, "name": "-x"}'], ["--wandb.offline", "--wandb.name", "-x"]),
     (["--wandb", "{}"], ["--wandb"]),
     (['--orchestrator.train.sampling={"temperature": 0.3}'], ["--orchestrator.train.sampling.temperature", "0.3"]),
-    (["--orchestrator.train.source[0].advantage", '{"type": "rloo", "filter_zero": true}'],
-     ["--orchestrator.train.source.0.advantage.type", "rloo", "--orchestrator.train.source.0.advantage.filter-zero"]),
-    (["--orchestrator.train.source.0.advantage", "maxrl"], ["--orchestrator.train.source.0.advantage.type", "maxrl"]),
+    # grpo: rl.toml's global std_normalize = true must act on the source (with rloo or maxrl it would act on none)
+    (["--orchestrator.train.source[0].advantage", '{"type": "grpo", "filter_zero": true}'],
+     ["--orchestrator.train.source.0.advantage.type", "grpo", "--orchestrator.train.source.0.advantage.filter-zero"]),
+    (["--orchestrator.train.source.0.advantage", "grpo"], ["--orchestrator.train.source.0.advantage.type", "grpo"]),
 ])  # fmt: skip
 def test_a_json_object_for_a_table_is_its_dotted_flags(table, dotted):
     # merged into the table the file gives, as the dotted flags are

@@ -367,3 +367,40 @@ def test_the_greedy_refusal_names_the_fields_set_and_the_commands_section(cls, p
     assert (f"{flag}sampling.temperature from {pre}sampling.temperature, {flag}rollouts_per_example from "
             f"{pre}rollouts-per-example)") in msg
     assert "eval.source.0." not in msg and ("orchestrator" in msg) == (cls == "rl")
+
+
+def test_a_source_advantage_merges_over_the_global_one_like_sampling(tmp_path):
+    """A source's advantage sets its type; the fields it leaves unset are [orchestrator.advantage]'s where its
+    estimator has them (a global std_normalize or filter_zero was dropped before); a global field that acts on no
+    source (every source sets its own advantage) is refused naming where it was set."""
+    from prime_rl.config.loader import ConfigError, parse_config
+    from prime_rl.config.orchestrator import GRPOAdvantageConfig, RLOOAdvantageConfig
+    from prime_rl.config.rl import RLConfig
+
+    two = [{"name": "a", "env": {"id": "digit-bandit"}, "advantage": {"type": "grpo"}},
+           {"name": "b", "env": {"id": "digit-bandit"}, "advantage": {"type": "rloo", "filter_zero": False}},
+           {"name": "c", "env": {"id": "digit-bandit"}}]  # fmt: skip
+    cfg = OrchestratorConfig(advantage={"std_normalize": True, "filter_zero": True, "mask_truncated": True},
+                             train={"source": two})  # fmt: skip
+    a, b, c = (src.advantage for src in cfg.train.source)
+    assert a == GRPOAdvantageConfig(std_normalize=True, filter_zero=True, mask_truncated=True)
+    assert b == RLOOAdvantageConfig(filter_zero=False, mask_truncated=True) and c is None
+    # the config rl writes (every field, the sources merged) reads back unchanged
+    again = OrchestratorConfig.model_validate(cfg.model_dump())
+    assert [s.advantage for s in again.train.source] == [a, b, None]
+
+    run = tmp_path / "rl.toml"
+    run.write_text('[orchestrator.advantage]\ntype = "maxrl"\n\n[[orchestrator.train.source]]\nname = "a"\n'
+                   'env.id = "digit-bandit"\nadvantage = { type = "rloo" }\n')
+    with pytest.raises(ConfigError) as err:
+        parse_config(RLConfig, ["@", str(run)])
+    assert (f"`advantage.type = 'maxrl'` (in {run}) acts on no train source: every source sets its own advantage"
+            in str(err.value))
+    assert "remove advantage.type from [orchestrator.advantage], or set the value on a source's advantage" in str(
+        err.value)
+    with pytest.raises(ConfigError, match=r"`advantage.std_normalize = true` \(from --orchestrator.advantage.std-norm"):
+        parse_config(RLConfig, ["@", str(run), "--orchestrator.advantage.type", "grpo",
+                                "--orchestrator.advantage.std-normalize", "true"])  # fmt: skip
+    merged = parse_config(RLConfig, ["@", str(run), "--orchestrator.advantage.type", "grpo",
+                                     "--orchestrator.advantage.filter-zero", "true"])  # fmt: skip
+    assert merged.orchestrator.train.source[0].advantage == RLOOAdvantageConfig(filter_zero=True)

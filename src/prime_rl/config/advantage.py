@@ -64,3 +64,40 @@ def legacy_advantage_type(value: Any) -> Any:
     if isinstance(value, dict) and isinstance(value.get("type"), str) and ":" in value["type"]:
         return {**value, "type": "custom", "import_path": value["type"]}
     return value
+
+
+def merged_advantage(glob: Any, own: Any) -> Any:
+    """A train source's advantage config `own` over `[orchestrator.advantage]` (`glob`), as a source's `sampling`
+    merges over `train.sampling`: `own.type` (always given) chooses the estimator; every other field `own` leaves
+    unset is `glob`'s, where that estimator has the field (`filter_zero` and `mask_truncated` always, `std_normalize`
+    between grpo configs, `import_path` and `kwargs` between custom ones). Returns a new config of `own`'s class."""
+    cls = type(own)
+    inherited = {key: value for key, value in glob.model_dump().items() if key in cls.model_fields and key != "type"}
+    return cls(**(inherited | own.model_dump(exclude_unset=True) | {"type": own.type}))
+
+
+def unused_global_advantage_problem(glob: Any, sources: list[Any]) -> str | None:
+    """None unless fields set in `[orchestrator.advantage]` (`glob`) off their defaults act on no train source: every
+    source sets its own `advantage`, and each either has an estimator without the field or holds another value of it
+    (set on the source; `type`: no source plays the global estimator); else the refusal naming them (backticked: the
+    error names where they were set) and the fix. A source whose merged value equals the global one counts as using
+    it, so a resolved config (every field written, the sources merged) reads back."""
+    if any(src.advantage is None for src in sources):
+        return None
+    unused = []
+    for key in sorted(glob.model_fields_set):
+        value = getattr(glob, key)
+        if value == ("grpo" if key == "type" else type(glob).model_fields[key].default):  # the defaults act on none
+            continue
+        used = any(key in type(src.advantage).model_fields and getattr(src.advantage, key) == value for src in sources)
+        if not used:
+            unused.append(key)
+    if not unused:
+        return None
+    shown = {key: getattr(glob, key) for key in unused}
+    fields = ", ".join(f"`advantage.{key} = {str(value).lower() if isinstance(value, bool) else repr(value)}`"
+                       for key, value in shown.items())  # fmt: skip
+    return (f"{fields} {'acts' if len(unused) == 1 else 'act'} on no train source: every source sets its own "
+            "advantage, which takes a global field only where it leaves the field unset and its estimator (its type) "
+            f"has it; remove {', '.join(f'advantage.{key}' for key in unused)} from [orchestrator.advantage], or set "
+            "the value on a source's advantage")

@@ -17,6 +17,8 @@ from prime_rl.config.advantage import (  # noqa: F401 - the advantage configs, i
     MaxRLAdvantageConfig,
     RLOOAdvantageConfig,
     legacy_advantage_type,
+    merged_advantage,
+    unused_global_advantage_problem,
 )
 from prime_rl.config.archive import ArchiveConfig
 from prime_rl.config.base import BaseConfig, CheckpointConfig, LogConfig, ModelConfig, WandbConfig
@@ -358,6 +360,17 @@ class OrchestratorConfig(BaseConfig):
     @classmethod
     def _legacy_advantage(cls, value: Any) -> Any:
         return legacy_advantage_type(value)
+
+    @model_validator(mode="after")
+    def _merge_source_advantage(self) -> OrchestratorConfig:
+        """A source's `advantage` holds the fields set on it over `[orchestrator.advantage]`'s (`merged_advantage`,
+        resolved here as `sampling` is); global fields that act on no source are refused."""
+        for src in self.train.source:
+            if src.advantage is not None:
+                src.advantage = merged_advantage(self.advantage, src.advantage)
+        if (problem := unused_global_advantage_problem(self.advantage, self.train.source)) is not None:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _batch_multiple_of_group(self) -> OrchestratorConfig:

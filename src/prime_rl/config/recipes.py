@@ -294,10 +294,10 @@ def filter_zero_beside_gate_problem(orch: Any) -> str | None:
     if not gate.reject_uniform or gate.keep_for_kl:
         return None
     for i, src in enumerate(orch.train.source):
-        own = src.advantage is not None
-        adv = src.advantage if own else orch.advantage
+        adv = src.advantage or orch.advantage
         if not adv.filter_zero or adv.type == "custom":
             continue
+        own = src.advantage is not None and not orch.advantage.filter_zero  # a merged global value: name the global
         field = f"train.source.{i}.advantage.filter_zero" if own else "advantage.filter_zero"
         return (f"`{field} = true` can never act beside `gate.reject_uniform = true`: under the {adv.type!r} "
                 "estimator a group's advantages are all 0 only when its rewards are all equal, the gate rejects "
