@@ -57,7 +57,10 @@ class SourceConfig(TaskSourceConfig):
         "None = train.sampling. Train sources only.",
     )
     advantage: AdvantageConfig | None = Field(
-        None, description="Advantage estimator of this source's groups; None = orchestrator.advantage. Train sources only."
+        None,
+        description="Advantage estimator of this source's groups: type is required, the fields set here replace those "
+        "of orchestrator.advantage, the others are its (where this type has them); None = orchestrator.advantage. "
+        "Train sources only.",
     )
     group_size: int | None = Field(
         None, gt=0, description="Rollouts per task of this source's groups; None = train.group_size. Train sources only."
