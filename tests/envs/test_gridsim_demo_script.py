@@ -20,7 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 STUB = """#!/usr/bin/env bash
 set -eu
-python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$(basename "$0")" "$@" >> "$CALLS"
+# one locked O_APPEND write per call, so calls made at the same time never interleave
+python3 -c 'import fcntl, json, os, sys
+fd = os.open(os.environ["CALLS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, (json.dumps(sys.argv[1:]) + "\\n").encode())
+os.close(fd)' "$(basename "$0")" "$@"
 case "$(basename "$0") ${1:-}" in
   "sft "*) mkdir -p "$OUT/sft/weights/step_2" && touch "$OUT/sft/weights/step_2/STABLE" ;;
   "rl "*) mkdir -p "$OUT/rl/eval" "$OUT/rl/configs"

@@ -22,7 +22,12 @@ EXAMPLE = REPO / "examples" / "reasoning_gym"
 
 STUB = """#!/usr/bin/env bash
 set -eu
-python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$(basename "$0")" "$@" >> "$CALLS"
+# one locked O_APPEND write per call: the background inference stub and the curl loop record at the same time
+python3 -c 'import fcntl, json, os, sys
+fd = os.open(os.environ["CALLS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, (json.dumps(sys.argv[1:]) + "\\n").encode())
+os.close(fd)' "$(basename "$0")" "$@"
 case "$(basename "$0") ${1:-}" in
   "sft "*) mkdir -p "$OUT/sft/weights/step_20" && touch "$OUT/sft/weights/step_20/STABLE" ;;
   "rl "*) out=$(python3 -c 'import sys; a = sys.argv[1:]; print(a[a.index("--output-dir") + 1])' "$@")
