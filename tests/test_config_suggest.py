@@ -286,3 +286,35 @@ def test_a_boolean_is_shown_as_toml_writes_it_and_tool_response_points_to_the_to
         "`--data.loss-mask.tool`)?")
     f.write_text("[orchestrator]\nreject_uniform = false\n")
     assert "orchestrator.reject_uniform: unknown key (got false) (in " in _error(["@", str(f)])
+
+
+def test_a_tasksets_own_argument_beside_its_id_names_env_taskset_args(tmp_path):
+    """A verifiers taskset's config fields written beside `id` (not under `args`) are refused with where they go: the
+    TOML spelling in the source entry, the full path and flag, and where the key was set."""
+    f = tmp_path / "vf.toml"
+    f.write_text('[[orchestrator.train.source]]\nname = "arith"\nenv.taskset = {id = "vf_arith", num_examples = 10}\n\n'
+                 '[[orchestrator.eval.source]]\nname = "arith"\nenv.taskset = {id = "vf_arith", eval_arg = {n = 1}}\n')
+    msg = _error(["@", str(f)])
+    assert f"orchestrator.train.source[0].env.taskset.num_examples (set in {f}): not a setting of " \
+           "orchestrator.train.source[0].env.taskset.kind = 'verifiers'" in msg
+    assert f"remove num_examples from [orchestrator.train.source[0].env.taskset] in {f}; the taskset's own " \
+           "arguments go under `env.taskset.args`: write `env.taskset.args = {num_examples = 10}` in the entry " \
+           "(`orchestrator.train.source[0].env.taskset.args.num_examples`, flag " \
+           "`--orchestrator.train.source.0.env.taskset.args.num-examples`)" in msg
+    assert "did you mean `orchestrator.eval.num_examples`" not in msg  # not the eval count of another section
+    # a key close to a field of the taskset (`eval_args`) gets that field, not the args hint
+    assert "eval_arg = " not in msg and "did you mean `orchestrator.eval.source[0].env.taskset.eval_args`" in msg
+    # a field of the other taskset kind (nemo-gym's `split`) keeps its own message
+    f.write_text('[[orchestrator.train.source]]\nname = "arith"\nenv.taskset = {id = "vf_arith", split = "test"}\n')
+    msg = _error(["@", str(f)])
+    assert "env.taskset.split does not apply to taskset id 'vf_arith'" in msg and "own arguments" not in msg
+    # the suggested flag is accepted
+    g = tmp_path / "ok.toml"
+    g.write_text('[[orchestrator.train.source]]\nname = "arith"\nenv.taskset.id = "vf_arith"\n')
+    cfg = parse_config(RLConfig, ["@", str(g), "--orchestrator.train.source.0.env.taskset.args.num-examples", "10"])
+    assert cfg.orchestrator.train.source[0].env.taskset.args == {"num_examples": 10}
+    # a built-in environment's keyword arguments beside its id go under `env.args` (flag form)
+    msg = _error(["@", RL_TOML, "--orchestrator.train.source",
+                  '[{"name": "b", "env": {"id": "digit-bandit", "seed": 3}}]'])  # fmt: skip
+    assert "the environment's own arguments go under `env.args`: write `env.args = {seed = 3}` in the entry " \
+           "(`orchestrator.train.source[0].env.args.seed`, flag `--orchestrator.train.source.0.env.args.seed`)" in msg

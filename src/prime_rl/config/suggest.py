@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -143,6 +145,12 @@ OTHER_NAMES: dict[tuple[str, ...], tuple[str, tuple[str, ...] | None, str]] = {
 }  # fmt: skip
 """Names for a setting that are neither the reference's nor close in spelling to the name here (`loss_mask`'s
 `tool_response` for its role `tool`) -> the same setting here, as `FRAMEWORK_SPELLINGS`."""
+
+
+ARGS_OWNERS: dict[str, str] = {"taskset": "the taskset's", "env": "the environment's"}
+"""Sections whose `args` table holds the own settings of what they name (a verifiers taskset's config fields, a
+built-in environment's keyword arguments) -> whose they are: a key written beside `id` in one names where it goes
+(`args_hint`)."""
 
 
 class Item(str):
@@ -338,7 +346,7 @@ def _entry_hint(value: Any, here: tuple, renames: dict[tuple[str, ...], tuple[st
             if path[i] not in names_at(base + path[:i]):
                 first_unknown = i
                 break
-        if first_unknown is not None and "args" in names_at(base + path[:first_unknown]):  # a taskset's config fields
+        if first_unknown is not None and _takes_args(base + path[:first_unknown], names_at):  # a taskset's fields
             path = path[:first_unknown] + ("args",) + path[first_unknown:]
             first_unknown = None
         (moved if first_unknown is None else missing).append(path if first_unknown is None else leaf)
@@ -346,6 +354,46 @@ def _entry_hint(value: Any, here: tuple, renames: dict[tuple[str, ...], tuple[st
     if missing:
         text += f"{';' if text else ' Its entry 0:'} no field here for " + ", ".join(f"`{dotted(p)}`" for p in missing)
     return text + ("." if text else "")
+
+
+def _takes_args(section: tuple, names_at: Callable[[tuple], list[str]]) -> bool:
+    """Whether the section at `section` has an `args` table (a field holding a dict of free keys, not a section)."""
+    return "args" in names_at(section) and not names_at(section + ("args",))
+
+
+def _toml(value: Any) -> str:
+    """`value` as TOML writes it inline (`10`, `"a"`, `true`, `[1, 2]`, `{n = 1}`), for a suggested line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _toml_key(key: Any) -> str:
+    """A TOML key: bare where TOML allows it (`num_tasks`), else quoted."""
+    return str(key) if re.fullmatch(r"[A-Za-z0-9_-]+", str(key)) else json.dumps(str(key))
+
+
+def args_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[str]]) -> str:
+    """`; the taskset's own arguments go under `env.taskset.args`: write `env.taskset.args = {num_tasks = 10}` in
+    the entry (`...env.taskset.args.num_tasks`, flag `--...env.taskset.args.num-tasks`)` for the unknown key at `loc`
+    (given `value`) in a section of `ARGS_OWNERS` that has an `args` table; "" elsewhere. The short spelling is
+    relative to the list entry the section is in (a `[[orchestrator.train.source]]`), the full path keeps its
+    index."""
+    section = loc[:-1]
+    owner = ARGS_OWNERS.get(str(section[-1])) if section else None
+    if owner is None or not _takes_args(section, names_at):
+        return ""
+    entry = max((i + 1 for i, seg in enumerate(section) if isinstance(seg, int)), default=0)
+    short = dotted(section[entry:] + ("args",))
+    full = section + ("args", loc[-1])
+    return (f"; {owner} own arguments go under `{short}`: write `{short} = {{{_toml_key(loc[-1])} = {_toml(value)}}}`"
+            f"{' in the entry' if entry else ''} (`{dotted(full)}`, flag `{flag(full)}`)")
 
 
 def _position(loc: tuple, nth: int) -> int:
@@ -382,10 +430,19 @@ def unknown_key_hint(loc: tuple, value: Any, names_at: Callable[[tuple], list[st
     if spelt:
         return spelt
     found = misplaced(loc, paths)
+    close = difflib.get_close_matches(str(loc[-1]), names_at(loc[:-1]), n=1, cutoff=0.5)
+    own = "" if close else args_hint(loc, value, names_at)
+    if own:  # a taskset's or environment's own argument; or the name elsewhere in the same environment's entry
+        near = [path for path in found if _shared(path, loc[:-2]) >= len(loc) - 2]
+        return own + ("; or did you mean " + _named(near, value, names_at) + "?" if near else "")
     if not found or len(found[0]) <= len(loc) or _shared(found[0], loc[:-1]) < len(loc) - 1:  # not below: also near
-        close = difflib.get_close_matches(str(loc[-1]), names_at(loc[:-1]), n=1, cutoff=0.5)
         found = [loc[:-1] + (close[0],), *found[:1]] if close else found
     if not found:
         return ""
+    return "; did you mean " + _named(found, value, names_at) + "?"
+
+
+def _named(found: list[tuple], value: Any, names_at: Callable[[tuple], list[str]]) -> str:
+    """`a.b` (flag `--a.b`) or ...: each path of `found`, extended by the first key set under it in `value`."""
     fixed = [_under(path, value, names_at) for path in found]
-    return "; did you mean " + " or ".join(f"`{dotted(path)}` (flag `{flag(path)}`)" for path in fixed) + "?"
+    return " or ".join(f"`{dotted(path)}` (flag `{flag(path)}`)" for path in fixed)
