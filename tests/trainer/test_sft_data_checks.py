@@ -74,14 +74,20 @@ def test_num_batches_above_the_validation_split_is_warned_about_at_dry_run(tmp_p
     from prime_rl.config.sft import SFTValConfig
     from prime_rl.launcher.sft_preflight import val_split_warnings
 
-    warning = SFTValConfig(fraction=0.05, num_batches=4).short_split_warning(23, 16, "held out")
+    warning = SFTValConfig(fraction=0.05, num_batches=4).short_split_warning(23, 16, 465)
     assert warning == ("val.num_batches = 4 asks for 4 batches of 16 conversations (data.batch_size), 64 in all, but "
-                       "the validation split holds 23 (held out): each validation reads those 23 (2 batches), fewer "
-                       "than asked; lower val.num_batches to 2, or leave it unset (the whole split)")
-    assert SFTValConfig(fraction=0.05, num_batches=2).short_split_warning(23, 16, "held out") is None
-    assert SFTValConfig(fraction=0.05).short_split_warning(23, 16, "held out") is None
+                       "the validation split holds 23 (val.fraction = 0.05 of 465 training rows): each validation "
+                       "reads those 23 (2 batches), fewer than asked; lower val.num_batches to 2, or leave it unset "
+                       "(the whole split)")  # fmt: skip
+    assert SFTValConfig(fraction=0.05, num_batches=2).short_split_warning(23, 16, 465) is None
+    assert SFTValConfig(fraction=0.05).short_split_warning(23, 16, 465) is None
     assert "8 conversations (val.batch_size)" in SFTValConfig(fraction=0.05, num_batches=4, batch_size=8
-                                                             ).short_split_warning(23, 16, "held out")
+                                                             ).short_split_warning(23, 16, 465)
+    where = {"val.num_batches": " (from --val.num-batches)", "val.fraction": " (in a.toml)"}.get
+    assert SFTValConfig(fraction=0.05, num_batches=4).short_split_warning(23, 16, 465, where).startswith(
+        "val.num_batches = 4 (from --val.num-batches) asks for")
+    assert "holds 23 (val.fraction = 0.05 (in a.toml) of 465 training rows)" in SFTValConfig(
+        fraction=0.05, num_batches=4).short_split_warning(23, 16, 465, where)
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"messages": [{"role": "user", "content": str(i)}]}) + "\n" for i in range(465)))
     conf = tmp_path / "val.toml"
@@ -95,3 +101,51 @@ def test_num_batches_above_the_validation_split_is_warned_about_at_dry_run(tmp_p
     held = parse_config(SFTConfig, ["@", str(conf), "--val.fraction", "None", "--val.data.path", str(val_rows)])
     (line,) = val_split_warnings(held)
     assert "the validation split holds 5 (val.data)" in line and "(1 batch)" in line
+
+
+def test_num_batches_above_the_validation_split_is_warned_about_when_sft_starts(tmp_path, monkeypatch):
+    """The real run's start (`trainer.sft.train`) logs the same warning as the dry run, from the rows it loaded: the
+    field and where it was set, the numbers, the fix; with rows that fill num_batches, no warning. The run is stopped
+    at the tokenizer (no model is loaded)."""
+    import json
+
+    from prime_rl.launcher.sft_preflight import val_split_warnings
+    from prime_rl.trainer import model, sft
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(model, "model_dir", lambda name: None)
+    monkeypatch.setattr(sft, "load_tokenizer", stop)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"messages": [{"role": "user", "content": str(i)},
+                                                     {"role": "assistant", "content": "ok"}]}) + "\n"
+                            for i in range(465)))  # fmt: skip
+    conf = tmp_path / "val.toml"
+    conf.write_text(f'output_dir = "{tmp_path / "run"}"\n\n[data]\npath = "{rows}"\nbatch_size = 16\n\n'
+                    '[val]\nfraction = 0.05\nnum_batches = 4\n')
+
+    def start_log(args: list[str]) -> str:
+        cfg = parse_config(SFTConfig, ["@", str(conf), *args])
+        log = cfg.output_dir / "logs" / "sft.log"
+        log.unlink(missing_ok=True)
+        with pytest.raises(Stop):
+            sft.train(cfg)
+        return log.read_text()
+
+    text = start_log([])
+    (line,) = [line for line in text.splitlines() if "val.num_batches" in line]
+    assert "WARNING" in line
+    assert line.split("] ", 1)[1] == (
+        f"val.num_batches = 4 (in {conf}) asks for 4 batches of 16 conversations (data.batch_size), 64 in all, but the "
+        f"validation split holds 23 (val.fraction = 0.05 (in {conf}) of 465 training rows): each validation reads "
+        "those 23 (2 batches), fewer than asked; lower val.num_batches to 2, or leave it unset (the whole split)")
+    assert val_split_warnings(parse_config(SFTConfig, ["@", str(conf)])) == [line.split("] ", 1)[1]]  # one message
+    assert "val.num_batches" not in start_log(["--val.num-batches", "2"])
+    val_rows = tmp_path / "val.jsonl"
+    val_rows.write_text("".join(rows.read_text().splitlines(keepends=True)[:5]))
+    text = start_log(["--val.fraction", "None", "--val.data.path", str(val_rows)])
+    assert "the validation split holds 5 (val.data): each validation reads those 5 (1 batch)" in text

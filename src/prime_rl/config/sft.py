@@ -113,15 +113,20 @@ class SFTValConfig(BaseConfig):
     num_batches: int | None = Field(None, gt=0, description="Batches per validation; None: the whole split.")
     batch_size: int | None = Field(None, gt=0, description="Conversations per validation batch; None: data.batch_size.")
 
-    def short_split_warning(self, num_rows: int, data_batch_size: int, source: str,
+    def short_split_warning(self, num_rows: int, data_batch_size: int, num_training_rows: int,
                             where: Callable[[str], str] = lambda field: "") -> str | None:  # fmt: skip
-        """A warning when `num_batches` asks for more conversations than the validation split's `num_rows` give
-        (`source`: where those rows come from, for the message; `where(field)`: where a field was set, e.g.
-        `config.origin.where_set`): validation reads the whole split, fewer batches than asked. None otherwise."""
+        """A warning when `num_batches` asks for more conversations than the validation split's `num_rows` give:
+        validation reads the whole split, fewer batches than asked. None otherwise. The one check of `sft` at start
+        (`trainer.sft.train`) and of `sft --dry-run` (`launcher.sft_preflight.val_split_warnings`).
+
+        `num_training_rows`: the rows `val.fraction` was taken from (all sources, before holding out), for the
+        message; `where(field)`: where a field was set (`config.origin.where_set`)."""
         batch_size = self.batch_size or data_batch_size
         full = -(-num_rows // batch_size)  # the batches the split fills (the last one may be partial)
         if self.num_batches is None or self.num_batches <= full:
             return None
+        source = ("val.data" if self.data is not None else
+                  f"val.fraction = {self.fraction}{where('val.fraction')} of {num_training_rows} training rows")
         size_field = "val.batch_size" if self.batch_size else "data.batch_size"
         return (f"val.num_batches = {self.num_batches}{where('val.num_batches')} asks for {self.num_batches} "
                 f"batches of {batch_size} conversations ({size_field}), {self.num_batches * batch_size} in all, but "

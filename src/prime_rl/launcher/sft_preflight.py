@@ -169,12 +169,8 @@ def val_split_warnings(cfg: SFTConfig) -> list[str]:
         except DataLoadError as e:
             return [f"{e}; val.num_batches is checked against the validation split when sft starts"]
         num_rows.append(rows)
-    if val.data is not None:
-        held, said = num_rows[0], "val.data"
-    else:
-        held = sum(max(1, round(val.fraction * n)) for n in num_rows)
-        said = f"val.fraction = {val.fraction}{where_set('val.fraction')} of {sum(num_rows)} training rows"
-    warning = val.short_split_warning(held, cfg.data.batch_size, said, where_set)
+    held = num_rows[0] if val.data is not None else sum(max(1, round(val.fraction * n)) for n in num_rows)
+    warning = val.short_split_warning(held, cfg.data.batch_size, sum(num_rows), where_set)
     return [warning] if warning is not None else []
 
 

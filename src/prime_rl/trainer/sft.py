@@ -150,6 +150,10 @@ def train(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float
     log = setup_logging("sft", cfg.output_dir, cfg.log.level)
     model_dir(cfg.model.name)  # before the tokenizer: a missing folder or hub id fails here, naming model.name
     labels, rows, weights, val_rows, descs = load_rows(cfg)
+    num_rows = sum(len(source_rows) for source_rows in rows) + (len(val_rows) if cfg.val and cfg.val.fraction else 0)
+    if cfg.val is not None and (short := cfg.val.short_split_warning(len(val_rows), cfg.data.batch_size, num_rows,
+                                                                     where_set)) is not None:  # fmt: skip
+        log.warning(short)
     tokenizer = load_tokenizer(cfg.model.name, cfg.model.chat_template)
     renderer = make_renderer(tokenizer, cfg.renderer)
     roles = cfg.data.loss_mask.roles()
@@ -171,9 +175,6 @@ def train(cfg: SFTConfig, evaluator: Evaluator | None = None) -> dict[str, float
         val_samples, _ = render_dataset(val_rows, renderer, cfg.seq_len, roles=roles)
         log.info(f"{len(val_samples)} validation conversations, {sum(int(s.loss_mask.sum()) for s in val_samples)} "
                  f"loss tokens")  # fmt: skip
-        source = f"val.fraction = {cfg.val.fraction} of the training rows" if cfg.val.data is None else "val.data"
-        if (short := cfg.val.short_split_warning(len(val_samples), cfg.data.batch_size, source, where_set)) is not None:
-            log.warning(short)
     mixture = Mixture([len(s) for s in per_source], weights, cfg.seed, cfg.data.shuffle) if cfg.data.source else None
     n_total = sum(len(s) for s in per_source)
     steps = total_steps(cfg, n_total)
