@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from prime_rl.cli.command import Command, Group
-from prime_rl.config.help import all_flags, render_help
+from prime_rl.config.help import all_flags, panels, render_help
 from prime_rl.config.loader import ConfigError, parse_config
 from prime_rl.registry import import_path
 
@@ -215,3 +215,40 @@ def test_rl_help_and_docs_show_the_teacher_servers_effective_defaults(tmp_path):
     assert (inference.server.port, inference.server.log_file) == (8001, tmp_path / "logs" / "vllm-teacher.log")
     with pytest.raises(ConfigError, match="teacher.model.name: required"):  # was: the default outputs/tiny-model
         parse_config(RLConfig, ["--trainer.loss.type", "opd", "--teacher.model.dtype", "float32"])
+
+
+def test_rl_help_and_docs_show_that_unset_teacher_vllm_fields_are_inference_vllms(tmp_path):
+    """A `[teacher.vllm]` field left unset is `[inference.vllm]`'s (`TeacherServerConfig.inherit_vllm`), so `rl
+    --help-all` and docs/config.md show that as its default, not vLLM's own; the fields it does not inherit (the
+    parallel sizes, LoRA, ...) keep their own defaults, and the config resolves accordingly."""
+    import re
+
+    from prime_rl.cli.config_docs import render
+    from prime_rl.config.inference import VllmConfig
+    from prime_rl.config.rl import RLConfig
+    from prime_rl.config.teacher import NOT_INHERITED
+
+    _, subs = panels(RLConfig)
+    defaults = {re.match(r"--teacher\.vllm\.([\w-]+)", flag)[1].replace("-", "_"): default
+                for _, rows in subs for flag, _, default in rows if flag.startswith("--teacher.vllm.")}  # fmt: skip
+    assert {name for name, default in defaults.items() if default == "default: [inference.vllm]'s"} == set(
+        VllmConfig.model_fields) - set(NOT_INHERITED)  # fmt: skip
+    assert defaults["tensor_parallel_size"] == "default: 1" and defaults["enable_lora"] == "default: False"
+    full = " ".join(render_help(RLConfig, "rl", full=True).split())
+    assert re.search(r"--teacher\.vllm\.gpu-memory-utilization FLOAT [^-]*\(default: \[inference\.vllm\]'s\)", full)
+    assert re.search(r"--teacher\.vllm\.tensor-parallel-size INT [^-]*\(default: 1\)", full)
+    assert re.search(r"--inference\.vllm\.gpu-memory-utilization FLOAT [^-]*\(default: 0\.9\)", full)  # its own
+    page = render()
+    assert "| `teacher.vllm.gpu_memory_utilization` | `float` | [inference.vllm]'s |" in page
+    assert "| `teacher.vllm.tensor_parallel_size` | `int` | 1 |" in page
+    assert "| `inference.vllm.gpu_memory_utilization` | `float` | 0.9 |" in page
+    rows = {line.split("`")[1]: line.split(" | ")[2] for line in page.splitlines()
+            if line.startswith("| `teacher.vllm.")}  # fmt: skip
+    shown = {path.removeprefix("teacher.vllm.") for path, default in rows.items() if default == "[inference.vllm]'s"}
+    assert shown == set(VllmConfig.model_fields) - set(NOT_INHERITED)
+    cfg = parse_config(RLConfig, ["--trainer.loss.type", "opd", "--teacher.model.name", "t",
+                                  "--inference.vllm.gpu-memory-utilization", "0.4", "--inference.vllm.seed", "7",
+                                  "--inference.vllm.max-lora-rank", "8"])  # fmt: skip
+    vllm = cfg.teacher.inference_config(tmp_path).vllm
+    assert type(vllm) is VllmConfig
+    assert (vllm.gpu_memory_utilization, vllm.seed, vllm.max_lora_rank) == (0.4, 7, 64)

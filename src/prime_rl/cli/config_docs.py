@@ -137,7 +137,8 @@ def _tables(cls: type[BaseModel], prefix: str, skip: set[str], refused: tuple[st
         if models and not is_list and len(models) == 1:
             nested.append((path, models[0], finfo, " (optional section, default None)" if finfo.default is None else ""))
             continue
-        rows.append(f"| `{path}` | `{_cell(type_text(finfo.annotation))}` | {_cell(default_text(finfo))} | "
+        default = getattr(cls, "SHOWN_DEFAULTS", {}).get(name) or default_text(finfo)  # [teacher.vllm]: inherited
+        rows.append(f"| `{path}` | `{_cell(type_text(finfo.annotation))}` | {_cell(default)} | "
                     f"{_cell(finfo.description or '')} |")  # fmt: skip
         if models and is_list:
             nested.append((f"{path}.N", models[0], finfo, f" (item N of the list: [[{path}]] tables)"))

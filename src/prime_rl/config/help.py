@@ -86,8 +86,30 @@ def panels(cls: type[BaseModel]) -> tuple[list[Row], list[Panel]]:
     out: list[Panel] = []
     for title, rows in subs:
         fixed, index = _fix_title(title)
-        out.append((fixed, _without_refused(cls, [(_fix_tuple(cls, _fix_flag(f, index)), d, a) for f, d, a in rows])))
-    return _without_refused(cls, [(_fix_tuple(cls, _fix_flag(f, ".N")), d, a) for f, d, a in root]), out
+        out.append((fixed, _without_refused(cls, [_shown_default(cls, (_fix_tuple(cls, _fix_flag(f, index)), d, a))
+                                                  for f, d, a in rows])))  # fmt: skip
+    return _without_refused(cls, [_shown_default(cls, (_fix_tuple(cls, _fix_flag(f, ".N")), d, a))
+                                  for f, d, a in root]), out  # fmt: skip
+
+
+def _shown_default(cls: type[BaseModel], row: Row) -> Row:
+    """`row` with the default its field's section names in `SHOWN_DEFAULTS` (`[teacher.vllm]`'s unset fields are
+    `[inference.vllm]`'s: `default: [inference.vllm]'s`), else as is."""
+    from prime_rl.config.argv import models_in
+
+    flag, desc, default = row
+    annotation: Any = cls
+    owner, name = None, ""
+    for seg in _long(flag)[2:].split("."):
+        if seg in ("N", "KEY"):
+            continue
+        name = seg.replace("-", "_")
+        owner = next((m for m in models_in(annotation) if name in m.model_fields), None)
+        if owner is None:
+            return row
+        annotation = owner.model_fields[name].annotation
+    shown = getattr(owner, "SHOWN_DEFAULTS", {}).get(name)
+    return (flag, desc, f"default: {shown}") if shown else row
 
 
 def _without_refused(cls: type[BaseModel], rows: list[Row]) -> list[Row]:

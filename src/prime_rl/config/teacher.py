@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -54,6 +54,18 @@ NOT_INHERITED = ("tensor_parallel_size", "data_parallel_size", "enable_lora", "m
 """The `[inference.vllm]` fields `[teacher.vllm]` does not inherit (`TeacherServerConfig.inherit_vllm`)."""
 
 
+class TeacherVllmConfig(VllmConfig):
+    """`[teacher.vllm]`: vLLM's options of the teacher server (`VllmConfig`'s fields); a field left unset is
+    `[inference.vllm]`'s but for `NOT_INHERITED` (`TeacherServerConfig.inherit_vllm`), which `rl --help-all` and
+    docs/config.md show as its default (`SHOWN_DEFAULTS`)."""
+
+    SHOWN_DEFAULTS: ClassVar[dict[str, str]] = {
+        name: "[inference.vllm]'s" for name in VllmConfig.model_fields if name not in NOT_INHERITED
+    }
+    """Field -> the default `--help` and docs/config.md show instead of the field's own (`config.help.panels`,
+    `cli.config_docs`): where the value of an unset field comes from."""
+
+
 class TeacherModelConfig(ModelConfig):
     """`[teacher.model]`: the teacher model; `name` has no default (the teacher is the model named here), and an
     unset `dtype` is the student's (`TeacherServerConfig.inherit_dtype`)."""
@@ -83,8 +95,8 @@ class TeacherServerConfig(BaseConfig):
         description="The teacher model (`[teacher.model] name = ...`); dtype unset = the student's (inference.model.dtype)."
     )
     server: TeacherAddressConfig = Field(TeacherAddressConfig(), description="Address of the teacher server (port 8001).")
-    vllm: VllmConfig = Field(
-        VllmConfig(),
+    vllm: TeacherVllmConfig = Field(
+        TeacherVllmConfig(),
         description="vLLM engine options of the teacher server; a field not set here is [inference.vllm]'s, except "
         "the parallel sizes, LoRA, weight_update_pause_mode, extra_args and allow_distribution_changes. The parallel "
         "sizes must be 1 (one device); max_model_len must hold seq_len + 1 tokens.",
@@ -98,7 +110,7 @@ class TeacherServerConfig(BaseConfig):
         names of the fields taken from `policy`."""
         own = self.vllm.model_dump(exclude_unset=True)
         taken = policy.model_dump(exclude=set(NOT_INHERITED) | set(own))
-        self.vllm = VllmConfig(**(taken | own))
+        self.vllm = TeacherVllmConfig(**(taken | own))
         return set(taken)
 
     def inherit_dtype(self, policy: ModelConfig) -> bool:
@@ -111,13 +123,14 @@ class TeacherServerConfig(BaseConfig):
         return True
 
     def inference_config(self, output_dir: Path) -> InferenceConfig:
-        """The `inference` config of the teacher server: its vLLM log `<output_dir>/logs/vllm-teacher.log` unless
-        `server.log_file` is set."""
+        """The `inference` config of the teacher server (plain `ServerConfig`, `ModelConfig`, `VllmConfig`): its vLLM
+        log `<output_dir>/logs/vllm-teacher.log` unless `server.log_file` is set."""
         log_file = self.server.log_file or Path(output_dir) / "logs" / "vllm-teacher.log"
         server = ServerConfig(**self.server.model_dump(exclude_unset=True) | {"port": self.server.port,
                                                                                "log_file": log_file})  # fmt: skip
         model = ModelConfig(**self.model.model_dump(exclude_unset=True) | {"dtype": self.model.dtype or "auto"})
-        return InferenceConfig(model=model, server=server, vllm=self.vllm, output_dir=output_dir)
+        vllm = VllmConfig(**self.vllm.model_dump(exclude_unset=True))
+        return InferenceConfig(model=model, server=server, vllm=vllm, output_dir=output_dir)
 
     @property
     def url(self) -> str:
