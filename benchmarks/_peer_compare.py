@@ -264,6 +264,19 @@ def train_trl(py: Path, w: Workload, model: Path, steps: int, seed: int, out: Pa
             "train_s": s["train_s"], "train_reward": s["train_reward"], "settings": s["settings"]}  # fmt: skip
 
 
+def trl_eval_config(model: Path, orch_cfg: dict, out: Path, port: int) -> dict:
+    """The `prime-rl eval` config that scores TRL's `model` as the prime-rl run (its resolved orchestrator config
+    `orch_cfg`) evaluated: its `[eval]` settings without the interval, and its eval sources, or, when it set none,
+    its train sources as the run evaluated them (name and environment only: a train source's ratio, group size,
+    advantage, length penalty and sampling are train settings an eval source refuses or does not use)."""
+    ev = dict(orch_cfg["eval"])
+    ev.pop("interval", None)
+    ev["source"] = ev.get("source") or [{k: v for k, v in src.items() if k in ("name", "env")}
+                                        for src in orch_cfg["train"]["source"]]  # fmt: skip
+    return {"output_dir": str(out), "seq_len": orch_cfg["seq_len"], "seed": 0, "model": {"name": str(model)},
+            "client": {"base_url": [f"http://127.0.0.1:{port}"]}, "renderer": orch_cfg["renderer"], "eval": ev}  # fmt: skip
+
+
 def score_trl(model: Path, orch_cfg: dict, out: Path) -> tuple[float, float]:
     """`prime-rl eval` of `model` through a vLLM server with the prime-rl run's eval settings; (mean, SE) over tasks."""
     import tomli_w
@@ -273,12 +286,7 @@ def score_trl(model: Path, orch_cfg: dict, out: Path) -> tuple[float, float]:
     port = free_port()
     bin_dir = Path(sys.executable).parent
     out.mkdir(parents=True, exist_ok=True)
-    ev = dict(orch_cfg["eval"])
-    ev.pop("interval", None)
-    ev["source"] = ev.get("source") or orch_cfg["train"]["source"]
-    cfg = {"output_dir": str(out), "seq_len": orch_cfg["seq_len"], "seed": 0, "model": {"name": str(model)},
-           "client": {"base_url": [f"http://127.0.0.1:{port}"]}, "renderer": orch_cfg["renderer"], "eval": ev}  # fmt: skip
-    (out / "eval.toml").write_text(tomli_w.dumps(cfg))
+    (out / "eval.toml").write_text(tomli_w.dumps(trl_eval_config(model, orch_cfg, out, port)))
     server = subprocess.Popen([str(bin_dir / "inference"), "--model.name", str(model), "--model.dtype", "float32",
                                "--server.port", str(port), "--output-dir", str(out)],
                               stdout=open(out / "inference.log", "wb"),

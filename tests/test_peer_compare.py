@@ -57,6 +57,40 @@ def test_reasoning_gym_workload_trains_on_the_examples_items():
     assert w.trl["prompts-per-step"] * w.trl["group-size"] == cfg["orchestrator"]["batch_size"]
 
 
+def test_trl_eval_config_of_the_reasoning_gym_run_is_one_evals_accepts(tmp_path):
+    """The eval that scores TRL's model takes the prime-rl run's resolved orchestrator config (as `rl` writes it,
+    here by a dry run of examples/reasoning_gym/rl.toml): a train source copied whole into [[eval.source]] carried
+    `ratio`, which evals refuses as a train-only setting, so the comparison failed after TRL had trained."""
+    import subprocess
+    import tomllib
+
+    import tomli_w
+
+    from prime_rl.config.loader import parse_config
+    from prime_rl.config.orchestrator import EvalCommandConfig
+    from prime_rl.models.tiny import cached_tiny_model
+    from prime_rl.ports import free_port
+
+    pc = _pc()
+    run = tmp_path / "run"
+    r = subprocess.run([str(Path(sys.executable).parent / "rl"), "@", "examples/reasoning_gym/rl.toml", "--model.name",
+                        str(cached_tiny_model()), "--seq-len", "512", "--output-dir", str(run), "--inference.server.port", str(free_port()), "--dry-run"],
+                       cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    orch = tomllib.loads((run / "configs" / "orchestrator.toml").read_text())
+    assert orch["train"]["source"][0]["ratio"] == 1.0  # what made the whole-source copy fail
+    cfg = pc.trl_eval_config(tmp_path / "trl-model", orch, tmp_path / "eval", 8123)
+    path = tmp_path / "eval.toml"
+    path.write_text(tomli_w.dumps(cfg))
+    ev = parse_config(EvalCommandConfig, ["@", str(path)])
+    (src,) = ev.eval.source
+    train = orch["train"]["source"][0]
+    assert src.name == train["name"] and src.env.args == train["env"]["args"]  # the run's items and reward
+    assert src.env.args["reward"] == "exact"
+    assert ev.eval.rollouts_per_example == orch["eval"]["rollouts_per_example"] == 4
+    assert ev.eval.sampling.max_completion_tokens == orch["eval"]["sampling"]["max_completion_tokens"]
+
+
 def test_reuse_prime_refuses_a_run_without_evals(tmp_path):
     pc = _pc()
     (tmp_path / "configs").mkdir()
