@@ -4,7 +4,9 @@ orchestrator's and the trainer's step, policy version, rollouts and tokens equal
 metrics.jsonl for the same steps, and `rl`'s own console named both endpoints. The run is set to more steps than
 the test waits for, so both endpoints are up while it scrapes; it is then stopped with SIGTERM.
 
-Slow: one `rl` run, about 2 minutes on 2 cores (most of it vLLM start-up).
+Slow: one `rl` run, about 2 minutes on 2 cores (most of it vLLM start-up). max_steps is far above what the scrapes need:
+a tiny-model step can take ~0.4 s, and at 50 steps the run could end before the trainer endpoint gave two equal
+scrapes.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def test_scrape_orchestrator_and_trainer_during_an_rl_run(tmp_path):
     orch_port, trainer_port = free_port(), free_port()
     cfg = tmp_path / "rl.toml"
     cfg.write_text(f"""
-max_steps = 50
+max_steps = 400
 seq_len = 256
 output_dir = "{run}"
 startup_timeout_s = 300
