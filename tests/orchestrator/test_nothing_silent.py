@@ -338,7 +338,19 @@ async def test_run_with_equal_rewards_everywhere_stops_naming_the_budget(rendere
     its steps saying nothing."""
     _, msg = await _run_until_no_progress(renderer, tmp_path, InProcessSource("flat", CycleEnv([0.0])))
     assert "steps 1-2: 2 consecutive steps with nothing to train" in msg and "0% masked" in msg
-    assert "mean reward 0" in msg and "max_completion_tokens" in msg and "0 group(s) filtered or with equal" in msg
+    assert "mean reward 0" in msg and "max_completion_tokens" in msg
+    assert "0 group(s) filtered, 100% of groups with equal rewards" in msg and "converged" not in msg
+
+
+async def test_a_converged_policy_stops_with_a_message_that_says_so(renderer, tmp_path):
+    """Every group all right (mean reward 1): the groups have equal rewards because the policy answers each prompt
+    the same way, not because the task is too hard. The message counts the equal-reward groups (it said '0 group(s)
+    filtered or with equal rewards' and pointed at a too-small completion budget) and names max_empty_steps = None."""
+    _, msg = await _run_until_no_progress(renderer, tmp_path, InProcessSource("solved", CycleEnv([1.0])))
+    assert "steps 1-2: 2 consecutive steps with nothing to train" in msg and "mean reward 1)" in msg
+    assert "0 group(s) filtered, 100% of groups with equal rewards" in msg
+    assert "converged" in msg and "orchestrator.max_empty_steps = None to run on to max_steps" in msg
+    assert "too hard" not in msg
 
 
 async def test_eval_rollout_ids_are_distinct_across_sources(renderer, tok):

@@ -21,20 +21,37 @@ class ContextTooShort(ValueError):
 
 
 def no_progress_message(first: int, last: int, metrics: dict[str, Any], limit: int) -> str:
-    """Why steps `first`..`last` had nothing to train, from the last step's `metrics` (its error kinds)."""
+    """Why steps `first`..`last` had nothing to train, from the last step's `metrics` (its error kinds, filtered
+    groups and the share of groups whose rewards were all equal). Equal rewards with a mean reward above 0 are told
+    apart from all-zero ones: those come from a policy that answers each prompt the same way in every sample (it has
+    converged on these prompts), not from a task too hard for it."""
     errors = {k.removeprefix("errors/"): v for k, v in metrics.items() if k.startswith("errors/")}
     top = ", ".join(f"{k} {v}" for k, v in sorted(errors.items(), key=lambda kv: -kv[1])) or "none"
     reward = metrics.get("reward")
+    scored = reward is not None and reward == reward and reward > 0
+    causes = (
+        "errors come from an environment whose verify fails, prompts longer than seq_len or an inference server "
+        "that refuses requests; "
+    )
+    too_hard = (
+        "equal rewards in every group come from a task too hard for the starting policy or a completion budget too "
+        "small for the answer (train.sampling.max_completion_tokens)"
+    )
+    converged = (
+        "equal rewards in every group with a mean reward above 0 come from a policy that answers each prompt the "
+        "same way in all its samples (right on some prompts, wrong on others: it has converged on them): set "
+        "orchestrator.max_empty_steps = None to run on to max_steps (steps without signal train nothing), or give "
+        "it harder items, a larger train.group_size or a higher train.sampling.temperature"
+    )
     return (
         f"steps {first}-{last}: {last - first + 1} consecutive steps with nothing to train (no loss token, or no "
         f"rollout with a nonzero advantage; orchestrator.max_empty_steps = {limit}, None never stops). Step {last}: "
         f"{metrics['num_rollouts']} rollouts, {metrics['error_pct']:.0f}% masked ({top}), "
-        f"{metrics['filtered_groups']} group(s) filtered or with equal rewards (mean reward "
+        f"{metrics['filtered_groups']} group(s) filtered, "
+        f"{metrics.get('zero_spread_groups_pct', float('nan')):.0f}% of groups with equal rewards (mean reward "
         f"{'n/a' if reward is None else f'{reward:.3g}'}), truncated {metrics['truncated_pct']:.0f}%. See "
-        f"rollouts/step_{last}/traces.jsonl and logs/orchestrator.log: errors come from an environment whose verify "
-        "fails, prompts longer than seq_len or an inference server that refuses requests; "
-        "equal rewards in every group from a task too hard for the starting policy or a completion budget too small "
-        "for the answer (train.sampling.max_completion_tokens)"
+        f"rollouts/step_{last}/traces.jsonl and logs/orchestrator.log: "
+        + causes + (converged if scored else too_hard)
     )
 
 
