@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# `make demo-reasoning-gym`: SmolLM2-135M-Instruct learns reasoning-gym's chain_sum (two-term addition/subtraction)
-# on CPU. Convert the model -> eval of the raw model -> short format SFT (examples/reasoning_gym/sft.toml) -> RL (rl
-# launches inference, trainer, orchestrator; evals of the SFT model and of the last step) -> eval table (raw, SFT,
-# RL; mean ± SE, paired differences) + reward plot. The task settings (env.args) are read from
-# examples/reasoning_gym/rl.toml, so the SFT demonstrations, the evals and RL use the same items.
+# `make demo-reasoning-gym`: SmolLM2-135M-Instruct learns reasoning-gym's aiw questions on CPU. Convert the model ->
+# eval of the raw model on rl.toml's eval items -> short format SFT on chain_sum demonstrations (FORMAT_ARGS;
+# examples/reasoning_gym/sft.toml: the <answer> tag, no aiw question) -> RL on aiw (rl launches inference, trainer,
+# orchestrator; evals of the SFT model and of the last step) -> eval table (raw, SFT, RL; mean ± SE, paired
+# differences) + reward plot. The RL task (env.args) is read from examples/reasoning_gym/rl.toml; eval.toml holds the
+# same env.args.
 #   SEED=1 RL_ONLY=1 make demo-reasoning-gym   # another RL seed from the SFT model of an earlier full run
 # Options (environment): SEED (RL seed: trainer, orchestrator and sampling seeds; default 0 = the configs as shipped),
 # OUT, RL_OUT (default $OUT/rl for seed 0, $OUT/rl-sN otherwise), RL_ONLY=1, SKIP_RAW=1 (no raw eval),
-# SFT_ARGS / RL_ARGS / EVAL_ARGS (extra flags for sft, rl and the raw eval), RAW_PORT (the raw eval's server port).
+# SFT_ARGS / RL_ARGS / EVAL_ARGS (extra flags for sft, rl and the raw eval), RAW_PORT (the raw eval's server port),
+# FORMAT_ARGS (the reasoning-gym env.args, as JSON, of the format SFT's demonstrations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEED=${SEED:-0}
@@ -21,6 +23,8 @@ if [ "$SEED" = 0 ]; then RL_OUT=${RL_OUT:-$OUT/rl}; SEED_ARGS=""; else
   SEED_ARGS="--trainer.seed $SEED --orchestrator.seed $SEED --orchestrator.train.sampling.seed $SEED"
 fi
 RL_TOML=examples/reasoning_gym/rl.toml
+DEFAULT_FORMAT_ARGS='{"datasets": ["chain_sum"], "config": {"chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}}, "num_train": 2000, "num_eval": 200, "answer_format": "tag"}'
+FORMAT_ARGS=${FORMAT_ARGS:-$DEFAULT_FORMAT_ARGS}
 T0=$SECONDS
 phase() { echo; echo "=== [$((SECONDS - T0)) s] $*"; }
 stamp() { echo "$1 $((SECONDS - $2))" >> "$OUT/phase_times.txt"; }
@@ -33,10 +37,7 @@ if [ -z "${RL_ONLY:-}" ]; then
   if [ ! -f "$OUT/smollm2/config.json" ]; then
     prime-rl smollm "$OUT/smollm2.tmp" && rm -rf "$OUT/smollm2" && mv "$OUT/smollm2.tmp" "$OUT/smollm2"
   fi
-  ENV_ARGS=$(python -c 'import json, sys, tomllib
-(src,) = tomllib.load(open(sys.argv[1], "rb"))["orchestrator"]["train"]["source"]
-print(json.dumps(src["env"]["args"]))' "$RL_TOML")
-  prime-rl sft-data reasoning-gym "$OUT/sft.jsonl" --args "$ENV_ARGS"
+  prime-rl sft-data reasoning-gym "$OUT/sft.jsonl" --args "$FORMAT_ARGS"
   stamp convert $t
 
   if [ -z "${SKIP_RAW:-}" ]; then
@@ -91,7 +92,7 @@ if [ -n "$RAW" ]; then
   COMPARE+=(--compare "SFT (step $FIRST):raw" --reference raw)
 fi
 prime-rl summary --run "$RL_OUT" \
-  --title "reasoning-gym chain_sum eval (200 items x 4 samples at T = 1; SmolLM2-135M-Instruct, RL seed $SEED, step $LAST)" \
+  --title "reasoning-gym aiw eval (200 items x 4 samples at T = 1; SmolLM2-135M-Instruct, RL seed $SEED, step $LAST)" \
   "${ENTRIES[@]}" "${COMPARE[@]}"
 echo "phase times (s):"; cat "$OUT/phase_times.txt"
 echo "demo finished in $((SECONDS - T0)) s; table: $RL_OUT/eval/summary.md, plot: $RL_OUT/plots/reward.png"

@@ -1,5 +1,6 @@
 """scripts/demo_reasoning_gym.sh's command lines, with the heavy commands (inference, sft, rl, prime-rl) replaced by
-stubs that record their arguments: the SFT demonstrations, the evals and RL use rl.toml's task settings, SEED=N sets
+stubs that record their arguments: the format SFT's demonstrations come from FORMAT_ARGS (chain_sum by default, no
+question of the RL task), the evals and RL use rl.toml's task settings, SEED=N sets
 the three RL seeds and its own output folder, and bad input (a SEED that is not a number, RL_ONLY=1 without an SFT
 model) exits 2 before anything heavy runs. Fast."""
 
@@ -44,7 +45,7 @@ def _demo(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     for name in ("prime-rl", "inference", "curl", "sft", "rl"):
         (bin_dir / name).write_text(STUB)
         (bin_dir / name).chmod(stat.S_IRWXU)
-    unset = ("SEED", "RL_OUT", "RL_ONLY", "SKIP_RAW", "RL_ARGS", "SFT_ARGS", "EVAL_ARGS")
+    unset = ("SEED", "RL_OUT", "RL_ONLY", "SKIP_RAW", "RL_ARGS", "SFT_ARGS", "EVAL_ARGS", "FORMAT_ARGS")
     run_env = {k: v for k, v in os.environ.items() if k not in unset}
     run_env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", CALLS=str(tmp_path / "calls.jsonl"),
                    OUT=str(tmp_path / "out"))  # fmt: skip
@@ -68,7 +69,9 @@ def test_demo_uses_rl_tomls_task_settings_everywhere(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     calls = _calls(tmp_path)
     (data,) = [c for c in calls if c[:2] == ["prime-rl", "sft-data"]]
-    assert data[2] == "reasoning-gym" and json.loads(data[data.index("--args") + 1]) == _rl_env_args()
+    fmt = json.loads(data[data.index("--args") + 1])
+    assert data[2] == "reasoning-gym" and fmt["datasets"] == ["chain_sum"] and fmt["answer_format"] == "tag"
+    assert _rl_env_args()["datasets"] == ["aiw"] and _rl_env_args()["answer_format"] == "tag"  # RL's task, same format
     (ev_src,) = tomllib.loads((EXAMPLE / "eval.toml").read_text())["eval"]["source"]
     assert ev_src["env"]["args"] == _rl_env_args()  # the raw eval scores the items RL evaluates
     (sft,) = [c for c in calls if c[0] == "sft"]
@@ -79,6 +82,14 @@ def test_demo_uses_rl_tomls_task_settings_everywhere(tmp_path):
     assert cfg.output_dir == tmp_path / "out" / "rl"
     (summary,) = [c for c in calls if c[:2] == ["prime-rl", "summary"]]
     assert "RL (step 30):SFT (step 0)" in summary and "SFT (step 0):raw" in summary
+
+
+def test_format_args_choose_the_sft_demonstrations(tmp_path):
+    args = {"datasets": ["spell_backward"], "num_train": 50, "num_eval": 10, "answer_format": "tag"}
+    r = _demo(tmp_path, FORMAT_ARGS=json.dumps(args), SKIP_RAW="1")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (data,) = [c for c in _calls(tmp_path) if c[:2] == ["prime-rl", "sft-data"]]
+    assert json.loads(data[data.index("--args") + 1]) == args
 
 
 def test_seed_sets_the_three_rl_seeds_and_its_own_folder(tmp_path):
