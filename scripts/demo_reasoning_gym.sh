@@ -91,8 +91,12 @@ if [ -n "$RAW" ]; then
   ENTRIES=(--entry "raw=$RAW" "${ENTRIES[@]}")
   COMPARE+=(--compare "SFT (step $FIRST):raw" --reference raw)
 fi
+TASK=$(python -c 'import sys, tomllib
+(src,) = tomllib.load(open(sys.argv[1], "rb"))["orchestrator"]["train"]["source"]
+names = src["env"]["args"].get("datasets", "chain_sum")
+print(names if isinstance(names, str) else "+".join(names))' "$RL_TOML")
 prime-rl summary --run "$RL_OUT" \
-  --title "reasoning-gym aiw eval (200 items x 4 samples at T = 1; SmolLM2-135M-Instruct, RL seed $SEED, step $LAST)" \
+  --title "reasoning-gym $TASK eval (200 items x 4 samples at T = 1; SmolLM2-135M-Instruct, RL seed $SEED, step $LAST)" \
   "${ENTRIES[@]}" "${COMPARE[@]}"
 echo "phase times (s):"; cat "$OUT/phase_times.txt"
 echo "demo finished in $((SECONDS - T0)) s; table: $RL_OUT/eval/summary.md, plot: $RL_OUT/plots/reward.png"

@@ -82,6 +82,7 @@ def test_demo_uses_rl_tomls_task_settings_everywhere(tmp_path):
     assert cfg.output_dir == tmp_path / "out" / "rl"
     (summary,) = [c for c in calls if c[:2] == ["prime-rl", "summary"]]
     assert "RL (step 30):SFT (step 0)" in summary and "SFT (step 0):raw" in summary
+    assert summary[summary.index("--title") + 1].startswith("reasoning-gym aiw eval")  # the task of rl.toml
 
 
 def test_format_args_choose_the_sft_demonstrations(tmp_path):
