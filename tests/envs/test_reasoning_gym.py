@@ -8,7 +8,7 @@ from prime_rl.envs.base import load_env
 
 rg = pytest.importorskip("reasoning_gym")
 
-DATASETS = {"chain_sum": 1.0, "leg_counting": 1.0, "spell_backward": 2.0, "basic_arithmetic": 1.0}
+DATASETS = {"chain_sum": 1.0, "leg_counting": 1.0, "spell_backward": 2.0, "basic_arithmetic": 1.0, "aiw": 1.0}  # aiw: the example's task
 
 
 def _package_items(seed: int, size: int) -> list[dict]:
