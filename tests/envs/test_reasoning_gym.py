@@ -123,3 +123,23 @@ def test_evals_refuses_an_unknown_dataset_as_a_user_error(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "unknown reasoning-gym dataset(s) ['chainsum']" in r.stderr + r.stdout
     assert "Traceback" not in r.stderr + r.stdout
+
+
+@pytest.mark.parametrize(
+    ("datasets", "config", "names"),
+    [
+        # the package calls .value on each task type: a string from TOML crashes inside it
+        ("aiw", {"aiw": {"task_types": ["siblings"], "task_type_weights": [1.0]}}, ["AttributeError", "task_types"]),
+        ("chain_sum", {"chain_sum": {"min_digits": 0}}, ["AssertionError", "min_digits"]),  # the package's own check
+    ],
+)
+def test_a_setting_the_package_fails_on_is_refused_naming_env_args(datasets, config, names):
+    """A dataset setting the package refuses (its config assertion) or crashes on (aiw's task_types as strings) is
+    an EnvArgsError naming env.args, the setting and the package's error, not the package's bare traceback."""
+    from prime_rl.envs.base import EnvArgsError
+
+    env = load_env("reasoning-gym", datasets=datasets, config=config, num_train=5, num_eval=5)
+    with pytest.raises(EnvArgsError) as e:
+        env.tasks("eval")
+    msg = str(e.value)
+    assert msg.startswith("env.args: reasoning-gym could not build or draw the items") and all(n in msg for n in names)

@@ -164,7 +164,8 @@ class ReasoningGymEnv(Environment):
             else 0).
 
     Raises:
-        EnvArgsError: unknown datasets, format or reward, sizes below 1 (when the tasks are first built).
+        EnvArgsError: unknown datasets, format or reward, sizes below 1; a dataset setting the package refuses or
+            fails on (when the tasks are first built: the package's error is named).
         MissingExtraError: reasoning-gym is not installed.
     """
 
@@ -194,11 +195,21 @@ class ReasoningGymEnv(Environment):
 
     @cached_property
     def _splits(self) -> dict[str, tuple[Any, list[dict[str, Any]]]]:
-        ev = self._composite(self.seed + EVAL_SEED_OFFSET, self.num_eval)
-        tr = self._composite(self.seed, self.num_train)
-        eval_items = [ev[i] for i in range(len(ev))]
-        eval_questions = {e["question"] for e in eval_items}
-        train_items = [e for e in (tr[i] for i in range(len(tr))) if e["question"] not in eval_questions]
+        try:
+            ev = self._composite(self.seed + EVAL_SEED_OFFSET, self.num_eval)
+            tr = self._composite(self.seed, self.num_train)
+            eval_items = [ev[i] for i in range(len(ev))]
+            eval_questions = {e["question"] for e in eval_items}
+            train_items = [e for e in (tr[i] for i in range(len(tr))) if e["question"] not in eval_questions]
+        except EnvArgsError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the package's own check or crash on a setting, named below
+            raise EnvArgsError(
+                f"env.args: reasoning-gym could not build or draw the items of datasets {self.datasets!r} with "
+                f"config {self.config!r}: {type(e).__name__}: {e}. Check each env.args.config.<dataset> setting "
+                "against the dataset's own config class; a setting the package takes as a Python object (e.g. aiw's "
+                "task_types, an enum) cannot be written in a config: leave it at its default"
+            ) from e
         return {"train": (tr, train_items), "eval": (ev, eval_items)}
 
     def tasks(self, split: str) -> list[Task]:
