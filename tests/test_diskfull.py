@@ -126,10 +126,11 @@ def test_guard_names_a_short_write_that_left_more_than_a_mebibyte(tmp_path):
     (no errno) while 1.5-4 MiB were still free: the write that failed needed more. A short write with little room
     left is a full disk; the same error with room to spare is reported as itself."""
     short = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
-    with pytest.raises(RuntimeError) as e:  # /tmp's filesystem has far more than 64 MiB free
-        with diskfull.guard(tmp_path):
-            raise short
-    assert not isinstance(e.value, DiskFullError)
+    with small_fs(tmp_path / "roomy", "256m") as roomy:  # 256 MiB free: over 64 MiB and over 5% of its size
+        with pytest.raises(RuntimeError) as e:
+            with diskfull.guard(roomy / "step_3"):
+                raise short
+        assert not isinstance(e.value, DiskFullError)
     with small_fs(tmp_path / "fs", "12m") as fs:
         fill(fs, leave=3 << 20)
         with pytest.raises(DiskFullError):

@@ -8,6 +8,8 @@ fraction, so groups get nonzero advantages and the trainer gets a real gradient.
 
 from __future__ import annotations
 
+import time
+
 from prime_rl.envs.base import Environment, Episode, Task, VerifyResult
 
 
@@ -19,23 +21,28 @@ def letter_fraction(text: str | None) -> float:
 
 
 class FastEpisode(Episode):
-    def __init__(self, task: Task):
+    def __init__(self, task: Task, delay_s: float = 0.0):
         self.task = task
+        self.delay_s = delay_s
 
     def call_tool(self, name, arguments):
         return f"error: no tools here (called {name!r})"
 
     def verify(self, final_response=None):
+        if self.delay_s:  # blocks the orchestrator's loop: keep it short (SIGTERM waits for it)
+            time.sleep(self.delay_s)
         return VerifyResult(reward=letter_fraction(final_response))
 
 
 class FastEnv(Environment):
-    """`n` train and `n_eval` eval tasks with ~40-token prompts."""
+    """`n` train and `n_eval` eval tasks with ~40-token prompts; `delay_s` seconds of scoring per rollout (to slow a
+    run down, e.g. so that a test's signal reaches it before its last step)."""
 
     name = "fast"
 
-    def __init__(self, n: int = 32, n_eval: int = 4):
+    def __init__(self, n: int = 32, n_eval: int = 4, delay_s: float = 0.0):
         self.n = {"train": n, "eval": n_eval}
+        self.delay_s = delay_s
 
     def tasks(self, split):
         if split not in self.n:
@@ -46,4 +53,4 @@ class FastEnv(Environment):
         ]
 
     def episode(self, task):
-        return FastEpisode(task)
+        return FastEpisode(task, self.delay_s)

@@ -44,7 +44,7 @@ def free_block(n: int) -> int:
     raise RuntimeError("no free port block")
 
 
-def write_config(tmp: Path, model: Path, steps: int, ckpt_interval: int | None = None) -> Path:
+def write_config(tmp: Path, model: Path, steps: int, ckpt_interval: int | None = None, delay_s: float = 0.0) -> Path:
     cfg = tmp / "rl.toml"
     ckpt = f"[ckpt]\ninterval = {ckpt_interval}\nkeep_last = 10\n" if ckpt_interval else ""
     cfg.write_text(f"""
@@ -74,6 +74,7 @@ max_completion_tokens = 12
 [[orchestrator.train.source]]
 name = "fast"
 env.id = "tests.integration.fast_env:FastEnv"
+env.args = {{ delay_s = {delay_s} }}
 [trainer]
 threads = 1
 [trainer.optim]
@@ -98,8 +99,11 @@ def test_scancel_stops_cleanly_then_resume(slurm_cluster, tmp_path, tiny):
     weights and per-step metrics must equal a single-node 2-process trainer run over the same rollouts (so the
     multi-node resume is exact, too)."""
     env = job_env(slurm_cluster)
-    steps = 6
-    cfg = write_config(tmp_path, tiny, steps=steps, ckpt_interval=1)
+    # A step of this run takes well under a second, and scancel reached a CI host's job 1 only after 4 more steps:
+    # 16 steps, each slowed by 0.4 s of scoring (8 rollouts x 0.05 s), leave 14 steps between the step-2
+    # checkpoint and the end of the run.
+    steps = 16
+    cfg = write_config(tmp_path, tiny, steps=steps, ckpt_interval=1, delay_s=0.05)
     run = tmp_path / "run"
     job, printed = submit([str(BIN / "rl"), "@", str(cfg)], env)
     for what in ("job log:", "scancel " + job, "squeue -j " + job):
