@@ -100,9 +100,9 @@ def test_scancel_stops_cleanly_then_resume(slurm_cluster, tmp_path, tiny):
     weights and per-step metrics must equal a single-node 2-process trainer run over the same rollouts (so the
     multi-node resume is exact, too)."""
     env = job_env(slurm_cluster)
-    # A step of this run takes well under a second, and scancel reached a CI host's job 1 only after 4 more steps:
-    # 16 steps, each slowed by 0.4 s of scoring (8 rollouts x 0.05 s), leave 14 steps between the step-2
-    # checkpoint and the end of the run.
+    # A step of this run takes well under a second, and scancel can take a few seconds to reach the job: 16 steps,
+    # each slowed by 0.4 s of scoring (8 rollouts x 0.05 s), leave 14 steps between the step-2 checkpoint and the
+    # end of the run.
     steps = 16
     cfg = write_config(tmp_path, tiny, steps=steps, ckpt_interval=1, delay_s=0.05)
     run = tmp_path / "run"
